@@ -1,0 +1,1 @@
+"""The agentfn command line and the local platform it starts."""

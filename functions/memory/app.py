@@ -1,0 +1,60 @@
+"""The memory function's app factory: `gunicorn -c python:agentfn.shared.gunicorn_conf 'agentfn.memory.app:create_app()'`.
+
+Configuration (environment), besides identity's (`agentfn.shared.identity`) and the embedder's
+(`agentfn.memory.embedder`):
+
+| name | default | meaning |
+|---|---|---|
+| `AGENTFN_DATABASE_URL` | (required) | DSN of memory's own role; its schema is `memory` |
+| `AGENTFN_RECALL_MAX_TOKENS` | `1000` | token cap of one recall, counted with the model's tokenizer |
+| `AGENTFN_MAX_REQUEST_BYTES` | `65536` | larger bodies get 413 |
+| `AGENTFN_DB_POOL_SIZE` | `4` | connections per process |
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+import psycopg
+from flask import Flask
+from psycopg_pool import PoolTimeout
+
+from agentfn.shared import app as http
+from agentfn.shared.identity import Identity
+from agentfn.shared.problems import unavailable
+
+from . import embedder as embedding
+from .memory import Memory
+from .routes import bp
+from .schemas import openapi
+from .store import Store
+
+
+def create_app(env: Mapping[str, str] | None = None) -> Flask:
+    env = dict(os.environ if env is None else env)
+    http.configure_logging(env)
+    model = embedding.open_embedder(embedding.config_from_env(env))
+    store = Store(env["AGENTFN_DATABASE_URL"], pool_size=int(env.get("AGENTFN_DB_POOL_SIZE", "4")))
+
+    def database() -> bool:
+        store.migrate()
+        return store.ping()
+
+    app = http.create_app(
+        "agentfn.memory",
+        openapi=openapi(model.config.name),
+        readiness={"database": database, "model": model.ready},
+        identity=Identity.from_env(env),
+        max_request_bytes=int(env.get("AGENTFN_MAX_REQUEST_BYTES", str(http.DEFAULT_MAX_BYTES))),
+    )
+    app.extensions["agentfn.memory"] = Memory(store, model, max_tokens=int(env.get("AGENTFN_RECALL_MAX_TOKENS", "1000")))
+
+    @app.errorhandler(psycopg.OperationalError)
+    @app.errorhandler(PoolTimeout)
+    def database_down(_error):
+        # Nothing was written: the statement's transaction never committed. The pool reconnects by itself.
+        return http.problem_response(unavailable("the memory database is not answering; try again shortly"))
+
+    app.register_blueprint(bp)
+    return app

@@ -1,0 +1,86 @@
+"""Memory's doors (DESIGN section 9): entries CRUD and recall for callers, WriteEpisode for services."""
+
+from __future__ import annotations
+
+from flask import Blueprint, current_app, g, jsonify, request
+
+from agentfn.shared.identity import caller_required, service_required
+from agentfn.shared.problems import bad_request
+from agentfn.shared.validation import Schema, json_body
+
+from . import schemas
+from .memory import Memory, parse_id
+
+bp = Blueprint("memory", __name__)
+
+CREATE, CORRECT, RECALL, EPISODE = (Schema(s) for s in (schemas.CREATE, schemas.CORRECT, schemas.RECALL,
+                                                        schemas.EPISODE))
+
+
+def memory() -> Memory:
+    return current_app.extensions["agentfn.memory"]
+
+
+def _int_arg(name: str, default: int, low: int, high: int) -> int:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise bad_request(f"{name}: must be an integer from {low} to {high}")
+    return int(raw)
+
+
+@bp.get("/v1/entries")
+@caller_required
+def list_entries():
+    """The caller's entries, newest first, optionally of one kind."""
+    unknown = set(request.args) - {"kind", "limit", "offset"}
+    if unknown:
+        raise bad_request(f"unknown query parameter {', '.join(sorted(unknown))}")
+    kind = request.args.get("kind")
+    if kind is not None and kind not in schemas.KINDS:
+        raise bad_request(f"kind: must be one of {', '.join(schemas.KINDS)}")
+    limit, offset = _int_arg("limit", 200, 1, 1000), _int_arg("offset", 0, 0, 10**9)
+    return jsonify(entries=memory().list(g.caller.subject, kind, limit, offset))
+
+
+@bp.post("/v1/entries")
+@caller_required
+def create_entry():
+    """Keep a fact or a preference for the caller."""
+    body = json_body(CREATE)
+    return jsonify(memory().create(g.caller.subject, body["kind"], body["text"], body["source"])), 201
+
+
+@bp.patch("/v1/entries/<entry_id>")
+@caller_required
+def correct_entry(entry_id: str):
+    """Correct the text or source of one of the caller's entries; it is embedded again."""
+    body = json_body(CORRECT)
+    entry = memory().correct(g.caller.subject, parse_id(entry_id), body.get("text"), body.get("source"))
+    return jsonify(entry)
+
+
+@bp.delete("/v1/entries/<entry_id>")
+@caller_required
+def forget_entry(entry_id: str):
+    """Forget one of the caller's entries: the row and its vector are deleted."""
+    memory().forget(g.caller.subject, parse_id(entry_id))
+    return "", 204
+
+
+@bp.post("/v1/recall")
+@caller_required
+def recall():
+    """The caller's nearest entries to the query, above the model's threshold, within the caps."""
+    body = json_body(RECALL)
+    return jsonify(memory().recall(g.caller.subject, body["query"], body.get("kinds"), body.get("limit"),
+                                   body.get("max_tokens")))
+
+
+@bp.post("/internal/v1/episodes")
+@service_required
+def write_episode():
+    """WriteEpisode: a trusted service keeps a session's summary for a subject."""
+    body = json_body(EPISODE)
+    return jsonify(memory().write_episode(body["subject"], body["text"], body.get("session_id"))), 201

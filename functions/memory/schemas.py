@@ -1,0 +1,178 @@
+"""The memory doors' request and response shapes: one source for validation and for /openapi.json."""
+
+from __future__ import annotations
+
+MAX_TEXT = 1000          # characters of a fact or preference: a note, never a transcript
+MAX_SOURCE = 300
+MAX_QUERY = 4000
+MAX_RECALL = 5           # entries a turn is shown (the RFC's cap); a request may ask for fewer
+EPISODE_MAX_WORDS = 80
+EPISODE_MAX_CHARS = 500
+KINDS = ["fact", "preference", "episode"]
+PUBLIC_KINDS = ["fact", "preference"]
+
+text = {"type": "string", "minLength": 1, "maxLength": MAX_TEXT, "pattern": r"\S"}
+source = {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE, "pattern": r"\S"}
+
+CREATE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["kind", "text", "source"],
+    "properties": {"kind": {"type": "string", "enum": PUBLIC_KINDS}, "text": text, "source": source},
+}
+CORRECT = {
+    "type": "object",
+    "additionalProperties": False,
+    "minProperties": 1,
+    "properties": {"text": text, "source": source},
+}
+RECALL = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["query"],
+    "properties": {
+        "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY, "pattern": r"\S"},
+        "kinds": {"type": "array", "items": {"type": "string", "enum": KINDS}, "minItems": 1, "uniqueItems": True},
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RECALL},
+        "max_tokens": {"type": "integer", "minimum": 1, "maximum": 100000},
+    },
+}
+EPISODE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["subject", "text"],
+    "properties": {
+        "subject": {"type": "string", "minLength": 1, "maxLength": 255},
+        "text": {"type": "string", "minLength": 1, "maxLength": EPISODE_MAX_CHARS, "pattern": r"\S"},
+        "session_id": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": r"^[A-Za-z0-9._:-]+$"},
+    },
+}
+
+ENTRY = {
+    "type": "object",
+    "required": ["id", "kind", "text", "source", "created_at", "updated_at"],
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "kind": {"type": "string", "enum": KINDS},
+        "text": {"type": "string"},
+        "source": {"type": "string"},
+        "created_at": {"type": "string", "format": "date-time"},
+        "updated_at": {"type": "string", "format": "date-time"},
+        "session_id": {"type": ["string", "null"]},
+        "model": {"type": "string", "description": "the embedding model of the stored vector"},
+    },
+}
+RECALLED = {
+    "allOf": [{"$ref": "#/components/schemas/Entry"}],
+    "type": "object",
+    "required": ["similarity"],
+    "properties": {
+        "similarity": {"type": "number"},
+        "date": {"type": "string", "format": "date", "description": "the day an episode happened"},
+        "tokens": {"type": "integer"},
+    },
+}
+PROBLEM = {
+    "type": "object",
+    "required": ["type", "title", "status"],
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "request_id": {"type": "string"},
+    },
+}
+
+
+def _problems(*codes: int) -> dict:
+    names = {400: "Bad request", 401: "No valid caller token", 403: "Not allowed", 404: "Not found",
+             413: "Body too large", 415: "Not JSON", 422: "Invalid field", 503: "Database or model unavailable"}
+    return {str(c): {"description": names[c], "content": {"application/problem+json": {
+        "schema": {"$ref": "#/components/schemas/Problem"}}}} for c in codes}
+
+
+def _json(schema: dict) -> dict:
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+def _ok(description: str, schema: dict) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+ENTRY_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+entry_ref = {"$ref": "#/components/schemas/Entry"}
+entries_list = {"type": "object", "required": ["entries"], "properties": {"entries": {"type": "array", "items": entry_ref}}}
+
+
+def openapi(model: str) -> dict:
+    """The OpenAPI 3.1 document of memory's doors."""
+    caller = [{"caller": []}]
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "agentfn memory", "version": "1.0.0",
+                 "description": f"Entries per subject, embedded with {model}, recalled with their sources."},
+        "components": {
+            "securitySchemes": {
+                "caller": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                           "description": "a caller token from the platform gateway"},
+                "service": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                            "description": "a projected ServiceAccount token of a trusted service"},
+            },
+            "schemas": {"Entry": ENTRY, "Recalled": RECALLED, "Problem": PROBLEM},
+        },
+        "paths": {
+            "/v1/entries": {
+                "get": {
+                    "operationId": "listEntries", "summary": "The caller's entries, newest first.",
+                    "security": caller,
+                    "parameters": [
+                        {"name": "kind", "in": "query", "schema": {"type": "string", "enum": KINDS}},
+                        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                        {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+                    ],
+                    "responses": {"200": _ok("entries", entries_list), **_problems(400, 401, 422, 503)},
+                },
+                "post": {
+                    "operationId": "createEntry", "summary": "Keep a fact or a preference.",
+                    "security": caller, "requestBody": _json(CREATE),
+                    "responses": {"201": _ok("the entry kept", entry_ref),
+                                  **_problems(400, 401, 413, 415, 422, 503)},
+                },
+            },
+            "/v1/entries/{id}": {
+                "parameters": [ENTRY_ID],
+                "patch": {
+                    "operationId": "correctEntry", "summary": "Correct an entry's text or source (embedded again).",
+                    "security": caller, "requestBody": _json(CORRECT),
+                    "responses": {"200": _ok("the corrected entry", entry_ref),
+                                  **_problems(400, 401, 404, 413, 415, 422, 503)},
+                },
+                "delete": {
+                    "operationId": "forgetEntry", "summary": "Forget an entry: the row and its vector are deleted.",
+                    "security": caller,
+                    "responses": {"204": {"description": "forgotten"}, **_problems(400, 401, 404, 503)},
+                },
+            },
+            "/v1/recall": {
+                "post": {
+                    "operationId": "recall", "summary": "The caller's nearest entries to a query, above the threshold.",
+                    "security": caller, "requestBody": _json(RECALL),
+                    "responses": {"200": _ok("recalled entries", {
+                        "type": "object", "required": ["entries", "threshold", "model"],
+                        "properties": {"entries": {"type": "array", "items": {"$ref": "#/components/schemas/Recalled"}},
+                                       "threshold": {"type": "number"}, "model": {"type": "string"}}}),
+                        **_problems(400, 401, 413, 415, 422, 503)},
+                },
+            },
+            "/internal/v1/episodes": {
+                "post": {
+                    "operationId": "writeEpisode",
+                    "summary": "WriteEpisode: keep a session's summary for a subject (trusted services only; no route).",
+                    "security": [{"service": []}], "requestBody": _json(EPISODE),
+                    "responses": {"201": _ok("the episode kept", entry_ref),
+                                  **_problems(400, 401, 403, 413, 415, 422, 503)},
+                },
+            },
+        },
+    }

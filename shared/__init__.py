@@ -1,0 +1,1 @@
+"""Code that two or more agentfn parts need: identity, the HTTP skeleton, problems, storage plumbing."""

@@ -1,0 +1,153 @@
+"""The HTTP skeleton every agentfn function is built on.
+
+`create_app` gives a Flask app with: problem-details errors (RFC 9457), a request-size cap, a request id
+on every request and response, one JSON log line per request, `/healthz` (alive), `/readyz` (every
+dependency answers) and the function's OpenAPI document at `/openapi.json`. The function adds its
+doors as a blueprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import logging
+import re
+import time
+import traceback
+import uuid
+from typing import Any, Callable, Mapping
+
+from flask import Flask, Response, g, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from . import logs
+from .identity import Identity
+from .problems import PROBLEM_JSON, ProblemError
+
+log = logging.getLogger("agentfn.http")
+
+REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+DEFAULT_MAX_BYTES = 64 * 1024
+
+
+def problem_response(problem: ProblemError) -> Response:
+    body = problem.to_dict()
+    if getattr(g, "request_id", None):
+        body["request_id"] = g.request_id
+    response = jsonify(body)
+    response.status_code = problem.status
+    response.mimetype = PROBLEM_JSON
+    if problem.status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="agentfn"'
+    return response
+
+
+def subject_hash(subject: str) -> str:
+    """A short stable pseudonym for logs: lets records be joined without naming the subject."""
+    return hashlib.sha256(subject.encode()).hexdigest()[:12]
+
+
+DRAIN_BYTES = 1024 * 1024
+
+
+def _drain(environ) -> None:
+    """Read (and drop) a refused body up to a bound, so the client hears the 413 instead of a reset."""
+    stream, left = environ.get("wsgi.input"), min(int(environ.get("CONTENT_LENGTH") or 0), DRAIN_BYTES)
+    while stream is not None and left > 0:
+        chunk = stream.read(min(left, 65536))
+        if not chunk:
+            break
+        left -= len(chunk)
+
+
+def create_app(
+    name: str,
+    *,
+    openapi: Mapping[str, Any],
+    readiness: Mapping[str, Callable[[], bool]],
+    identity: Identity | None,
+    max_request_bytes: int = DEFAULT_MAX_BYTES,
+) -> Flask:
+    # Flask looks for an instance folder by package; agentfn's packages are mapped folders, and we use none.
+    app = Flask(name, instance_path=os.path.join(os.path.dirname(__file__), "instance"))
+    app.config["MAX_CONTENT_LENGTH"] = max_request_bytes
+    app.json.sort_keys = False
+    if identity is not None:
+        app.extensions["agentfn.identity"] = identity
+
+    @app.before_request
+    def start():
+        given = request.headers.get("X-Request-Id", "")
+        g.request_id = given if REQUEST_ID.match(given) else uuid.uuid4().hex
+        g.started = time.perf_counter()
+
+    @app.after_request
+    def finish(response: Response) -> Response:
+        response.headers["X-Request-Id"] = g.get("request_id", "")
+        response.headers.setdefault("Cache-Control", "no-store")
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        caller = g.get("caller")
+        log.info(
+            "request",
+            extra={
+                "request_id": g.get("request_id"),
+                "method": request.method,
+                "route": request.url_rule.rule if request.url_rule else None,
+                "status": response.status_code,
+                "ms": round((time.perf_counter() - g.get("started", time.perf_counter())) * 1000, 2),
+                "subject_hash": subject_hash(caller.subject) if caller else None,
+            },
+        )
+        return response
+
+    @app.errorhandler(ProblemError)
+    def on_problem(problem: ProblemError):
+        return problem_response(problem)
+
+    @app.errorhandler(HTTPException)
+    def on_http(error: HTTPException):
+        if error.code == 413:
+            _drain(request.environ)
+        detail = {
+            404: "no such door",
+            405: f"{request.method} is not allowed here",
+            413: f"the body is larger than {max_request_bytes} bytes",
+        }.get(error.code or 500, error.description or "")
+        return problem_response(ProblemError(error.code or 500, error.name, detail))
+
+    @app.errorhandler(Exception)
+    def on_crash(error: Exception):
+        # The message of an arbitrary exception may quote data; log where it happened, not what it said.
+        frames = traceback.extract_tb(error.__traceback__)[-3:]
+        where = " <- ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno}" for f in reversed(frames))
+        log.error("unhandled", extra={"request_id": g.get("request_id"), "error_type": type(error).__name__,
+                                      "where": where})
+        return problem_response(ProblemError(500, "Internal Server Error", "the request failed; see request_id"))
+
+    @app.get("/healthz")
+    def healthz():
+        """Alive: the process answers."""
+        return jsonify(status="ok")
+
+    @app.get("/readyz")
+    def readyz():
+        """Ready: every dependency answers."""
+        checks = {}
+        for check_name, check in readiness.items():
+            try:
+                checks[check_name] = bool(check())
+            except Exception:
+                checks[check_name] = False
+        ready = all(checks.values())
+        return jsonify(ready=ready, checks=checks), 200 if ready else 503
+
+    @app.get("/openapi.json")
+    def openapi_document():
+        """This function's doors as OpenAPI 3.1."""
+        return jsonify(openapi)
+
+    return app
+
+
+def configure_logging(env: Mapping[str, str]) -> None:
+    logs.configure(env.get("AGENTFN_LOG_LEVEL", "INFO").upper())

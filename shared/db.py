@@ -1,0 +1,101 @@
+"""Postgres plumbing for the parts that own a schema: provisioning, migrations, a connection pool.
+
+Each part has its own schema and its own login role that owns only that schema (least privilege:
+no part can read another's tables). Migrations are numbered SQL files applied in order at start-up,
+under an advisory lock, so two replicas starting at once apply each file exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import zlib
+from importlib import resources
+from typing import Callable
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+log = logging.getLogger("agentfn.db")
+
+MIGRATION_FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+
+def provision(admin_dsn: str, *, schema: str, role: str, password: str) -> None:
+    """Create (idempotently) a part's role and schema, and the vector extension, as a database admin.
+
+    The dev stack and the tests run this; in a cluster the database operator (or a DBA) does the same.
+    """
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (zlib.crc32(b"agentfn.provision"),))
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+            verb = "ALTER" if exists else "CREATE"
+            conn.execute(
+                sql.SQL(verb + " ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS PASSWORD {}").format(
+                    sql.Identifier(role), sql.Literal(password)
+                )
+            )
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {} AUTHORIZATION {}").format(
+                sql.Identifier(schema), sql.Identifier(role)))
+            # Nothing by default: a part's role reaches its own schema and the extension's types only.
+            conn.execute(sql.SQL("REVOKE ALL ON SCHEMA public FROM PUBLIC"))
+            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(sql.Identifier(role)))
+            dbname = conn.info.dbname
+            conn.execute(sql.SQL("REVOKE CREATE, TEMPORARY ON DATABASE {} FROM PUBLIC").format(sql.Identifier(dbname)))
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (zlib.crc32(b"agentfn.provision"),))
+
+
+def migrations(package: str) -> list[tuple[int, str, str]]:
+    """(version, name, sql) of every migration file shipped in `package`'s `migrations` folder."""
+    found = []
+    for item in resources.files(package).joinpath("migrations").iterdir():
+        match = MIGRATION_FILE.match(item.name)
+        if match:
+            found.append((int(match.group(1)), item.name, item.read_text()))
+    return sorted(found)
+
+
+def migrate(conn: psycopg.Connection, schema: str, package: str) -> list[str]:
+    """Apply the package's pending migrations to `schema`; returns the names applied. Safe to race."""
+    applied_now = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(f"agentfn.migrate.{schema}".encode()),))
+        conn.execute(
+            sql.SQL("CREATE TABLE IF NOT EXISTS {}.schema_migrations "
+                    "(version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+            .format(sql.Identifier(schema))
+        )
+        done = {row[0] for row in conn.execute(
+            sql.SQL("SELECT version FROM {}.schema_migrations").format(sql.Identifier(schema)))}
+        for version, name, text in migrations(package):
+            if version in done:
+                continue
+            conn.execute(text)
+            conn.execute(sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)")
+                         .format(sql.Identifier(schema)), (version, name))
+            applied_now.append(name)
+    for name in applied_now:
+        log.info("migration applied", extra={"event": "migration", "part": schema, "where": name})
+    return applied_now
+
+
+def open_pool(dsn: str, *, schema: str, size: int, configure: Callable[[psycopg.Connection], None] | None = None,
+              timeout: float = 3.0) -> ConnectionPool:
+    """A pool whose connections search the part's schema first; it reconnects by itself after an outage."""
+    pool = ConnectionPool(
+        dsn,
+        min_size=1,
+        max_size=size,
+        kwargs={"options": f"-c search_path={schema},public", "connect_timeout": 3},
+        configure=configure,
+        check=ConnectionPool.check_connection,
+        timeout=timeout,
+        open=False,
+        name=f"agentfn-{schema}",
+    )
+    pool.open(wait=False)
+    return pool
