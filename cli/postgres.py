@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import platform
+import secrets
 import shutil
 import socket
-import secrets
 import subprocess
 import tempfile
 import time

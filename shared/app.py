@@ -9,13 +9,14 @@ doors as a blueprint.
 from __future__ import annotations
 
 import hashlib
-import os
 import logging
+import os
 import re
 import time
 import traceback
 import uuid
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
@@ -113,7 +114,10 @@ def create_app(
             405: f"{request.method} is not allowed here",
             413: f"the body is larger than {max_request_bytes} bytes",
         }.get(error.code or 500, error.description or "")
-        return problem_response(ProblemError(error.code or 500, error.name, detail))
+        response = problem_response(ProblemError(error.code or 500, error.name, detail))
+        if getattr(error, "valid_methods", None):
+            response.headers["Allow"] = ", ".join(error.valid_methods)
+        return response
 
     @app.errorhandler(Exception)
     def on_crash(error: Exception):

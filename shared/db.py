@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import re
 import zlib
+from collections.abc import Callable
 from importlib import resources
-from typing import Callable
 
 import psycopg
 from psycopg import sql

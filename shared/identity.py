@@ -14,7 +14,7 @@ Configuration (environment):
 | `AGENTFN_JWT_LEEWAY_SECONDS` | `10` | clock skew allowed on `exp`/`nbf`/`iat` |
 | `AGENTFN_SERVICE_JWT_ISSUER` | the caller issuer | `iss` of service tokens (the cluster's service-account issuer) |
 | `AGENTFN_SERVICE_JWT_AUDIENCE` | `agentfn-memory` | `aud` of service tokens (the projected token's audience) |
-| `AGENTFN_SERVICE_JWKS_URL` | the caller JWKS | keys of the service-account issuer (e.g. the API server's `/openid/v1/jwks`) |
+| `AGENTFN_SERVICE_JWKS_URL` | the caller JWKS | keys of the service-account issuer (the API server's `/openid/v1/jwks`) |
 | `AGENTFN_SERVICE_JWKS_CA_FILE` | (none) | CA bundle for the service JWKS (the cluster CA) |
 | `AGENTFN_SERVICE_JWKS_TOKEN_FILE` | (none) | bearer token sent when fetching the service JWKS |
 | `AGENTFN_TRUSTED_SERVICE_ACCOUNTS` | (none) | comma-separated service accounts allowed at service doors |
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import ssl
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import wraps
-from typing import Callable, Mapping
 
 import jwt
 from flask import current_app, g, request
@@ -175,7 +175,7 @@ class Identity:
     trusted_services: frozenset[str]
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "Identity":
+    def from_env(cls, env: Mapping[str, str]) -> Identity:
         def need(name: str) -> str:
             value = env.get(name, "").strip()
             if not value:

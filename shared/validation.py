@@ -72,4 +72,8 @@ def json_body(schema: Schema) -> dict[str, Any]:
         value = json.loads(data)
     except (ValueError, UnicodeDecodeError):
         raise bad_request("the body is not valid JSON") from None
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise bad_request("the body holds an unpaired surrogate; send valid UTF-8 text") from None
     return schema.check(value)

@@ -14,15 +14,14 @@ Configuration (environment), besides identity's (`agentfn.shared.identity`) and 
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 import psycopg
-from flask import Flask
-from psycopg_pool import PoolTimeout
-
 from agentfn.shared import app as http
 from agentfn.shared.identity import Identity
 from agentfn.shared.problems import unavailable
+from flask import Flask
+from psycopg_pool import PoolTimeout
 
 from . import embedder as embedding
 from .memory import Memory

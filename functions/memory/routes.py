@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app, g, jsonify, request
-
 from agentfn.shared.identity import caller_required, service_required
 from agentfn.shared.problems import bad_request
 from agentfn.shared.validation import Schema, json_body
+from flask import Blueprint, current_app, g, jsonify, request
 
 from . import schemas
 from .memory import Memory, parse_id

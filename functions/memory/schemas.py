@@ -11,8 +11,10 @@ EPISODE_MAX_CHARS = 500
 KINDS = ["fact", "preference", "episode"]
 PUBLIC_KINDS = ["fact", "preference"]
 
-text = {"type": "string", "minLength": 1, "maxLength": MAX_TEXT, "pattern": r"\S"}
-source = {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE, "pattern": r"\S"}
+# Not blank, and no NUL (Postgres text cannot hold it). Spelled out, not \S: ECMA and Python disagree on \S.
+NOT_BLANK = "^[^\\u0000]*[^\\u0000 \\t\\n\\r\\f\\v][^\\u0000]*$"
+text = {"type": "string", "minLength": 1, "maxLength": MAX_TEXT, "pattern": NOT_BLANK}
+source = {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE, "pattern": NOT_BLANK}
 
 CREATE = {
     "type": "object",
@@ -31,7 +33,7 @@ RECALL = {
     "additionalProperties": False,
     "required": ["query"],
     "properties": {
-        "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY, "pattern": r"\S"},
+        "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY, "pattern": NOT_BLANK},
         "kinds": {"type": "array", "items": {"type": "string", "enum": KINDS}, "minItems": 1, "uniqueItems": True},
         "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RECALL},
         "max_tokens": {"type": "integer", "minimum": 1, "maximum": 100000},
@@ -43,7 +45,7 @@ EPISODE = {
     "required": ["subject", "text"],
     "properties": {
         "subject": {"type": "string", "minLength": 1, "maxLength": 255},
-        "text": {"type": "string", "minLength": 1, "maxLength": EPISODE_MAX_CHARS, "pattern": r"\S"},
+        "text": {"type": "string", "minLength": 1, "maxLength": EPISODE_MAX_CHARS, "pattern": NOT_BLANK},
         "session_id": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": r"^[A-Za-z0-9._:-]+$"},
     },
 }
@@ -129,7 +131,8 @@ def openapi(model: str) -> dict:
                     "parameters": [
                         {"name": "kind", "in": "query", "schema": {"type": "string", "enum": KINDS}},
                         {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
-                        {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+                        {"name": "offset", "in": "query",
+                         "schema": {"type": "integer", "minimum": 0, "maximum": 1000000000}},
                     ],
                     "responses": {"200": _ok("entries", entries_list), **_problems(400, 401, 422, 503)},
                 },

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import numpy as np
 import psycopg
+from agentfn.shared import db
 from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
-
-from agentfn.shared import db
 
 SCHEMA = "memory"
 

@@ -4,8 +4,6 @@ import uuid
 
 import requests
 
-import pytest
-
 
 def keep(caller, text, kind="fact", source="chat 2026-12-01"):
     response = caller.post("/v1/entries", json={"kind": kind, "text": text, "source": source})

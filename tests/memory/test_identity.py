@@ -9,10 +9,9 @@ import time
 import jwt
 import pytest
 import requests
+from agentfn.shared.dev_issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-
-from agentfn.shared.dev_issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
 
 SERVICE = "system:serviceaccount:agentfn:model"
 DOORS = [

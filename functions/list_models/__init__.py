@@ -1,0 +1,1 @@
+"""agentfn list_models function."""

@@ -1,0 +1,1 @@
+"""agentfn page function."""

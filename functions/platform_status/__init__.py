@@ -1,0 +1,1 @@
+"""agentfn platform_status function."""

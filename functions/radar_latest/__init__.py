@@ -1,0 +1,1 @@
+"""agentfn radar_latest function."""

@@ -1,0 +1,1 @@
+"""agentfn run_code function."""
