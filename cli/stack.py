@@ -25,7 +25,9 @@ from .postgres import EmbeddedPostgres
 BIN = Path(sys.executable).parent
 HOST = "127.0.0.1"
 SERVICE_ACCOUNT = "system:serviceaccount:agentfn:agentfn-model"
-PORTS = {"postgres": 8799, "issuer": 8801, "memory": 8802}
+# One base port (the gateway's, later) and the parts above it: AGENTFN_DEV_PORT_BASE moves them all.
+BASE = int(os.environ.get("AGENTFN_DEV_PORT_BASE", "8800"))
+PORTS = {"issuer": BASE + 1, "memory": BASE + 2, "postgres": BASE + 99}
 
 
 @dataclass

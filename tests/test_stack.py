@@ -1,0 +1,65 @@
+"""The README's first command as a newcomer runs it: up, a token, a kept entry recalled, Ctrl-C stops all."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def stack(tmp_path):
+    base = random.randrange(20000, 40000, 100)
+    env = {**os.environ, "AGENTFN_DEV_PORT_BASE": str(base), "AGENTFN_ISSUER_URL": f"http://127.0.0.1:{base + 1}"}
+    log = open(tmp_path / "up.log", "w+")
+    process = subprocess.Popen([str(BIN / "agentfn"), "up", "--var", str(tmp_path / "var")], env=env,
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while "agentfn is up" not in (tmp_path / "up.log").read_text():
+        assert process.poll() is None, (tmp_path / "up.log").read_text()
+        assert time.monotonic() < deadline, "no banner in 120 s"
+        time.sleep(0.2)
+    yield env, base, process, tmp_path / "up.log"
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def test_up_serves_memory_and_ctrl_c_stops_everything(stack):
+    env, base, process, log = stack
+    token = subprocess.run([str(BIN / "agentfn"), "token", "alice"], env=env, capture_output=True, text=True,
+                           check=True).stdout.strip()
+    memory = f"http://127.0.0.1:{base + 2}"
+    headers = {"Authorization": f"Bearer {token}"}
+    kept = requests.post(memory + "/v1/entries", headers=headers, timeout=30,
+                         json={"kind": "preference", "text": "Odgovaraj mi na hrvatskom.", "source": "tour"})
+    assert kept.status_code == 201
+    recalled = requests.post(memory + "/v1/recall", headers=headers, timeout=30,
+                             json={"query": "Na kojem jeziku da ti odgovaram?"}).json()
+    assert [e["id"] for e in recalled["entries"]] == [kept.json()["id"]]
+
+    service = subprocess.run([str(BIN / "agentfn"), "token", "--service", "system:serviceaccount:agentfn:agentfn-model"],
+                             env=env, capture_output=True, text=True, check=True).stdout.strip()
+    episode = requests.post(memory + "/internal/v1/episodes", headers={"Authorization": f"Bearer {service}"},
+                            json={"subject": "alice", "text": "Alice asked for answers in Croatian."}, timeout=30)
+    assert episode.status_code == 201
+
+    process.send_signal(signal.SIGINT)
+    assert process.wait(60) == 0
+    assert "stopped" in log.read_text()
+    with pytest.raises(requests.ConnectionError):
+        requests.get(memory + "/healthz", timeout=2)
+
+
+def test_a_taken_port_is_a_clear_message(stack, tmp_path):
+    env, base, _, _ = stack
+    second = subprocess.run([str(BIN / "agentfn"), "up", "--var", str(tmp_path / "var2")], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert second.returncode != 0
+    assert "port already taken" in second.stderr and "Traceback" not in second.stderr
