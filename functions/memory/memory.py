@@ -103,6 +103,6 @@ class Memory:
         moved = 0
         while rows := self.store.stale(subject, self.model, batch):
             vectors = self.embedder.embed_documents([r["text"] for r in rows])
-            self.store.reembed(subject, [(r["id"], v) for r, v in zip(rows, vectors)], self.model)
+            self.store.reembed(subject, [(r["id"], v) for r, v in zip(rows, vectors, strict=True)], self.model)
             moved += len(rows)
         return moved
