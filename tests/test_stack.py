@@ -16,7 +16,7 @@ BIN = Path(sys.executable).parent
 
 @pytest.fixture
 def stack(tmp_path):
-    base = random.randrange(20000, 40000, 100)
+    base = random.randrange(20000, 32000, 100)  # below the ephemeral range other tests draw from
     env = {**os.environ, "AGENTFN_DEV_PORT_BASE": str(base), "AGENTFN_ISSUER_URL": f"http://127.0.0.1:{base + 1}"}
     log = open(tmp_path / "up.log", "w+")
     process = subprocess.Popen([str(BIN / "agentfn"), "up", "--var", str(tmp_path / "var")], env=env,
