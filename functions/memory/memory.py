@@ -10,6 +10,7 @@ from agentfn.shared.problems import not_found, unprocessable
 
 from .schemas import EPISODE_MAX_CHARS, EPISODE_MAX_WORDS, MAX_RECALL
 from .store import Store
+from .terms import tsquery
 
 
 def _entry(row: dict[str, Any]) -> dict[str, Any]:
@@ -73,14 +74,16 @@ class Memory:
         limit = min(limit or MAX_RECALL, MAX_RECALL)
         budget = min(max_tokens or self.max_tokens, self.max_tokens)
         vector = self.embedder.embed_queries([query])[0]
-        rows = self.store.recall(subject, vector, self.model, self.threshold, limit, kinds)
+        rows = self.store.recall(subject, vector, tsquery(query), self.model, self.threshold, limit, kinds,
+                                 hybrid=self.embedder.config.recall == "hybrid")
         entries, spent = [], 0
         for row in rows:
             tokens = self.embedder.count_tokens(row["text"])
             if spent + tokens > budget:
                 break
             spent += tokens
-            entry = _entry(row) | {"similarity": round(float(row["similarity"]), 4), "tokens": tokens}
+            entry = _entry(row) | {"similarity": round(float(row["similarity"]), 4), "matched": row["matched"],
+                                   "tokens": tokens}
             if row["kind"] == "episode":
                 entry["date"] = row["created_at"].date().isoformat()
             entries.append(entry)

@@ -67,9 +67,11 @@ ENTRY = {
 RECALLED = {
     "allOf": [{"$ref": "#/components/schemas/Entry"}],
     "type": "object",
-    "required": ["similarity"],
+    "required": ["similarity", "matched"],
     "properties": {
-        "similarity": {"type": "number"},
+        "similarity": {"type": "number", "description": "cosine similarity of the entry to the query"},
+        "matched": {"type": "array", "items": {"type": "string", "enum": ["vector", "text"]},
+                    "description": "which ranking found it: the vector (above the threshold) and/or the text terms"},
         "date": {"type": "string", "format": "date", "description": "the day an episode happened"},
         "tokens": {"type": "integer"},
     },

@@ -40,21 +40,55 @@ RETURNING {COLUMNS}
 
 FORGET = "DELETE FROM entries WHERE subject = %(subject)s AND id = %(id)s"
 
-# Nearest first among the subject's vectors of the configured model; only then the text of the few kept.
-RECALL = f"""
+KINDS = "(%(kinds)s::text[] IS NULL OR e.kind = ANY(%(kinds)s))"
+
+# Similarity alone: nearest first among the subject's vectors of the configured model, above the floor.
+RECALL_VECTOR = f"""
 WITH nearest AS (
-    SELECT id, 1 - (embedding <=> %(query)s::halfvec) AS similarity
-    FROM entries
-    WHERE subject = %(subject)s AND model = %(model)s
-      AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s))
-      AND embedding <=> %(query)s::halfvec <= 1 - %(threshold)s
-    ORDER BY embedding <=> %(query)s::halfvec
+    SELECT e.id, 1 - (e.embedding <=> %(query)s::halfvec) AS similarity
+    FROM entries e
+    WHERE e.subject = %(subject)s AND e.model = %(model)s AND {KINDS}
+      AND e.embedding <=> %(query)s::halfvec <= 1 - %(threshold)s
+    ORDER BY e.embedding <=> %(query)s::halfvec
     LIMIT %(limit)s
 )
-SELECT {", ".join("e." + c for c in COLUMNS.split(", "))}, n.similarity
+SELECT {", ".join("e." + c for c in COLUMNS.split(", "))}, n.similarity, ARRAY['vector'] AS matched
 FROM nearest n JOIN entries e ON e.id = n.id AND e.subject = %(subject)s
 ORDER BY n.similarity DESC
 """
+
+# Hybrid (studies/recall): the subject's entries ranked twice, by vector (above the floor) and by
+# full-text terms, fused by reciprocal rank (k = 60). Shown: what either list ranks first, and
+# whatever both lists found (a fused score of at least 1/(k+1)).
+RECALL_HYBRID = f"""
+WITH q AS (SELECT %(query)s::halfvec AS v, to_tsquery('simple', %(terms)s) AS t),
+by_vector AS (
+    SELECT e.id, row_number() OVER (ORDER BY e.embedding <=> q.v) AS rank
+    FROM entries e, q
+    WHERE e.subject = %(subject)s AND e.model = %(model)s AND {KINDS} AND e.embedding <=> q.v <= 1 - %(threshold)s
+    ORDER BY e.embedding <=> q.v
+    LIMIT %(depth)s
+),
+by_text AS (
+    SELECT e.id, rank() OVER (ORDER BY ts_rank(e.terms, q.t, 1) DESC) AS rank
+    FROM entries e, q
+    WHERE e.subject = %(subject)s AND e.model = %(model)s AND {KINDS} AND e.terms @@ q.t
+    ORDER BY ts_rank(e.terms, q.t, 1) DESC
+    LIMIT %(depth)s
+),
+fused AS (
+    SELECT id, sum(1.0 / (%(k)s + rank)) AS score, array_agg(list ORDER BY list DESC) AS matched
+    FROM (SELECT id, rank, 'vector' AS list FROM by_vector UNION ALL SELECT id, rank, 'text' FROM by_text) lists
+    GROUP BY id
+)
+SELECT {", ".join("e." + c for c in COLUMNS.split(", "))}, 1 - (e.embedding <=> q.v) AS similarity, f.matched
+FROM fused f JOIN entries e ON e.id = f.id AND e.subject = %(subject)s, q
+WHERE f.score >= 1.0 / (%(k)s + 1)
+ORDER BY f.score DESC, similarity DESC
+LIMIT %(limit)s
+"""
+RRF_K = 60
+DEPTH = 100  # ranks past this cannot lift a note over the cut unless both lists hold it near the top
 
 STALE = """
 SELECT id, text FROM entries WHERE subject = %(subject)s AND model <> %(model)s ORDER BY id LIMIT %(limit)s
@@ -123,11 +157,12 @@ class Store:
         with self.subject(subject) as cur:
             return cur.execute(FORGET, dict(subject=subject, id=entry_id)).rowcount == 1
 
-    def recall(self, subject: str, query: np.ndarray, model: str, threshold: float, limit: int,
-               kinds: list[str] | None) -> list[dict]:
+    def recall(self, subject: str, query: np.ndarray, terms: str | None, model: str, threshold: float, limit: int,
+               kinds: list[str] | None, hybrid: bool) -> list[dict]:
+        params = dict(subject=subject, query=query, terms=terms, model=model, threshold=threshold, limit=limit,
+                      kinds=kinds, k=RRF_K, depth=DEPTH)
         with self.subject(subject) as cur:
-            return cur.execute(RECALL, dict(subject=subject, query=query, model=model, threshold=threshold,
-                                            limit=limit, kinds=kinds)).fetchall()
+            return cur.execute(RECALL_HYBRID if hybrid and terms else RECALL_VECTOR, params).fetchall()
 
     def stale(self, subject: str, model: str, limit: int) -> list[dict]:
         with self.subject(subject) as cur:

@@ -1,0 +1,11 @@
+-- Hybrid recall: full-text beside the vector. The text is folded (lower case, no diacritics) and split
+-- with the 'simple' configuration: Postgres has no Croatian stemmer, so terms match as prefixes.
+-- unaccent() is only STABLE; this wrapper names its dictionary, which makes it safe to declare IMMUTABLE.
+CREATE FUNCTION fold(text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+    RETURN public.unaccent('public.unaccent'::regdictionary, lower($1));
+
+ALTER TABLE entries ADD COLUMN terms tsvector GENERATED ALWAYS AS (to_tsvector('simple', fold(text))) STORED;
+
+-- btree_gin lets one GIN index answer "this subject's entries matching these terms".
+CREATE INDEX entries_terms ON entries USING gin (subject, terms);
