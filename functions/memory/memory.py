@@ -10,7 +10,6 @@ from agentfn.shared.problems import not_found, unprocessable
 
 from .schemas import EPISODE_MAX_CHARS, EPISODE_MAX_WORDS, MAX_RECALL
 from .store import Store
-from .terms import tsquery
 
 
 def _entry(row: dict[str, Any]) -> dict[str, Any]:
@@ -74,7 +73,7 @@ class Memory:
         limit = min(limit or MAX_RECALL, MAX_RECALL)
         budget = min(max_tokens or self.max_tokens, self.max_tokens)
         vector = self.embedder.embed_queries([query])[0]
-        rows = self.store.recall(subject, vector, tsquery(query), self.model, self.threshold, limit, kinds,
+        rows = self.store.recall(subject, query, vector, self.model, self.threshold, limit, kinds,
                                  hybrid=self.embedder.config.recall == "hybrid")
         entries, spent = [], 0
         for row in rows:

@@ -12,6 +12,8 @@ from agentfn.shared import db
 from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
 
+from . import terms
+
 SCHEMA = "memory"
 
 COLUMNS = "id, kind, text, source, session_id, model, created_at, updated_at"
@@ -60,8 +62,16 @@ ORDER BY n.similarity DESC
 # Hybrid (studies/recall): the subject's entries ranked twice, by vector (above the floor) and by
 # full-text terms, fused by reciprocal rank (k = 60). Shown: what either list ranks first, and
 # whatever both lists found (a fused score of at least 1/(k+1)).
+# A question's terms: split by the notes' own parser, function words dropped, stems OR'ed as prefixes.
+# Each stem is quoted as one tsquery lexeme, so a word such as "1.30" or "a/b" stays one term.
+QUESTION_TERMS = """
+SELECT to_tsquery('simple', string_agg(quote_lexeme(left(lexeme, %(stem)s)) || ':*', ' | '))
+FROM unnest(to_tsvector('simple', fold(%(question)s)))
+WHERE lexeme <> ALL(%(stop)s) AND length(lexeme) > 1
+"""
+
 RECALL_HYBRID = f"""
-WITH q AS (SELECT %(query)s::halfvec AS v, to_tsquery('simple', %(terms)s) AS t),
+WITH q AS (SELECT %(query)s::halfvec AS v, ({QUESTION_TERMS}) AS t),
 by_vector AS (
     SELECT e.id, row_number() OVER (ORDER BY e.embedding <=> q.v) AS rank
     FROM entries e, q
@@ -157,12 +167,12 @@ class Store:
         with self.subject(subject) as cur:
             return cur.execute(FORGET, dict(subject=subject, id=entry_id)).rowcount == 1
 
-    def recall(self, subject: str, query: np.ndarray, terms: str | None, model: str, threshold: float, limit: int,
+    def recall(self, subject: str, question: str, query: np.ndarray, model: str, threshold: float, limit: int,
                kinds: list[str] | None, hybrid: bool) -> list[dict]:
-        params = dict(subject=subject, query=query, terms=terms, model=model, threshold=threshold, limit=limit,
-                      kinds=kinds, k=RRF_K, depth=DEPTH)
+        params = dict(subject=subject, question=question, query=query, model=model, threshold=threshold,
+                      limit=limit, kinds=kinds, k=RRF_K, depth=DEPTH, stem=terms.STEM, stop=terms.STOP)
         with self.subject(subject) as cur:
-            return cur.execute(RECALL_HYBRID if hybrid and terms else RECALL_VECTOR, params).fetchall()
+            return cur.execute(RECALL_HYBRID if hybrid else RECALL_VECTOR, params).fetchall()
 
     def stale(self, subject: str, model: str, limit: int) -> list[dict]:
         with self.subject(subject) as cur:

@@ -106,7 +106,7 @@ class Corpus:
 
 def outcomes(shown: np.ndarray, right: np.ndarray):
     """shown[..., Q, TOP_K] note indices (-1 = empty slot) -> hit[S, Q], others[S, Q]."""
-    hit = (shown == right[:, None]).any(-1)
+    hit = ((shown == right[:, None]) & (shown >= 0)).any(-1)  # an empty slot (-1) is no hit for a null q
     others = (shown >= 0).sum(-1) - hit
     return hit.reshape(-1, len(right)), others.reshape(-1, len(right)).astype(np.int8)
 
@@ -392,10 +392,15 @@ def draw(results, path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", nargs="+", default=list(load_models()), help="model names from models.toml")
+    parser.add_argument("--models", nargs="+", help="model names from models.toml (default: all; --door: shipped)")
     parser.add_argument("--out", type=Path, default=HERE, help="directory for results.md/.json and curves.png")
     parser.add_argument("--corpus", type=Path, default=HERE / "corpus.json")
+    parser.add_argument("--door", action="store_true", help="instead, confirm hybrid on the product (door.py)")
     args = parser.parse_args(argv)
+    if args.door:
+        import door
+        return door.run(args.models or door.MODELS, args.out, args.corpus)
+    args.models = args.models or list(load_models())
     start, corpus, vectors = time.time(), Corpus(args.corpus), Vectors()
     results, skipped = {}, {}
     for label, config in variants(args.models):
@@ -406,9 +411,14 @@ def main(argv=None):
         print(f"{label}: {'skipped' if label in skipped else 'done'} ({time.time() - start:.0f} s)", file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)
     text = report(results, skipped, corpus, time.time() - start)
-    (args.out / "results.md").write_text(text, encoding="utf-8")
     machine = {"rule": RULE, "grid": GRID.tolist(), "instructions": INSTRUCTIONS, "rrf_k": RRF_K,
                "detector_accuracy": corpus.detector_accuracy, "skipped": skipped, "models": results}
+    if (args.out / "results.json").exists():  # keep the last door run's section (study.py --door renews it)
+        kept = json.loads((args.out / "results.json").read_text(encoding="utf-8")).get("door")
+        if kept:
+            import door
+            machine["door"], text = kept, text + "\n" + door.section(kept)
+    (args.out / "results.md").write_text(text, encoding="utf-8")
     (args.out / "results.json").write_text(json.dumps(machine, indent=1, allow_nan=False), encoding="utf-8")
     if results:
         draw(results, args.out / "curves.png")

@@ -87,6 +87,13 @@ def test_recall_matches_the_questions_terms_without_diacritics(caller):
     assert "text" in body["entries"][0]["matched"]
 
 
+def test_recall_terms_are_split_as_the_notes_are(caller):
+    version = keep(caller, "Staging runs Kubernetes 1.30.")
+    keep(caller, "Backups are kept for 30 days.")
+    body = caller.post("/v1/recall", json={"query": "is it really 1.30?"}).json()
+    assert [e["id"] for e in body["entries"] if "text" in e["matched"]] == [version["id"]]
+
+
 def test_recall_is_capped_at_five_and_by_the_request_limit(caller):
     for i in range(7):
         keep(caller, f"Deploy note {i}: the ledger deploys from the main branch.")

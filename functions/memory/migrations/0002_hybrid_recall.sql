@@ -9,3 +9,8 @@ ALTER TABLE entries ADD COLUMN terms tsvector GENERATED ALWAYS AS (to_tsvector('
 
 -- btree_gin lets one GIN index answer "this subject's entries matching these terms".
 CREATE INDEX entries_terms ON entries USING gin (subject, terms);
+
+-- A word as one quoted tsquery lexeme (quotes and backslashes escaped), whatever characters it holds.
+CREATE FUNCTION quote_lexeme(text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+    RETURN '''' || replace(replace($1, '\', '\\'), '''', '''''') || '''';
