@@ -138,7 +138,7 @@ def database_view(pg, door, queries, corpus):
         register_vector(conn)
         asked = [conn.execute(QUESTION_TERMS, dict(question=q["text"], stem=terms.STEM, stop=terms.STOP)).fetchone()[0]
                  for q in corpus.questions]  # the product's own terms of each question (None: no terms)
-        for qi, q in enumerate(corpus.questions):
+        for qi in range(len(corpus.questions)):
             rows = conn.execute(
                 "SELECT id::text, embedding <=> %(v)s::halfvec, coalesce(ts_rank(terms, %(t)s::tsquery, 1), 0),"
                 " coalesce(terms @@ %(t)s::tsquery, false) FROM entries WHERE subject = %(s)s",
