@@ -31,7 +31,7 @@ from functools import wraps
 import jwt
 from flask import current_app, g, request
 
-from .problems import forbidden, unauthorized
+from .problems import forbidden, unauthorized, unavailable
 
 # Asymmetric only: a symmetric algorithm would let anyone holding the public key sign.
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
@@ -100,8 +100,9 @@ class Verifier:
             raise unauthorized("the token's algorithm is not accepted")
         try:
             key = self._jwks().get_signing_key_from_jwt(token)
-        except jwt.PyJWKClientConnectionError:
-            raise unauthorized("the token's issuer keys cannot be fetched") from None
+        except (jwt.PyJWKClientConnectionError, ValueError):
+            # The issuer's key set is down or not JSON: a dependency failure, not the caller's fault.
+            raise unavailable("the token issuer's keys cannot be fetched; try again shortly") from None
         except jwt.PyJWTError:
             raise unauthorized("the token is signed by an unknown key") from None
         try:

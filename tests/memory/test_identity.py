@@ -120,3 +120,17 @@ def test_an_untrusted_service_account_is_forbidden(memory, issuer):
                              headers={"Authorization": f"Bearer {token}"}, timeout=10)
     assert response.status_code == 403
     assert "not trusted" in response.json()["detail"]
+
+
+def test_an_unreachable_key_set_is_503_not_401(memory_env, tmp_path, issuer):
+    from support import Gunicorn, free_port
+
+    env = {**memory_env, "AGENTFN_JWKS_URL": f"http://127.0.0.1:{free_port()}/jwks.json"}
+    server = Gunicorn("agentfn.memory.app:create_app()", env, tmp_path / "memory.log")
+    server.start()
+    try:
+        response = requests.get(server.url + "/v1/entries", headers=issuer.headers("alice"), timeout=30)
+        assert response.status_code == 503
+        assert "keys cannot be fetched" in response.json()["detail"]
+    finally:
+        server.stop()

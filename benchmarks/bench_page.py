@@ -1,0 +1,247 @@
+"""Benchmark of the page fetcher: `open_page` against a plain `requests.get` + `trafilatura.extract`.
+
+    sudo .venv/bin/python benchmarks/bench_page.py [--small N] [--large N] [--starts N]
+
+The guard refuses loopback, so the page server cannot stand on the host's loopback: the test lab
+(tests/page/lab.py) makes a network namespace with a "public" server at 44.0.0.10 and a DNS server,
+and this script re-runs itself inside it, where it also starts an embedded Postgres, the dev token
+issuer and the page fetcher under gunicorn. Each round fetches the same page both ways, side by side
+(alternating, a fresh query string each time so the page fetcher's cache never answers), at 10 KB
+and 1 MB. It also measures the page fetcher's start-to-ready under gunicorn.
+
+Writes benchmarks/results/page.json and benchmarks/results/page.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import random
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAB = ROOT / "tests/page/lab.py"
+RESULTS = ROOT / "benchmarks/results"
+BIN = Path(sys.executable).parent
+SIZES = {"10 KB": 10_000, "1 MB": 1_000_000}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--small", type=int, default=201, help="rounds at 10 KB")
+    parser.add_argument("--large", type=int, default=15, help="rounds at 1 MB")
+    parser.add_argument("--starts", type=int, default=5, help="cold starts measured")
+    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inside:
+        return inside(args)
+    if os.geteuid() != 0:
+        sys.exit("run as root: the benchmark makes a network namespace")
+    directory = Path(tempfile.mkdtemp(prefix="agentfn-bench-page-"))
+    lab = subprocess.Popen([sys.executable, str(LAB), "--dir", str(directory)], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, stderr=open(directory / "lab.log", "wb"),
+                           preexec_fn=_die_with_parent)
+    try:
+        pid = json.loads(lab.stdout.readline())["pid"]
+        command = ["nsenter", f"--net=/proc/{pid}/ns/net", "--", sys.executable, __file__, "--inside",
+                   "--small", str(args.small), "--large", str(args.large), "--starts", str(args.starts)]
+        subprocess.run(command, check=True)
+    finally:
+        lab.stdin.close()
+        lab.terminate()
+        lab.wait(10)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def inside(args) -> None:
+    """Everything in the lab's namespace: Postgres, the issuer, the page fetcher, both clients."""
+    import requests
+    import trafilatura
+    from werkzeug.serving import make_server
+
+    from agentfn.cli.postgres import EmbeddedPostgres, free_port
+    from agentfn.shared import db
+    from agentfn.shared.dev_issuer import DevIssuer
+    from agentfn.shared.dev_issuer import create_app as issuer_app
+
+    work = Path(tempfile.mkdtemp(prefix="agentfn-bench-pg-"))
+    work.chmod(0o711)
+    postgres = EmbeddedPostgres(work / "data")
+    postgres.start()
+    servers = []
+    try:
+        password = secrets.token_urlsafe(16)
+        db.provision(postgres.admin_dsn, schema="page", role="agentfn_page", password=password)
+        issuer_port = free_port()
+        issuer = DevIssuer(work / "issuer", f"http://127.0.0.1:{issuer_port}")
+        web = make_server("127.0.0.1", issuer_port, issuer_app(issuer), threaded=True)
+        threading.Thread(target=web.serve_forever, daemon=True).start()
+        env = {**os.environ, "AGENTFN_JWT_ISSUER": issuer.url, "AGENTFN_JWKS_URL": issuer.jwks_url,
+               "AGENTFN_DATABASE_URL": postgres.dsn("agentfn_page", password), "AGENTFN_DNS_SERVERS": "127.0.0.1:53",
+               "AGENTFN_PAGE_DAILY_PAGES": "1000000", "AGENTFN_LOG_LEVEL": "WARNING", "AGENTFN_BIND": "127.0.0.1"}
+
+        starts = []
+        for _ in range(args.starts):
+            server = Server(env, work / "page.log")
+            servers.append(server)  # before it starts: stopped in `finally` even if it never gets ready
+            starts.append(server.start())
+            if len(servers) > 1:
+                servers.pop(0).stop()
+        server = servers[-1]
+
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {issuer.caller_token('bench', ttl=3600 * 4)}"
+
+        def open_page(url: str) -> float:
+            started = time.perf_counter()
+            response = session.post(server.url + "/v1/open", json={"url": url}, timeout=60)
+            elapsed = time.perf_counter() - started
+            assert response.status_code == 200, response.text
+            return elapsed
+
+        def plain(url: str) -> float:
+            started = time.perf_counter()
+            text = trafilatura.extract(requests.get(url, timeout=60).text)
+            elapsed = time.perf_counter() - started
+            assert text
+            return elapsed
+
+        results, shuffle = {}, random.Random(7)
+        load_before = os.getloadavg()[0]
+        for label, size in SIZES.items():
+            rounds = args.small if size < 100_000 else args.large
+            ours, by_name, base = [], [], []
+            for i in range(rounds + 1):  # round 0 warms both paths (imports, DNS cache, connections)
+                token = secrets.token_hex(4)
+                literal = f"http://44.0.0.10/bench/{size}?r={token}"
+                calls = [(ours, open_page, literal), (by_name, open_page, f"http://www.pub.test/bench/{size}?r={token}"),
+                         (base, plain, literal)]
+                shuffle.shuffle(calls)  # no order effect between the three
+                for store, call, url in calls:
+                    elapsed = call(url)
+                    if i:
+                        store.append(elapsed)
+            results[label] = {
+                "rounds": rounds,
+                "open_page_p50_ms": round(statistics.median(ours) * 1000, 2),
+                "open_page_by_name_p50_ms": round(statistics.median(by_name) * 1000, 2),
+                "requests_trafilatura_p50_ms": round(statistics.median(base) * 1000, 2),
+                "ratio": round(statistics.median(ours) / statistics.median(base), 3),
+                "ratio_by_name": round(statistics.median(by_name) / statistics.median(base), 3),
+            }
+        # Where the door's own time goes: a window of a cached page (token check, HTTP, JSON only), and a
+        # refused literal address (that, plus the budget statement and the audit insert, no connection).
+        cached_url = "http://44.0.0.10/bench/10000?r=cached"
+        open_page(cached_url)
+        overhead = {"cached_window_p50_ms": _p50([open_page(cached_url) for _ in range(args.small)]),
+                    "refused_p50_ms": _p50([_refused(session, server.url) for _ in range(args.small)])}
+        report = {
+            "benchmark": "page fetcher: open_page vs requests.get + trafilatura.extract",
+            "command": "sudo .venv/bin/python benchmarks/bench_page.py "
+                       f"--small {args.small} --large {args.large} --starts {args.starts}",
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+                       f"load average {load_before:.1f} at the start (the cores are shared)",
+            "pages": results,
+            "door_overhead": overhead,
+            "start_to_ready_s": {"p50": round(statistics.median(starts), 3), "min": round(min(starts), 3),
+                                 "max": round(max(starts), 3), "starts": len(starts)},
+            "goals": {"ratio": 1.2, "start_to_ready_s": 1.0},
+        }
+        write(report)
+    finally:
+        for server in servers:
+            server.stop()
+        postgres.stop("immediate")
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no server outlives the benchmark
+
+
+def _p50(values: list[float]) -> float:
+    return round(statistics.median(values) * 1000, 2)
+
+
+def _refused(session, base: str) -> float:
+    started = time.perf_counter()
+    response = session.post(base + "/v1/open", json={"url": "http://127.0.0.1/"}, timeout=60)
+    assert response.status_code == 403
+    return time.perf_counter() - started
+
+
+class Server:
+    """The page fetcher under gunicorn on the namespace's loopback."""
+
+    def __init__(self, env: dict[str, str], log: Path):
+        from agentfn.cli.postgres import free_port
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env, self.log = {**env, "PORT": str(self.port)}, log
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> float:
+        import requests
+
+        started = time.monotonic()
+        self.process = subprocess.Popen(
+            [str(BIN / "gunicorn"), "-c", "python:agentfn.shared.gunicorn_conf", "agentfn.page.app:create_app()"],
+            env=self.env, cwd=ROOT, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent)
+        while time.monotonic() - started < 60:
+            try:
+                if requests.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    return time.monotonic() - started
+            except (requests.ConnectionError, requests.Timeout):
+                pass
+            time.sleep(0.01)
+        raise RuntimeError(f"the page fetcher did not get ready; see {self.log}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(15)
+
+
+def write(report: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "page.json").write_text(json.dumps(report, indent=2) + "\n")
+    rows = [f"| {label} | {r['rounds']} | {r['open_page_p50_ms']} | {r['open_page_by_name_p50_ms']} | "
+            f"{r['requests_trafilatura_p50_ms']} | {r['ratio']}x | {r['ratio_by_name']}x |"
+            for label, r in report["pages"].items()]
+    s = report["start_to_ready_s"]
+    md = "\n".join([
+        "# Page fetcher benchmark", "",
+        f"`{report['command']}` ({report['when']}, {report['machine']})", "",
+        "p50 of one call, side by side in one run; goal <= 1.2x. `open_page` is the whole door (caller JWT, budget,",
+        "DNS, guarded fetch, extraction with numbered links, audit, JSON) through gunicorn; the baseline is",
+        "`trafilatura.extract(requests.get(url).text)` of the same page. Fresh query string each round (no cache),",
+        "the three calls of a round in random order.", "",
+        "| page | rounds | open_page ms (IP URL) | open_page ms (by name) | requests + trafilatura ms | ratio | "
+        "ratio by name |",
+        "|---|---|---|---|---|---|---|", *rows, "",
+        f"Door overhead, p50: a window of a cached page {report['door_overhead']['cached_window_p50_ms']} ms "
+        f"(token check, HTTP, JSON); a refused address {report['door_overhead']['refused_p50_ms']} ms (that, "
+        f"plus the budget statement and the audit insert).", "",
+        f"Start-to-ready under gunicorn (process start to `/readyz` 200, migrations applied): p50 {s['p50']} s, "
+        f"min {s['min']} s, max {s['max']} s over {s['starts']} starts; goal <= 1 s.", ""])
+    (RESULTS / "page.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

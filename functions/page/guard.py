@@ -1,0 +1,393 @@
+"""The guard: which URLs a page fetch may name, and which addresses it may reach.
+
+Three steps, each one strict:
+- `parse_url` reads a URL the way a browser would (WHATWG host parsing: `2130706433`, `0x7f.1` and
+  fullwidth digits are IPv4 addresses, not names), refuses what is ambiguous (userinfo, backslashes,
+  percent-encoded hosts, zone ids), applies the port policy and normalises the rest.
+- `Resolver.addresses` asks the configured DNS server (dnspython, never the system's getaddrinfo) for
+  every A and AAAA record of a name.
+- `classify` is the one pure decision: an address is allowed, or refused with a `Verdict` naming its
+  class, after unwrapping every IPv6 form that embeds IPv4 (mapped, compatible, translated, NAT64, 6to4,
+  Teredo). `check_target` refuses a host if any of its addresses is refused; the fetcher then connects
+  to exactly the addresses it returned, never to the name.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import re
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import dns.exception
+import dns.name
+import dns.nameserver
+import dns.resolver
+import idna
+
+from .refusals import Refusal
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+MAX_URL = 2048
+MAX_HOST = 253
+DEFAULT_PORTS = {"http": 80, "https": 443}
+LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
+SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+class Verdict(enum.Enum):
+    """The class of an address; its value names it in a refusal's detail, its name in the `reason` field."""
+
+    ALLOWED = "public"
+    UNSPECIFIED = "unspecified"
+    LOOPBACK = "loopback"
+    PRIVATE = "private"
+    SHARED = "shared (carrier-grade NAT)"
+    LINK_LOCAL = "link-local"
+    METADATA = "cloud metadata"
+    MULTICAST = "multicast"
+    BROADCAST = "broadcast"
+    DOCUMENTATION = "documentation"
+    BENCHMARKING = "benchmarking"
+    RESERVED = "reserved"
+
+    @property
+    def allowed(self) -> bool:
+        return self is Verdict.ALLOWED
+
+
+def _table(rows: list[tuple[str, Verdict]]) -> list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, Verdict]]:
+    return [(ipaddress.ip_network(net), verdict) for net, verdict in rows]
+
+
+# First match wins, so the narrow, better-named entries (metadata) come before their ranges.
+IPV4_DENY = _table([
+    ("169.254.169.254/32", Verdict.METADATA),   # AWS, GCP, Azure, OpenStack, Oracle
+    ("169.254.170.2/32", Verdict.METADATA),     # ECS task credentials
+    ("100.100.100.200/32", Verdict.METADATA),   # Alibaba Cloud
+    ("0.0.0.0/8", Verdict.UNSPECIFIED),         # "this network"; Linux connects 0.0.0.0 to the local host
+    ("10.0.0.0/8", Verdict.PRIVATE),
+    ("100.64.0.0/10", Verdict.SHARED),
+    ("127.0.0.0/8", Verdict.LOOPBACK),
+    ("169.254.0.0/16", Verdict.LINK_LOCAL),
+    ("172.16.0.0/12", Verdict.PRIVATE),
+    ("192.0.0.0/24", Verdict.RESERVED),         # IETF protocol assignments
+    ("192.0.2.0/24", Verdict.DOCUMENTATION),
+    ("192.88.99.0/24", Verdict.RESERVED),       # deprecated 6to4 relay anycast
+    ("192.168.0.0/16", Verdict.PRIVATE),
+    ("198.18.0.0/15", Verdict.BENCHMARKING),
+    ("198.51.100.0/24", Verdict.DOCUMENTATION),
+    ("203.0.113.0/24", Verdict.DOCUMENTATION),
+    ("224.0.0.0/4", Verdict.MULTICAST),
+    ("255.255.255.255/32", Verdict.BROADCAST),
+    ("240.0.0.0/4", Verdict.RESERVED),
+])
+IPV6_DENY = _table([
+    ("fd00:ec2::254/128", Verdict.METADATA),    # AWS instance metadata over IPv6
+    ("::/128", Verdict.UNSPECIFIED),
+    ("::1/128", Verdict.LOOPBACK),
+    ("ff00::/8", Verdict.MULTICAST),
+    ("fe80::/10", Verdict.LINK_LOCAL),
+    ("fec0::/10", Verdict.PRIVATE),             # deprecated site-local
+    ("fc00::/7", Verdict.PRIVATE),              # unique local
+    ("2001:db8::/32", Verdict.DOCUMENTATION),
+    ("3fff::/20", Verdict.DOCUMENTATION),
+    ("2001:2::/48", Verdict.BENCHMARKING),
+    ("2001::/23", Verdict.RESERVED),            # IETF protocol assignments (Teredo is unwrapped before)
+])
+GLOBAL_UNICAST = ipaddress.ip_network("2000::/3")  # IPv6 outside it is not allocated for public hosts
+
+# IPv6 forms that carry an IPv4 address: the embedded address is classified first.
+MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
+COMPATIBLE = ipaddress.ip_network("::/96")
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
+TEREDO = ipaddress.ip_network("2001::/32")
+
+
+def classify(address: IPAddress | str) -> Verdict:
+    """The verdict on one address: `Verdict.ALLOWED` only for a public unicast address."""
+    if isinstance(address, str):
+        address = ipaddress.ip_address(address)
+    if address.version == 4:
+        return _first(address, IPV4_DENY) or Verdict.ALLOWED
+    exact = _first(address, IPV6_DENY[:3])  # metadata, ::, ::1 before the embedded forms
+    if exact:
+        return exact
+    embedded, otherwise = _embedded(address)
+    for inner in embedded:
+        verdict = classify(inner)
+        if not verdict.allowed:
+            return verdict
+    if otherwise is not None:
+        return otherwise
+    if address not in GLOBAL_UNICAST:
+        return _first(address, IPV6_DENY) or Verdict.RESERVED
+    return _first(address, IPV6_DENY) or Verdict.ALLOWED
+
+
+def _first(address: IPAddress, table) -> Verdict | None:
+    for network, verdict in table:
+        if address in network:
+            return verdict
+    return None
+
+
+def _v4(value: int) -> ipaddress.IPv4Address:
+    return ipaddress.IPv4Address(value & 0xFFFFFFFF)
+
+
+def _embedded(address: ipaddress.IPv6Address) -> tuple[list[ipaddress.IPv4Address], Verdict | None]:
+    """IPv4 addresses inside an IPv6 one, and the verdict when they are all public (None: judge the IPv6)."""
+    n = int(address)
+    if address in MAPPED or address in TRANSLATED or address in COMPATIBLE:
+        # Nothing public is published this way; a socket would reach the IPv4 host.
+        return [_v4(n)], Verdict.RESERVED
+    if address in NAT64:
+        return [_v4(n)], Verdict.ALLOWED  # DNS64 networks answer public IPv4 hosts this way
+    if address in NAT64_LOCAL:
+        # RFC 6052 /48 layout: 16 bits, the u-octet (bits 64-71), then the other 16 bits.
+        high, low = (n >> 64) & 0xFFFF, (n >> 40) & 0xFFFF
+        return [_v4(high << 16 | low)], Verdict.PRIVATE
+    if address in SIX_TO_FOUR:
+        return [_v4(n >> 80)], Verdict.ALLOWED
+    if address in TEREDO:
+        server, client = _v4(n >> 64), _v4(~n)  # the client address is stored inverted
+        return [server, client], Verdict.ALLOWED
+    return [], None
+
+
+def refusal_for(verdict: Verdict, subject: str = "The URL's host is") -> Refusal:
+    """blocked_address, naming the class of address (never the address) and what to do instead."""
+    article = "an" if verdict.value[0] in "aeiou" else "a"
+    return Refusal("blocked_address", f"{subject} {article} {verdict.value} address; only public addresses can be "
+                                      f"opened. Use a public URL.", reason=verdict.name.lower())
+
+
+# ---------------------------------------------------------------------------------------------- URLs
+
+
+@dataclass(frozen=True)
+class Target:
+    """A URL that passed parsing: what to connect to (after DNS), and what to say once connected."""
+
+    scheme: str
+    host: str                      # ASCII: an IDNA name, or an address in its canonical form
+    port: int
+    target: str                    # path and query, as sent in the request line
+    literal: IPAddress | None      # the host is an address: no DNS
+
+    @property
+    def netloc(self) -> str:
+        host = f"[{self.host}]" if self.literal is not None and self.literal.version == 6 else self.host
+        return host if self.port == DEFAULT_PORTS[self.scheme] else f"{host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.netloc}{self.target}"
+
+
+def bad_url(detail: str) -> Refusal:
+    return Refusal("bad_url", detail)
+
+
+def parse_url(raw: str, ports: frozenset[int]) -> Target:
+    """A strictly parsed http(s) URL, or bad_url. Pure: addresses are judged by `check_target`."""
+    if len(raw) > MAX_URL:
+        raise bad_url(f"the URL is longer than {MAX_URL} characters")
+    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in raw) or "\\" in raw:
+        raise bad_url("the URL contains spaces, control characters or backslashes; percent-encode them")
+    match = SCHEME.match(raw)
+    scheme = match.group(1).lower() if match else ""
+    if scheme not in DEFAULT_PORTS:
+        raise bad_url("only http and https URLs can be opened")
+    rest = raw[match.end():]
+    if not rest.startswith("//"):
+        raise bad_url("the URL has no host; write it as http(s)://host/path")
+    rest = rest[2:]
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, rest = rest[:end], rest[end:]
+    if "@" in authority:
+        raise bad_url("URLs with a user name or password are refused; nothing of the caller is sent")
+    host_text, port_text = _split_authority(authority)
+    literal, host = _host(host_text)
+    port = _port(port_text, scheme, ports)
+    return Target(scheme, host, port, _target(rest), literal)
+
+
+def _split_authority(authority: str) -> tuple[str, str | None]:
+    if authority.startswith("["):
+        close = authority.find("]")
+        if close < 0:
+            raise bad_url("an IPv6 host must be closed with ']'")
+        host, after = authority[: close + 1], authority[close + 1:]
+        if after and not after.startswith(":"):
+            raise bad_url("unexpected characters after the IPv6 host")
+        return host, after[1:] if after else None
+    if authority.count(":") > 1:
+        raise bad_url("an IPv6 host must be written in brackets")
+    host, colon, port = authority.partition(":")
+    return host, port if colon else None
+
+
+def _host(text: str) -> tuple[IPAddress | None, str]:
+    if not text:
+        raise bad_url("the URL has no host")
+    if text.startswith("["):
+        inner = text[1:-1]
+        if "%" in inner:
+            raise bad_url("IPv6 zone ids are refused")
+        try:
+            address = ipaddress.IPv6Address(inner)
+        except ValueError:
+            raise bad_url("the IPv6 host is not a valid address") from None
+        return address, str(address)
+    if "%" in text:
+        raise bad_url("percent-encoding in the host is refused; write the host name plainly")
+    if not text.isascii():
+        try:  # UTS 46 maps fullwidth letters, digits and dots the way browsers do
+            text = idna.encode(text, uts46=True).decode("ascii")
+        except (idna.IDNAError, UnicodeError):
+            raise bad_url("the host is not a valid internationalised domain name") from None
+    text = text.lower()
+    if text.endswith("."):
+        text = text[:-1]  # one trailing dot: the same absolute name
+    if _ends_in_number(text):
+        address = _whatwg_ipv4(text)
+        return address, str(address)
+    labels = text.split(".")
+    if len(text) > MAX_HOST or not all(LABEL.match(label) for label in labels):
+        raise bad_url("the host is not a valid domain name")
+    return None, text
+
+
+def _ipv4_number(part: str) -> int | None:
+    """One part of an IPv4 host, decimal, octal (leading 0) or hex (0x), as the WHATWG URL standard reads it."""
+    if not part:
+        return None
+    base, digits = 10, part
+    if part[:2] in ("0x", "0X"):
+        base, digits = 16, part[2:]
+    elif len(part) > 1 and part[0] == "0":
+        base, digits = 8, part[1:]
+    if not digits:
+        return 0
+    allowed = {10: "0123456789", 8: "01234567", 16: "0123456789abcdefABCDEF"}[base]
+    if not all(c in allowed for c in digits):
+        return None
+    return int(digits, base)
+
+
+def _ends_in_number(host: str) -> bool:
+    last = host.rsplit(".", 1)[-1]
+    return bool(last) and (last.isdigit() or _ipv4_number(last) is not None)
+
+
+def _whatwg_ipv4(host: str) -> ipaddress.IPv4Address:
+    parts = host.split(".")
+    numbers = [_ipv4_number(p) for p in parts]
+    if len(parts) > 4 or any(n is None for n in numbers) or any(n > 255 for n in numbers[:-1]) \
+            or numbers[-1] >= 256 ** (5 - len(parts)):
+        raise bad_url("the host looks like an IPv4 address but is not a valid one")
+    value = numbers[-1] + sum(n << (8 * (3 - i)) for i, n in enumerate(numbers[:-1]))
+    return ipaddress.IPv4Address(value)
+
+
+def _port(text: str | None, scheme: str, ports: frozenset[int]) -> int:
+    if not text:
+        port = DEFAULT_PORTS[scheme]
+    elif not (text.isascii() and text.isdigit()) or len(text) > 5 or not 0 < int(text) < 65536:
+        raise bad_url("the port is not a number from 1 to 65535")
+    else:
+        port = int(text)
+    if port not in ports:
+        allowed = ", ".join(str(p) for p in sorted(ports))
+        raise bad_url(f"port {port} is not allowed; the ports pages can be opened on are {allowed}")
+    return port
+
+
+def _target(rest: str) -> str:
+    """Path and query, fragment dropped; non-ASCII percent-encoded as UTF-8 (what browsers send)."""
+    rest = rest.split("#", 1)[0]
+    if not rest.startswith("/"):
+        rest = "/" + rest
+    return "".join(c if c.isascii() else quote(c, safe="") for c in rest)
+
+
+# ----------------------------------------------------------------------------------------------- DNS
+
+
+def parse_servers(text: str) -> list[tuple[str, int]]:
+    """`10.0.0.10, 10.0.0.11:5353, [fd00::a]:53` -> [(address, port)]; empty -> [] (use the system's)."""
+    servers = []
+    for item in (s.strip() for s in text.split(",")):
+        if not item:
+            continue
+        if item.startswith("["):
+            address, _, port = item[1:].partition("]")
+            port = port.lstrip(":")
+        elif item.count(":") == 1:
+            address, port = item.split(":")
+        else:
+            address, port = item, ""
+        ipaddress.ip_address(address)  # a resolver is named by address, never by name
+        servers.append((address, int(port or 53)))
+    return servers
+
+
+class Resolver:
+    """Every A and AAAA record of a name, from the configured DNS servers, within a time limit."""
+
+    def __init__(self, servers: list[tuple[str, int]]):
+        self._resolver = dns.resolver.Resolver(configure=not servers)
+        if servers:
+            self._resolver.nameservers = [dns.nameserver.Do53Nameserver(a, p) for a, p in servers]
+        self._resolver.cache = dns.resolver.LRUCache(4096)  # honours each record's TTL
+
+    def addresses(self, host: str, lifetime: float) -> list[IPAddress]:
+        try:
+            name = dns.name.from_text(host)  # absolute: no search domains
+        except dns.exception.DNSException:
+            raise bad_url("the host is not a valid domain name") from None
+        found: list[IPAddress] = []
+        for rdtype in ("A", "AAAA"):
+            try:
+                answer = self._resolver.resolve(name, rdtype, search=False, lifetime=lifetime,
+                                                raise_on_no_answer=False)
+            except dns.resolver.NXDOMAIN:
+                raise Refusal("dns_failure", "the host name does not exist (NXDOMAIN); check the URL") from None
+            except dns.resolver.LifetimeTimeout:
+                raise Refusal("timeout", "the DNS server did not answer in time") from None
+            except dns.exception.DNSException:
+                raise Refusal("dns_failure", "the DNS server could not resolve the host; try again later",
+                              status=502) from None
+            if answer.rrset is not None:
+                found.extend(ipaddress.ip_address(r.address) for r in answer.rrset)
+        if not found:
+            raise Refusal("dns_failure", "the host name has no address records; check the URL")
+        return found
+
+
+def check_target(target: Target, resolver: Resolver, lifetime: float, *, redirected: bool = False) -> list[IPAddress]:
+    """The addresses to connect to for `target`, every one of them public; otherwise refuse.
+
+    One refused answer refuses the host: a name that answers both a public and an internal address is
+    an attack, not a choice to make for it.
+    """
+    if target.literal is not None:
+        subject = "The page redirected to" if redirected else "The URL's host is"
+        addresses = [target.literal]
+    elif target.host == "localhost" or target.host.endswith(".localhost"):
+        raise refusal_for(Verdict.LOOPBACK)  # RFC 6761: localhost names are loopback, whatever DNS says
+    else:
+        subject = "The page redirected to a host that resolves to" if redirected else "The URL's host resolves to"
+        addresses = resolver.addresses(target.host, lifetime)
+    for address in addresses:
+        verdict = classify(address)
+        if not verdict.allowed:
+            raise refusal_for(verdict, subject)
+    return addresses

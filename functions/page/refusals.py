@@ -1,0 +1,41 @@
+"""The ways opening a page can be refused: one problem `type` per class, each with a fixed status.
+
+A refusal's `detail` tells a model (and a person) what to do next. It never quotes an address the
+host resolved to, the page's path or query, or anything the page said.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentfn.shared.problems import ProblemError
+
+PROBLEMS = "https://agentfn.dev/problems/"
+
+# kind -> (status, title). Refusals of the caller's request are 4xx; the page's own failures 502/504.
+KINDS: dict[str, tuple[int, str]] = {
+    "bad_url": (422, "Bad URL"),
+    "blocked_address": (403, "Blocked address"),
+    "dns_failure": (422, "DNS failure"),
+    "too_many_redirects": (422, "Too many redirects"),
+    "too_large": (422, "Page too large"),
+    "timeout": (504, "Page timed out"),
+    "unsupported_type": (422, "Unsupported content type"),
+    "budget_spent": (429, "Page budget spent"),
+    "upstream_error": (502, "Upstream error"),
+    "bad_offset": (422, "Offset past the end"),
+}
+
+
+class Refusal(Exception):
+    """A page that will not be opened, and why. `status` overrides the kind's usual status."""
+
+    def __init__(self, kind: str, detail: str, *, status: int | None = None, **extra: Any):
+        super().__init__(kind)
+        self.kind = kind
+        self.detail = detail
+        self.status = status or KINDS[kind][0]
+        self.extra = extra
+
+    def problem(self) -> ProblemError:
+        return ProblemError(self.status, KINDS[self.kind][1], self.detail, type=PROBLEMS + self.kind, **self.extra)

@@ -1,0 +1,110 @@
+"""The page door's request and response shapes: one source for validation and for /openapi.json."""
+
+from __future__ import annotations
+
+from .guard import MAX_URL
+from .refusals import KINDS, PROBLEMS
+
+MAX_WINDOW = 40000
+MIN_WINDOW = 100
+MAX_OFFSET = 100_000_000
+
+OPEN = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["url"],
+    "properties": {
+        "url": {"type": "string", "minLength": 1, "maxLength": MAX_URL,
+                "description": "an http or https URL of a public page, e.g. a link's href from an earlier window"},
+        "offset": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET,
+                   "description": "where the window starts, in characters of the page's text (default 0)"},
+        "window": {"type": "integer", "minimum": MIN_WINDOW, "maximum": MAX_WINDOW,
+                   "description": "about how many characters to return (default configured)"},
+    },
+}
+
+PAGE = {
+    "type": "object",
+    "required": ["url", "final_url", "title", "text", "offset", "next_offset", "total_chars", "links"],
+    "properties": {
+        "url": {"type": "string", "description": "the URL asked for, normalised"},
+        "final_url": {"type": "string", "description": "the URL after redirects; links resolve against it"},
+        "title": {"type": "string"},
+        "text": {"type": "string", "description": "the window of readable text; links appear as `text [n]`"},
+        "offset": {"type": "integer", "minimum": 0},
+        "next_offset": {"type": ["integer", "null"], "description": "where the next window starts; null at the end"},
+        "total_chars": {"type": "integer", "minimum": 0},
+        "links": {
+            "type": "array",
+            "description": "the links marked in this window; open one by calling again with its href",
+            "items": {"type": "object", "required": ["n", "href", "text"],
+                      "properties": {"n": {"type": "integer", "minimum": 1}, "href": {"type": "string"},
+                                     "text": {"type": "string"}}},
+        },
+    },
+}
+
+PROBLEM = {
+    "type": "object",
+    "required": ["type", "title", "status"],
+    "properties": {
+        "type": {"type": "string", "description": "about:blank, or one of " + ", ".join(PROBLEMS + k for k in KINDS)},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "request_id": {"type": "string"},
+        "reason": {"type": "string", "description": "blocked_address: the class of address refused"},
+        "upstream_status": {"type": "integer", "description": "upstream_error: the page's own HTTP status"},
+        "reset_at": {"type": "string", "format": "date-time", "description": "budget_spent: when pages come back"},
+        "retry_after": {"type": "integer"},
+        "limit": {"type": "integer"},
+    },
+}
+
+DESCRIPTIONS = {
+    400: "Bad request (the body is not JSON)",
+    401: "No valid caller token",
+    403: "blocked_address: the URL or a redirect leads to a non-public address",
+    413: "Body too large",
+    415: "Not JSON",
+    422: "Invalid field, or bad_url, dns_failure, too_many_redirects, too_large, unsupported_type, bad_offset",
+    429: "budget_spent: the caller's pages for today are spent (see Retry-After)",
+    502: "upstream_error (the page failed), or dns_failure when the DNS server failed",
+    503: "The database is unavailable",
+    504: "timeout: the page did not arrive within the deadline",
+}
+
+
+def _problems(*codes: int) -> dict:
+    return {str(c): {"description": DESCRIPTIONS[c], "content": {"application/problem+json": {
+        "schema": {"$ref": "#/components/schemas/Problem"}}}} for c in codes}
+
+
+def openapi() -> dict:
+    """The OpenAPI 3.1 document of the page fetcher's door."""
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "agentfn page fetcher", "version": "1.0.0",
+                 "description": "One guarded GET of a public http(s) page, read as text a window at a time. "
+                                "Called by the model function as the caller; never routed publicly."},
+        "components": {
+            "securitySchemes": {"caller": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                                           "description": "the caller's token, forwarded by the model function"}},
+            "schemas": {"Page": PAGE, "Problem": PROBLEM},
+        },
+        "paths": {
+            "/v1/open": {
+                "post": {
+                    "operationId": "openPage",
+                    "summary": "Open a public page, or page through one opened lately, and read a window of it.",
+                    "security": [{"caller": []}],
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": OPEN}}},
+                    "responses": {
+                        "200": {"description": "a window of the page",
+                                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Page"}}}},
+                        **_problems(400, 401, 403, 413, 415, 422, 429, 502, 503, 504),
+                    },
+                },
+            },
+        },
+    }

@@ -1,0 +1,66 @@
+"""The page fetcher's storage: the daily page budget and the fetch audit, in its own schema and role."""
+
+from __future__ import annotations
+
+from agentfn.shared import db
+
+from .fetch import Trace
+
+SCHEMA = "page"
+
+# One statement, so concurrent calls cannot both take the last page: the row lock serialises them, and
+# the WHERE makes the update (and so the RETURNING row) vanish once the day's pages are spent.
+RESERVE = """
+INSERT INTO budget AS b (subject, day, pages)
+VALUES (%(subject)s, (now() AT TIME ZONE 'UTC')::date, 1)
+ON CONFLICT (subject, day) DO UPDATE SET pages = b.pages + 1 WHERE b.pages < %(limit)s
+RETURNING pages
+"""
+
+AUDIT = """
+INSERT INTO audit (subject, host, final_host, status, bytes, ms, redirects, outcome)
+VALUES (%(subject)s, %(host)s, %(final_host)s, %(status)s, %(bytes)s, %(ms)s, %(redirects)s, %(outcome)s)
+"""
+
+
+def _configure(conn) -> None:
+    # Each statement here is a transaction of its own (no COMMIT round trip), and it does not wait for its
+    # WAL flush: a Postgres crash may forget the last moments of counts and audit rows (never half of a
+    # statement), which is worth a disk flush off every page request.
+    conn.autocommit = True
+    conn.execute("SET synchronous_commit = off")
+
+
+class Store:
+    def __init__(self, dsn: str, *, pool_size: int = 4):
+        self.pool = db.open_pool(dsn, schema=SCHEMA, size=pool_size, configure=_configure)
+        self._migrated = False
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def migrate(self) -> None:
+        """Apply pending migrations once per process; retried on the next use while the database is down."""
+        if self._migrated:
+            return
+        with self.pool.connection() as conn:
+            db.migrate(conn, SCHEMA, "agentfn.page")
+        self._migrated = True
+
+    def ping(self) -> bool:
+        with self.pool.connection(timeout=2) as conn:
+            conn.execute("SELECT 1")
+        return True
+
+    def reserve(self, subject: str, limit: int) -> bool:
+        """Take one of the subject's pages for today; False when they are spent."""
+        self.migrate()
+        with self.pool.connection() as conn:
+            return conn.execute(RESERVE, dict(subject=subject, limit=limit)).fetchone() is not None
+
+    def audit(self, subject: str, trace: Trace, outcome: str, ms: int) -> None:
+        self.migrate()
+        with self.pool.connection() as conn:
+            conn.execute(AUDIT, dict(subject=subject, host=trace.host, final_host=trace.final_host,
+                                     status=trace.status, bytes=trace.bytes, ms=ms, redirects=trace.redirects,
+                                     outcome=outcome))

@@ -1,0 +1,103 @@
+"""The page budget (atomic, per caller per UTC day) and the audit (host and size, never path or text)."""
+
+import datetime as dt
+import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+import requests
+
+PUB = "http://www.pub.test"
+SECRET_WORD = "marmalade-velvet"  # in the article's text (public_web.py)
+
+
+def call(base, issuer, subject, url, **body):
+    """One call of a page fetcher's door as `subject`."""
+    token = issuer.caller_token(subject)
+    return requests.post(base + "/v1/open", json={"url": url, **body}, headers={"Authorization": f"Bearer {token}"},
+                         timeout=30)
+
+
+def test_the_budget_is_atomic_under_concurrent_calls(tight_page, issuer, page_dsn, subject):
+    urls = [f"{PUB}/article?n={i}" for i in range(12)]
+    with ThreadPoolExecutor(12) as pool:
+        responses = list(pool.map(lambda u: call(tight_page.url, issuer, subject, u), urls))
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [200] * 4 + [429] * 8
+    spent = next(r for r in responses if r.status_code == 429)
+    problem = spent.json()
+    tomorrow = dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)
+    assert problem["type"] == "https://agentfn.dev/problems/budget_spent"
+    assert problem["reset_at"] == f"{tomorrow.isoformat()}T00:00:00Z" and problem["limit"] == 4
+    assert 0 < int(spent.headers["Retry-After"]) <= 86400
+    with psycopg.connect(page_dsn) as conn:
+        (pages,) = conn.execute("SELECT pages FROM page.budget WHERE subject = %s", (subject,)).fetchone()
+    assert pages == 4
+
+
+def test_a_spent_budget_still_pages_through_what_was_opened(tight_page, issuer, subject):
+    opened = call(tight_page.url, issuer, subject, f"{PUB}/long", window=500).json()
+    for i in range(3):
+        assert call(tight_page.url, issuer, subject, f"{PUB}/article?more={i}").status_code == 200
+    assert call(tight_page.url, issuer, subject, f"{PUB}/article?one-too-many").status_code == 429
+    more = call(tight_page.url, issuer, subject, f"{PUB}/long", offset=opened["next_offset"], window=500)
+    assert more.status_code == 200 and more.json()["offset"] == opened["next_offset"]
+
+
+def test_the_cache_is_short_lived(tight_page, issuer, lab, subject):
+    url = f"{PUB}/long?short-lived"
+    call(tight_page.url, issuer, subject, url)
+    call(tight_page.url, issuer, subject, url, offset=100)
+    time.sleep(4.5)  # the tight instance keeps pages 4 s
+    call(tight_page.url, issuer, subject, url, offset=200)
+    assert len([h for h in lab.public_hits() if h["path"] == "/long?short-lived"]) == 2
+
+
+def test_budgets_are_per_caller(tight_page, issuer, subject):
+    for i in range(4):
+        assert call(tight_page.url, issuer, subject, f"{PUB}/article?per-caller={i}").status_code == 200
+    assert call(tight_page.url, issuer, subject, f"{PUB}/article?per-caller=x").status_code == 429
+    assert call(tight_page.url, issuer, f"other-{secrets.token_hex(4)}", f"{PUB}/article?per-caller=x").status_code \
+        == 200
+
+
+def test_the_audit_records_host_status_bytes_never_path_query_or_text(opener, page_dsn, subject):
+    assert opener(f"{PUB}/go/article?token=hunter2-q", subject=subject).status_code == 200
+    assert opener("http://127.0.0.1/private-path?token=hunter2-q", subject=subject).status_code == 403
+    assert opener(f"{PUB}/bomb/gzip?token=hunter2-q", subject=subject).status_code == 422
+    with psycopg.connect(page_dsn) as conn:
+        rows = conn.execute("SELECT host, final_host, status, bytes, ms, redirects, outcome, audit::text AS whole "
+                            "FROM page.audit WHERE subject = %s ORDER BY id", (subject,)).fetchall()
+    assert [(r[0], r[1], r[2], r[5], r[6]) for r in rows] == [
+        ("www.pub.test", "www.pub.test", 200, 1, "ok"),
+        ("127.0.0.1", None, None, 0, "blocked_address"),
+        ("www.pub.test", None, 200, 0, "too_large"),
+    ]
+    assert rows[0][3] > 1000 and rows[2][3] > 1 << 20 and all(r[4] >= 0 for r in rows)
+    for row in rows:
+        assert "hunter2" not in row[7] and "/article" not in row[7] and "private-path" not in row[7]
+        assert SECRET_WORD not in row[7]
+
+
+def test_the_logs_hold_no_path_query_token_or_text(opener, page, subject):
+    token_marker = "hunter3-log"
+    assert opener(f"{PUB}/deep/dir/article?token={token_marker}", subject=subject).status_code == 200
+    assert opener(f"http://10.0.0.5/internal-path?{token_marker}", subject=subject).status_code == 403
+    log = page.log.read_text()
+    assert '"msg": "page fetch ok"' in log and '"msg": "page fetch blocked_address"' in log
+    for secret in (token_marker, "/deep/dir", "internal-path", SECRET_WORD, subject, "Bearer", "10.0.0.5"):
+        assert secret not in log, secret
+
+
+def test_the_page_role_reaches_only_its_own_schema(postgres, page_dsn):
+    other = postgres.provision("pagetest_other", "agentfn_pagetest_other")
+    with psycopg.connect(other, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS pagetest_other.secrets (x text)")
+    with psycopg.connect(page_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone() == (False,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM pagetest_other.secrets")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("CREATE TABLE public.mine (x int)")
