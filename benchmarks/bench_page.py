@@ -69,12 +69,11 @@ def inside(args) -> None:
     """Everything in the lab's namespace: Postgres, the issuer, the page fetcher, both clients."""
     import requests
     import trafilatura
-    from werkzeug.serving import make_server
-
     from agentfn.cli.postgres import EmbeddedPostgres, free_port
     from agentfn.shared import db
     from agentfn.shared.dev_issuer import DevIssuer
     from agentfn.shared.dev_issuer import create_app as issuer_app
+    from werkzeug.serving import make_server
 
     work = Path(tempfile.mkdtemp(prefix="agentfn-bench-pg-"))
     work.chmod(0o711)

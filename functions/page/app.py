@@ -24,15 +24,14 @@ Redirects are capped at 5 and the User-Agent is fixed; neither is configurable.
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 import psycopg
-from flask import Flask
-from psycopg_pool import PoolTimeout
-
 from agentfn.shared import app as http
 from agentfn.shared.identity import Identity
 from agentfn.shared.problems import unavailable
+from flask import Flask
+from psycopg_pool import PoolTimeout
 
 from .cache import PageCache
 from .fetch import Fetcher

@@ -66,8 +66,8 @@ class Pages:
 
 
 def budget_spent(limit: int, now: dt.datetime | None = None) -> Refusal:
-    now = now or dt.datetime.now(dt.timezone.utc)
-    reset = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(), dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
+    reset = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(), dt.UTC)
     return Refusal("budget_spent", f"the caller's {limit} pages for today are spent; more can be opened from "
                                    f"{reset.isoformat().replace('+00:00', 'Z')}. Pages opened in the last few "
                                    f"minutes can still be paged through.",

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app, g, jsonify
-
 from agentfn.shared.identity import caller_required
 from agentfn.shared.validation import Schema, json_body
+from flask import Blueprint, current_app, g, jsonify
 
 from . import schemas
 from .pages import Pages

@@ -104,7 +104,7 @@ def main() -> None:
     sys.stdin.read()  # until the test closes it
 
 
-def start(directory: Path, forward: list[int], connector: "Connector | None") -> None:
+def start(directory: Path, forward: list[int], connector: Connector | None) -> None:
     """Inside the new namespace: addresses, certificates, DNS, the public web, recorders, forwards."""
     network()
     ca, leaf = certificates(directory)
@@ -130,7 +130,7 @@ def network() -> None:
 
 def certificates(directory: Path) -> tuple[Path, tuple[Path, Path]]:
     """A throwaway CA and one leaf for the public names; the fetcher trusts the CA through configuration."""
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "agentfn page lab CA")])
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())

@@ -28,7 +28,7 @@ def test_the_budget_is_atomic_under_concurrent_calls(tight_page, issuer, page_ds
     assert statuses == [200] * 4 + [429] * 8
     spent = next(r for r in responses if r.status_code == 429)
     problem = spent.json()
-    tomorrow = dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)
+    tomorrow = dt.datetime.now(dt.UTC).date() + dt.timedelta(days=1)
     assert problem["type"] == "https://agentfn.dev/problems/budget_spent"
     assert problem["reset_at"] == f"{tomorrow.isoformat()}T00:00:00Z" and problem["limit"] == 4
     assert 0 < int(spent.headers["Retry-After"]) <= 86400

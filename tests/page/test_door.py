@@ -7,10 +7,9 @@ import jwt
 import pytest
 import requests
 import schemathesis
+from agentfn.shared.dev_issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
 from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import HealthCheck, settings
-
-from agentfn.shared.dev_issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
 
 PUB = "http://www.pub.test"
 
