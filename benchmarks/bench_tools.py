@@ -1,0 +1,297 @@
+"""Benchmark: the tool functions' cold start, and run_code's sandbox against bare python3, side by side.
+
+Not a test; run by hand (2 cores, loopback only, about a minute):
+
+    .venv/bin/python benchmarks/bench_tools.py [--starts 7] [--runs 40]
+
+It runs the dev issuer and the three dev upstreams (test doubles of the platform services) on loopback
+ports, embedded Postgres in a fresh /tmp directory (run_code's schema and role provisioned), then:
+1. start-to-ready: each tool under gunicorn (1 worker, as deployed), process start to the first 200 from
+   /readyz (polled every 5 ms), median and min of --starts cold starts taken in rounds (every function
+   once per round, beside two baselines: bare Flask and the shared skeleton with no doors); the CPU time
+   used until ready; and start-to-first-answer, process start to the first 200 from POST /v1/call (what
+   a user's turn waits for on a cold start);
+2. sandbox overhead: a hello-world program run by the bubblewrap backend (in this process, warmed once)
+   against bare `python3 -I -c` of the same program with the same interpreter, alternating in rounds so
+   that other load on the machine hits both alike: p50/p90, the ratio and the added milliseconds; the
+   same program through run_code's door (HTTP, token check, the daily-runs count, the sandbox); and the
+   runsc backend where runsc is installed (fewer rounds: it takes about half a second a run).
+It writes benchmarks/results/tools.json and tools.md, then stops everything it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import logging
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import requests
+from werkzeug.serving import make_server
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from agentfn.cli.postgres import free_port  # noqa: E402
+from agentfn.run_code.bubblewrap import Bubblewrap  # noqa: E402
+from agentfn.run_code.rootfs import LazyRoot, default_python  # noqa: E402
+from agentfn.run_code.sandbox import Limits, Uids  # noqa: E402
+from agentfn.shared.dev_issuer import DevIssuer  # noqa: E402
+from agentfn.shared.dev_issuer import create_app as issuer_app  # noqa: E402
+from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+READ_TOOLS = {"platform_status": "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL",
+              "list_models": "AGENTFN_LIST_MODELS_UPSTREAM_URL",
+              "radar_latest": "AGENTFN_RADAR_LATEST_UPSTREAM_URL"}
+HELLO = "print('hello, world')"
+GROUPS = ["platform-users"]
+GOAL_START_S, GOAL_ADDED_MS = 0.5, 150
+
+
+class Served:
+    def __init__(self, app):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = make_server("127.0.0.1", self.port, app, threaded=True)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class ColdStart(Gunicorn):
+    """gunicorn as in the tests, but polled finely: the figure is the start, not the poll interval. It also
+    reads the CPU time master and worker had used when ready: what a start costs on an idle core."""
+
+    def __init__(self, app: str, env: dict, log: Path, ready_status: int = 200):
+        super().__init__(app, env, log)
+        self.ready_status, self.cpu_to_ready = ready_status, None
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.app} exited; see {self.log}")
+            try:
+                if requests.get(self.url + "/readyz", timeout=2).status_code == self.ready_status:
+                    self.cpu_to_ready = cpu_seconds(self.process.pid)
+                    return
+            except (requests.ConnectionError, requests.Timeout):
+                pass
+            time.sleep(0.005)
+        raise RuntimeError(f"{self.app} not ready in {timeout}s")
+
+
+def cpu_seconds(master: int) -> float:
+    """utime + stime of a gunicorn master and its workers (and, once reaped, their children)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    total = 0
+    for pid in [master, *map(int, children)]:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return total / tick
+
+
+def stats_ms(values: list[float]) -> dict:
+    ordered = sorted(v * 1000 for v in values)
+    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+    return {"p50_ms": round(statistics.median(ordered), 1), "p90_ms": round(p90, 1), "min_ms": round(ordered[0], 1),
+            "n": len(ordered)}
+
+
+def cold_start(app: str, env: dict, logs: Path, first_call=None, ready_status: int = 200) -> tuple:
+    server = ColdStart(app, env, logs / f"start-{time.monotonic_ns()}.log", ready_status)
+    started = time.monotonic()
+    try:
+        ready = server.start()
+        answered = None
+        if first_call:
+            response = first_call(server.url)
+            answered = time.monotonic() - started
+            assert response.status_code == 200, response.text
+        return ready, server.cpu_to_ready, answered
+    finally:
+        server.stop()
+
+
+def cold_starts(functions: dict[str, tuple], logs: Path, n: int) -> dict:
+    """n rounds, each starting every function once in turn, so that other load hits them all alike."""
+    seen = {name: [] for name in functions}
+    for _ in range(n):
+        for name, (app, env, first_call, ready_status) in functions.items():
+            seen[name].append(cold_start(app, env, logs, first_call, ready_status))
+            time.sleep(0.2)
+    figures = {}
+    for name, runs in seen.items():
+        ready, cpu, answered = zip(*runs, strict=True)
+        figures[name] = {"start_to_ready_s": round(statistics.median(ready), 3),
+                         "start_to_ready_min_s": round(min(ready), 3),
+                         "cpu_to_ready_s": round(statistics.median(cpu), 3), "starts": n}
+        if answered[0] is not None:
+            figures[name]["start_to_first_answer_s"] = round(statistics.median(answered), 3)
+    return figures
+
+
+def sandbox_overhead(backend, python: str, rounds: int, door=None) -> dict:
+    bare, sandboxed, through_door = [], [], []
+    backend.run(HELLO)  # warm: the root's discovery, page cache
+    for _ in range(rounds):
+        t = time.monotonic()
+        out = subprocess.run([python, "-I", "-c", HELLO], capture_output=True, env={}, check=True)
+        bare.append(time.monotonic() - t)
+        assert out.stdout == b"hello, world\n"
+        t = time.monotonic()
+        result = backend.run(HELLO)
+        sandboxed.append(time.monotonic() - t)
+        assert result.stdout == "hello, world\n", result
+        if door:
+            t = time.monotonic()
+            assert door().status_code == 200
+            through_door.append(time.monotonic() - t)
+        time.sleep(0.02)
+    b, s = stats_ms(bare), stats_ms(sandboxed)
+    figures = {"bare_python": b, "sandboxed": s, "ratio": round(s["p50_ms"] / b["p50_ms"], 2),
+               "added_ms": round(s["p50_ms"] - b["p50_ms"], 1)}
+    if through_door:
+        figures["through_the_door"] = stats_ms(through_door)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--starts", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=40)
+    args = parser.parse_args()
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the dev upstreams' request lines
+    work = postgres_dir()
+    logs = work / "logs"
+    logs.mkdir()
+    issuer_port = free_port()
+    issuer = DevIssuer(work / "issuer", f"http://127.0.0.1:{issuer_port}")
+    issuer_server = make_server("127.0.0.1", issuer_port, issuer_app(issuer), threaded=True)
+    threading.Thread(target=issuer_server.serve_forever, daemon=True).start()
+    identity = {"AGENTFN_JWT_ISSUER": issuer.url, "AGENTFN_JWKS_URL": issuer.jwks_url, "AGENTFN_LOG_LEVEL": "WARNING"}
+    headers = {"Authorization": f"Bearer {issuer.caller_token('bench', GROUPS)}"}
+    upstreams = {t: Served(importlib.import_module(f"agentfn.{t}.dev_upstream").create_app(identity)) for t in READ_TOOLS}
+    pg = Postgres(work / "pg")
+    pg.start()
+    try:
+        run_env = {**identity, "AGENTFN_DATABASE_URL": pg.provision("run_code", "agentfn_run_code"),
+                   "AGENTFN_RUN_CODE_DAILY_RUNS": "100000", "AGENTFN_WORKERS": "1"}
+        def caller(arguments):
+            return lambda url: requests.post(url + "/v1/call", json={"arguments": arguments}, headers=headers, timeout=30)
+
+        # Baselines under the same gunicorn settings: bare Flask (ready = any answer), and the shared skeleton
+        # with no doors (what every agentfn function pays: Flask, PyJWT, the app factory).
+        one = {"AGENTFN_WORKERS": "1"}
+        functions = {
+            "baseline: bare Flask": ("flask:Flask('baseline')", one, None, 404),
+            "baseline: shared skeleton": (
+                "agentfn.shared.app:create_app('agentfn.shared', openapi={}, readiness={}, identity=None)", one, None, 200),
+        }
+        for tool, variable in READ_TOOLS.items():
+            functions[tool] = (f"agentfn.{tool}.app:create_app()", {**identity, variable: upstreams[tool].url, **one},
+                               caller({}), 200)
+        functions["run_code"] = ("agentfn.run_code.app:create_app()", run_env, caller({"code": HELLO}), 200)
+        starts = cold_starts(functions, logs, args.starts)
+        for name, figures in starts.items():
+            print(name, figures, flush=True)
+
+        python = default_python()
+        uids = Uids(3900000, 2) if os.geteuid() == 0 else None
+        bubblewrap = Bubblewrap({}, Limits(), LazyRoot(python), uids)
+        door_server = ColdStart("agentfn.run_code.app:create_app()", run_env, logs / "run_code-door.log")
+        door_server.start()
+        session = requests.Session()
+        session.headers.update(headers)
+        try:
+            def door():
+                return session.post(door_server.url + "/v1/call", json={"arguments": {"code": HELLO}}, timeout=30)
+
+            door()
+            sandbox = {"bubblewrap": sandbox_overhead(bubblewrap, python, args.runs, door)}
+        finally:
+            door_server.stop()
+        print("bubblewrap", sandbox["bubblewrap"], flush=True)
+        if shutil.which("runsc") and os.geteuid() == 0:
+            from agentfn.run_code.runsc import Runsc
+
+            sandbox["runsc"] = sandbox_overhead(Runsc({}, Limits(), LazyRoot(python), None), python,
+                                                max(5, args.runs // 8))
+            print("runsc", sandbox["runsc"], flush=True)
+        else:
+            sandbox["runsc"] = "runsc is not installed on this machine"
+    finally:
+        pg.stop("immediate")
+        for served in upstreams.values():
+            served.stop()
+        issuer_server.shutdown()
+        shutil.rmtree(work, ignore_errors=True)
+
+    report = {
+        "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
+                    "load_average_1m": round(os.getloadavg()[0], 2)},
+        "command": "benchmarks/bench_tools.py " + " ".join(sys.argv[1:]),
+        "start": starts, "sandbox": sandbox,
+        "goals": {"start_to_ready_s": GOAL_START_S, "added_ms_bubblewrap": GOAL_ADDED_MS},
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "tools.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / "tools.md").write_text(markdown(report))
+    print((RESULTS / "tools.md").read_text())
+
+
+def markdown(r: dict) -> str:
+    ok = lambda good: "met" if good else "**missed**"  # noqa: E731
+    lines = [
+        "# Tools: cold start and sandbox overhead",
+        "",
+        f"Measured {r['measured_at']} on {r['machine']['cpus']} cores (load average {r['machine']['load_average_1m']} "
+        f"at the end; other work shares this machine), Linux {r['machine']['kernel']}, with "
+        f"`.venv/bin/python {r['command']}`.",
+        "",
+        "## Start under gunicorn (1 worker), median of cold starts",
+        "",
+        "| function | start to ready (s) | min (s) | CPU to ready (s) | start to first answer (s) | goal <= "
+        f"{GOAL_START_S} s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for tool, s in r["start"].items():
+        goal = "" if tool.startswith("baseline") else ok(s["start_to_ready_s"] <= GOAL_START_S)
+        lines.append(f"| {tool} | {s['start_to_ready_s']} | {s['start_to_ready_min_s']} | {s['cpu_to_ready_s']} | "
+                     f"{s.get('start_to_first_answer_s', '')} | {goal} |")
+    lines += ["", "CPU to ready: user + system time of gunicorn's master and worker when /readyz first answered; "
+              "on an idle core start-to-ready is about this plus the waits (sockets, Postgres)."]
+    lines += ["", "## run_code: hello world, sandboxed against bare `python3 -I -c`, side by side", "",
+              "| backend | bare p50 (ms) | sandboxed p50 (ms) | sandboxed p90 (ms) | ratio | added (ms) "
+              "| through the door p50 (ms) |",
+              "|---|---|---|---|---|---|---|"]
+    for name, s in r["sandbox"].items():
+        if isinstance(s, str):
+            lines.append(f"| {name} | {s} | | | | | |")
+            continue
+        door = s.get("through_the_door", {}).get("p50_ms", "")
+        lines.append(f"| {name} | {s['bare_python']['p50_ms']} | {s['sandboxed']['p50_ms']} | {s['sandboxed']['p90_ms']} | "
+                     f"{s['ratio']} | {s['added_ms']} | {door} |")
+    b = r["sandbox"]["bubblewrap"]
+    lines += ["", f"Goal: bubblewrap adds <= {GOAL_ADDED_MS} ms: {ok(b['added_ms'] <= GOAL_ADDED_MS)}. "
+              "\"Through the door\" is POST /v1/call on a warm run_code (token check, the daily-runs count in "
+              "Postgres, the sandbox, JSON).", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

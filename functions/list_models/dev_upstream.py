@@ -1,0 +1,45 @@
+"""TEST DOUBLE of the model service's tier catalogue (outside this project), for the dev stack and the tests.
+
+It speaks the contract in `upstream.md`, verifies the forwarded caller token with `agentfn.shared.identity`
+as the real service would, and lists the tiers each caller's groups allow: readers are `platform-users` and
+`research`; only `research` sees the `deep` tier.
+`flask --app 'agentfn.list_models.dev_upstream:create_app()' run -h 127.0.0.1` (loopback only).
+
+Configuration (environment):
+
+| name | default | meaning |
+|---|---|---|
+| `AGENTFN_JWT_ISSUER`, `AGENTFN_JWKS_URL` | (required) | the caller tokens it trusts, as `agentfn.shared.identity` |
+| `AGENTFN_DEV_UPSTREAM_DELAY_SECONDS` | `0` | a delay before every answer (to play a slow service) |
+| `AGENTFN_DEV_UPSTREAM_FAIL_STATUS` | `0` (off) | answer every call with this status (to play a failing service) |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from agentfn.shared.tools import dev_upstream_app, require_group
+from flask import Flask, jsonify
+
+READERS = {"platform-users", "research"}
+RESEARCH = "research"
+
+PUBLIC = [
+    {"name": "fast", "engine": "vllm", "model": "Qwen3-8B-AWQ", "context_tokens": 32768, "deadline_seconds": 30,
+     "embeds": True, "embedding_model": "Qwen3-Embedding-0.6B"},
+    {"name": "embed", "engine": "onnxruntime", "model": "multilingual-e5-small", "context_tokens": 512,
+     "deadline_seconds": 5, "embeds": True, "embedding_model": "multilingual-e5-small"},
+]
+DEEP = {"name": "deep", "engine": "llama.cpp", "model": "Qwen3-32B-Q4_K_M", "context_tokens": 131072,
+        "deadline_seconds": 120, "embeds": False}
+
+
+def create_app(env: Mapping[str, str] | None = None) -> Flask:
+    def routes(app: Flask, caller) -> None:
+        @app.get("/v1/tiers")
+        def tiers():
+            who = caller()
+            require_group(who, READERS)
+            return jsonify(tiers=PUBLIC + ([DEEP] if RESEARCH in who.groups else []))
+
+    return dev_upstream_app("list_models", env, routes)

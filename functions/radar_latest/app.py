@@ -1,0 +1,77 @@
+"""radar_latest: the Radar's latest published digests the caller may read.
+
+`gunicorn -c python:agentfn.shared.gunicorn_conf 'agentfn.radar_latest.app:create_app()'`. The service behind it
+and its contract: `upstream.md` beside this file; its test double: `dev_upstream.py`.
+
+Configuration (environment), besides identity's (`agentfn.shared.identity`):
+
+| name | default | meaning |
+|---|---|---|
+| `AGENTFN_RADAR_LATEST_UPSTREAM_URL` | (required) | base URL of the Radar's digest archive |
+| `AGENTFN_UPSTREAM_TIMEOUT_SECONDS` | `5` | connect and read timeout of one call to it |
+| `AGENTFN_MAX_REQUEST_BYTES` | `16384` | larger bodies get 413 |
+| `AGENTFN_LOG_LEVEL` | `INFO` | log level |
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from agentfn.shared import app as http
+from agentfn.shared.identity import Caller
+from agentfn.shared.tools import Upstream, clip, outside_contract, read_tool_app
+from flask import Flask
+
+SERVICE = "Radar"
+DEFAULT_COUNT, MAX_TITLE, MAX_SUMMARY, MAX_URL = 3, 160, 300, 500
+DAY = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ]")
+LINK = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
+
+DIGEST = {
+    "type": "object",
+    "required": ["title", "date", "url", "summary"],
+    "properties": {"title": {"type": "string", "maxLength": MAX_TITLE},
+                   "date": {"type": "string", "format": "date"},
+                   "url": {"type": "string", "maxLength": MAX_URL},
+                   "summary": {"type": "string", "maxLength": MAX_SUMMARY}},
+}
+CONTENT = {
+    "type": "object",
+    "required": ["digests", "count"],
+    "properties": {"digests": {"type": "array", "maxItems": 10, "items": DIGEST},
+                   "count": {"type": "integer", "minimum": 0}},
+}
+
+
+def create_app(env: Mapping[str, str] | None = None) -> Flask:
+    env = dict(os.environ if env is None else env)
+    http.configure_logging(env)
+    return read_tool_app("agentfn.radar_latest", env, service=SERVICE, url_variable="AGENTFN_RADAR_LATEST_UPSTREAM_URL",
+                         summarise=summarise, content_schema=CONTENT)
+
+
+def summarise(upstream: Upstream, caller: Caller, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The newest `count` digests the caller may read: title, day, link and the start of the summary."""
+    count = int(arguments.get("count", DEFAULT_COUNT))  # JSON Schema calls 2.0 an integer; the Radar does not
+    answer = upstream.get_json("/v1/digests", caller, {"limit": str(count)})
+    if not isinstance(answer, dict) or not isinstance(answer.get("digests"), list):
+        raise outside_contract(SERVICE, "no digests list")
+    digests = [d for d in map(_digest, answer["digests"][:50]) if d][:count]
+    return {"digests": digests, "count": len(digests)}
+
+
+def _digest(item: Any) -> dict | None:
+    if not isinstance(item, dict):
+        return None
+    title, published, url = item.get("title"), item.get("published_at"), item.get("url")
+    if not (isinstance(title, str) and title.strip() and isinstance(published, str) and isinstance(url, str)):
+        return None
+    day = DAY.match(published)
+    if not day or not LINK.match(url) or len(url) > MAX_URL:
+        return None
+    summary = item.get("summary")
+    return {"title": clip(title, MAX_TITLE), "date": day.group(1), "url": url,
+            "summary": clip(summary, MAX_SUMMARY) if isinstance(summary, str) else ""}

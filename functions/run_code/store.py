@@ -1,0 +1,72 @@
+"""run_code's storage: the daily runs per caller, in its own schema `run_code` and role."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from agentfn.shared import db
+
+SCHEMA = "run_code"
+
+# Take one run if any is left today: the row lock of the upsert serialises concurrent takers, and the
+# WHERE keeps the count at the limit (no row returned: spent).
+TAKE = """
+INSERT INTO daily_runs AS d (subject, day, runs)
+VALUES (%(subject)s, (now() AT TIME ZONE 'UTC')::date, 1)
+ON CONFLICT (subject, day) DO UPDATE SET runs = d.runs + 1 WHERE d.runs < %(limit)s
+RETURNING runs
+"""
+# A run the sandbox could not start is given back (it was never the caller's).
+GIVE_BACK = """
+UPDATE daily_runs SET runs = runs - 1
+WHERE subject = %(subject)s AND day = (now() AT TIME ZONE 'UTC')::date AND runs > 0
+"""
+# Yesterday's counts are of no use to anyone; keep a week for the operator's eyes.
+PRUNE = "DELETE FROM daily_runs WHERE day < (now() AT TIME ZONE 'UTC')::date - 7"
+
+
+@dataclass(frozen=True)
+class Taken:
+    ok: bool
+    runs_left: int
+    resets_at: dt.datetime
+
+
+def next_midnight_utc(now: dt.datetime | None = None) -> dt.datetime:
+    now = now or dt.datetime.now(dt.UTC)
+    return dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(0), tzinfo=dt.UTC)
+
+
+class Store:
+    def __init__(self, dsn: str, *, pool_size: int = 2):
+        self.pool = db.open_pool(dsn, schema=SCHEMA, size=pool_size)
+        self._migrated = False
+
+    def migrate(self) -> None:
+        """Apply pending migrations once per process; retried on the next use while the database is down."""
+        if self._migrated:
+            return
+        with self.pool.connection() as conn:
+            db.migrate(conn, SCHEMA, "agentfn.run_code")
+            conn.execute(PRUNE)
+        self._migrated = True
+
+    def ping(self) -> bool:
+        with self.pool.connection(timeout=2) as conn:
+            conn.execute("SELECT 1")
+        return True
+
+    def take(self, subject: str, limit: int) -> Taken:
+        """Take one of today's runs for the subject, atomically."""
+        self.migrate()
+        with self.pool.connection() as conn:
+            row = conn.execute(TAKE, {"subject": subject, "limit": limit}).fetchone()
+        return Taken(ok=row is not None, runs_left=limit - row[0] if row else 0, resets_at=next_midnight_utc())
+
+    def give_back(self, subject: str) -> None:
+        with self.pool.connection() as conn:
+            conn.execute(GIVE_BACK, {"subject": subject})
+
+    def close(self) -> None:
+        self.pool.close()

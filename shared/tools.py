@@ -1,0 +1,313 @@
+"""What every tool function shares: its descriptor, its two doors, and the call to the platform service behind it.
+
+A tool's descriptor is `functions/<tool>/tool.json`, the one source for `GET /v1/tool`, for the argument
+check of `POST /v1/call`, and for whoever else lists tools (the model function, the operator, the chart).
+A read tool runs as the caller: it forwards the caller's token, unchanged, to the platform service behind
+it, and that service decides what the caller may see; its refusals and failures become problems here.
+
+Start-up stays light (tools are scale-to-zero, so a cold start is paid on a user's turn): jsonschema is
+imported and the schema compiled on the first call, never on the way to ready; the upstream is called with
+the standard library's http.client, which the app has loaded already, rather than another HTTP stack.
+
+The bottom of this file is the common part of the dev upstreams: test doubles of the platform services
+(which are outside this project) for the dev stack and the tests.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from importlib import resources
+from typing import Any
+
+from flask import Blueprint, Flask, g, jsonify, request
+
+from .app import create_app
+from .identity import Caller, Identity, bearer_token, caller_required, verify_caller
+from .problems import ProblemError, forbidden
+
+DESCRIPTOR_FILE = "tool.json"
+DESCRIPTOR_KEYS = {"name": str, "description": str, "input_schema": dict, "callable_alone": bool, "mcp": bool}
+PROBLEM_BASE = "https://agentfn.dev/problems/"
+
+
+# --- the descriptor ------------------------------------------------------------------------------------
+
+def load_descriptor(package: str) -> dict[str, Any]:
+    """The tool's descriptor from `<package>/tool.json`, its shape checked (the schema itself on first call)."""
+    descriptor = json.loads(resources.files(package).joinpath(DESCRIPTOR_FILE).read_text())
+    return check_descriptor(descriptor)
+
+
+def check_descriptor(descriptor: Any) -> dict[str, Any]:
+    if not isinstance(descriptor, dict) or set(descriptor) != set(DESCRIPTOR_KEYS):
+        raise ValueError(f"a tool descriptor has exactly the keys {sorted(DESCRIPTOR_KEYS)}")
+    for key, kind in DESCRIPTOR_KEYS.items():
+        if not isinstance(descriptor[key], kind):
+            raise ValueError(f"the descriptor's {key} must be a {kind.__name__}")
+    schema = descriptor["input_schema"]
+    if schema.get("type") != "object" or schema.get("additionalProperties") is not False:
+        raise ValueError("input_schema must be a strict object schema (additionalProperties: false)")
+    return descriptor
+
+
+def call_schema(descriptor: Mapping[str, Any]) -> dict[str, Any]:
+    """The body of `POST /v1/call`: the arguments, checked against the tool's own input schema."""
+    return {"type": "object", "additionalProperties": False, "required": ["arguments"],
+            "properties": {"arguments": descriptor["input_schema"]}}
+
+
+class LazySchema:
+    """A `validation.Schema` compiled on first use: importing jsonschema costs a cold start ~0.1-0.2 s."""
+
+    def __init__(self, schema: dict[str, Any]):
+        self._raw, self._compiled, self._lock = schema, None, threading.Lock()
+
+    def get(self):
+        with self._lock:
+            if self._compiled is None:
+                from .validation import Schema
+
+                self._compiled = Schema(self._raw)
+            return self._compiled
+
+
+# --- the doors -----------------------------------------------------------------------------------------
+
+Call = Callable[[Caller, dict[str, Any]], Any]
+
+
+def doors(descriptor: Mapping[str, Any], call: Call) -> Blueprint:
+    """`GET /v1/tool` and `POST /v1/call` (DESIGN section 9) for one tool; `call` does the work as the caller."""
+    bp = Blueprint("tool", __name__)
+    body_schema = LazySchema(call_schema(descriptor))
+
+    @bp.get("/v1/tool")
+    @caller_required
+    def describe():
+        """The tool's descriptor."""
+        return jsonify(descriptor)
+
+    @bp.post("/v1/call")
+    @caller_required
+    def call_tool():
+        """Call the tool with checked arguments, as the caller."""
+        from .validation import json_body
+
+        body = json_body(body_schema.get())
+        return jsonify(content=call(g.caller, body["arguments"]))
+
+    return bp
+
+
+def problem_schema() -> dict[str, Any]:
+    return {"type": "object", "required": ["type", "title", "status"],
+            "properties": {"type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
+                           "detail": {"type": "string"}, "request_id": {"type": "string"}}}
+
+
+PROBLEM_NAMES = {400: "Bad request", 401: "No valid caller token", 403: "The platform service does not allow this caller",
+                 413: "Body too large", 415: "Not JSON", 422: "Invalid argument", 429: "Daily runs spent",
+                 502: "The platform service failed or answered outside its contract",
+                 503: "A dependency is unavailable", 504: "The platform service did not answer in time"}
+
+
+def openapi(descriptor: Mapping[str, Any], content_schema: dict[str, Any], *, call_problems: tuple[int, ...],
+            version: str = "1.0.0") -> dict[str, Any]:
+    """The OpenAPI 3.1 document of a tool's two doors, from its descriptor and the shape of its content."""
+
+    def problems(*codes: int) -> dict:
+        return {str(c): {"description": PROBLEM_NAMES[c], "content": {"application/problem+json": {
+            "schema": {"$ref": "#/components/schemas/Problem"}}}} for c in codes}
+
+    descriptor_schema = {
+        "type": "object", "required": list(DESCRIPTOR_KEYS), "additionalProperties": False,
+        "properties": {"name": {"const": descriptor["name"]}, "description": {"type": "string"},
+                       "input_schema": {"type": "object"}, "callable_alone": {"type": "boolean"},
+                       "mcp": {"type": "boolean"}},
+    }
+    caller = [{"caller": []}]
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": f"agentfn tool {descriptor['name']}", "version": version,
+                 "description": descriptor["description"]},
+        "components": {
+            "securitySchemes": {"caller": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                                           "description": "the caller's token, forwarded unchanged"}},
+            "schemas": {"Problem": problem_schema(), "Descriptor": descriptor_schema, "Content": content_schema},
+        },
+        "paths": {
+            "/v1/tool": {"get": {
+                "operationId": "describeTool", "summary": "The tool's descriptor.", "security": caller,
+                "responses": {"200": {"description": "the descriptor", "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/Descriptor"}}}}, **problems(401)},
+            }},
+            "/v1/call": {"post": {
+                "operationId": "callTool", "summary": "Call the tool with checked arguments, as the caller.",
+                "security": caller,
+                "requestBody": {"required": True, "content": {"application/json": {"schema": call_schema(descriptor)}}},
+                "responses": {"200": {"description": "what the tool found", "content": {"application/json": {
+                    "schema": {"type": "object", "required": ["content"], "additionalProperties": False,
+                               "properties": {"content": {"$ref": "#/components/schemas/Content"}}}}}},
+                    **problems(400, 401, 413, 415, 422, *call_problems)},
+            }},
+        },
+    }
+
+
+# --- the platform service behind a read tool -------------------------------------------------------------
+
+def not_allowed(service: str) -> ProblemError:
+    return ProblemError(403, "Forbidden", f"the {service} service does not allow this caller",
+                        type=PROBLEM_BASE + "not-allowed")
+
+
+def upstream_problem(status: int, detail: str) -> ProblemError:
+    title = {502: "Bad Gateway", 504: "Gateway Timeout"}[status]
+    return ProblemError(status, title, detail, type=PROBLEM_BASE + "upstream")
+
+
+class Upstream:
+    """The platform service behind a read tool, called as the caller: the caller's token and nothing else.
+
+    One connection per call, no retries (the caller's turn has a deadline), no redirects (http.client
+    follows none, so the token travels nowhere else), a timeout on connect and on every read, and a cap
+    on the answer's size. What the service says goes into no problem.
+    """
+
+    MAX_BYTES = 1024 * 1024
+
+    def __init__(self, service: str, base_url: str, timeout: float):
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise RuntimeError(f"the {service} upstream URL must be an http(s) URL")
+        self.service, self.timeout = service, timeout
+        self._https, self._host, self._port = parts.scheme == "https", parts.hostname, parts.port
+        self._prefix = parts.path.rstrip("/")
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout)
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
+    def get_json(self, path: str, caller: Caller, fields: Mapping[str, Any] | None = None) -> Any:
+        """GET `path` as the caller; the JSON answer, or the problem that explains why not."""
+        target = self._prefix + path + ("?" + urllib.parse.urlencode(fields) if fields else "")
+        headers = {"Authorization": "Bearer " + caller.token, "Accept": "application/json"}
+        conn = self._connection(self.timeout)
+        try:
+            conn.request("GET", target, headers=headers)
+            response = conn.getresponse()
+            status = response.status
+            if status in (401, 403):
+                raise not_allowed(self.service)
+            if status >= 500:
+                raise upstream_problem(502, f"the {self.service} service failed (HTTP {status})")
+            if status != 200:
+                raise upstream_problem(502, f"the {self.service} service answered outside its contract (HTTP {status})")
+            data = response.read(self.MAX_BYTES + 1)
+        except TimeoutError:
+            raise upstream_problem(504, f"the {self.service} service did not answer within {self.timeout:g} s") from None
+        except (OSError, http.client.HTTPException):  # refused, reset, unresolvable, broken off
+            raise upstream_problem(502, f"the {self.service} service is not answering") from None
+        finally:
+            conn.close()
+        if len(data) > self.MAX_BYTES:
+            raise upstream_problem(502, f"the {self.service} service's answer is larger than {self.MAX_BYTES} bytes")
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise upstream_problem(502, f"the {self.service} service's answer is not JSON") from None
+
+    def healthy(self) -> bool:
+        """Readiness: the service answers its (unauthenticated) health door."""
+        conn = self._connection(min(self.timeout, 1.0))
+        try:
+            conn.request("GET", self._prefix + "/healthz")
+            return conn.getresponse().status == 200
+        finally:
+            conn.close()
+
+
+def outside_contract(service: str, what: str) -> ProblemError:
+    return upstream_problem(502, f"the {service} service answered outside its contract ({what})")
+
+
+def read_tool_app(package: str, env: Mapping[str, str], *, service: str, url_variable: str,
+                  summarise: Callable[[Upstream, Caller, dict[str, Any]], Any], content_schema: dict[str, Any]) -> Flask:
+    """A read tool's app: descriptor, doors, upstream as the caller, readiness = the upstream answers."""
+    base = env.get(url_variable, "").strip()
+    if not base:
+        raise RuntimeError(f"{url_variable} must be set")
+    upstream = Upstream(service, base, float(env.get("AGENTFN_UPSTREAM_TIMEOUT_SECONDS", "5")))
+    descriptor = load_descriptor(package)
+    app = create_app(
+        f"agentfn.{descriptor['name']}",
+        openapi=openapi(descriptor, content_schema, call_problems=(403, 502, 504)),
+        readiness={"upstream": upstream.healthy},
+        identity=Identity.from_env(env),
+        max_request_bytes=int(env.get("AGENTFN_MAX_REQUEST_BYTES", str(16 * 1024))),
+    )
+    app.register_blueprint(doors(descriptor, lambda caller, arguments: summarise(upstream, caller, arguments)))
+    return app
+
+
+def clip(value: Any, limit: int) -> str:
+    """A string of at most `limit` characters, whatever the service sent (ellipsis when cut)."""
+    text = " ".join(str(value).split()) if value is not None else ""
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+# --- test doubles: the common part of the dev upstreams --------------------------------------------------
+
+class DevUpstreamControls:
+    """What a test (or the dev stack) sets on a dev upstream: faults to play and the tokens it received."""
+
+    def __init__(self, env: Mapping[str, str]):
+        self.delay_seconds = float(env.get("AGENTFN_DEV_UPSTREAM_DELAY_SECONDS", "0"))
+        self.fail_status = int(env.get("AGENTFN_DEV_UPSTREAM_FAIL_STATUS", "0"))  # e.g. 500: every answer fails
+        self.received: list[str] = []  # the raw bearer tokens, as they arrived, newest last (a test double's log)
+
+
+def dev_upstream_app(name: str, env: Mapping[str, str] | None,
+                     routes: Callable[[Flask, Callable[[], Caller]], None]) -> Flask:
+    """A dev upstream: verifies the forwarded caller token with `identity`, as a platform service would."""
+    env = dict(os.environ if env is None else env)
+    identity = Identity.from_env(env)
+    controls = DevUpstreamControls(env)
+    app = Flask(f"agentfn.{name}.dev_upstream", instance_path=os.path.join(os.path.dirname(__file__), "instance"))
+    app.json.sort_keys = False
+    app.extensions["agentfn.dev_upstream"] = controls
+
+    def caller() -> Caller:
+        raw = request.environ.get("HTTP_AUTHORIZATION", "")
+        controls.received.append(raw[len("Bearer "):] if raw.startswith("Bearer ") else raw)
+        del controls.received[:-100]
+        if controls.delay_seconds:
+            time.sleep(controls.delay_seconds)
+        if controls.fail_status:
+            raise ProblemError(controls.fail_status, "Dev upstream fault", "a fault the test asked for")
+        return verify_caller(identity.caller, bearer_token())
+
+    @app.errorhandler(ProblemError)
+    def on_problem(problem: ProblemError):
+        return jsonify(problem.to_dict()), problem.status
+
+    @app.get("/healthz")
+    def healthz():
+        return jsonify(status="ok")
+
+    routes(app, caller)
+    return app
+
+
+def require_group(caller: Caller, allowed: set[str]) -> None:
+    """A dev upstream's rule: readers are callers in one of `allowed`."""
+    if not allowed & set(caller.groups):
+        raise forbidden("this caller may not read this")
+

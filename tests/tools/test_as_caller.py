@@ -1,0 +1,186 @@
+"""The reads run as the caller: the caller's token reaches the platform service byte for byte, the service
+decides what each caller sees, forged tokens stop at the door, and the service's refusals and failures come
+back as clear problems."""
+
+import base64
+import json
+import time
+
+import jwt
+import pytest
+import requests
+from agentfn.shared.dev_issuer import CALLER_AUDIENCE
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from .conftest import READ_TOOLS, UPSTREAM_TIMEOUT, Served, call, dev_upstream, tool_env
+
+READERS = {"platform_status": ["platform-users"], "list_models": ["platform-users"], "radar_latest": ["platform-users"]}
+# Each tool's privileged group, and what only that group's members see.
+PRIVILEGED = {
+    "platform_status": ("platform-ops", lambda c: {a["name"] for a in c["attention"]} >= {"operator"}
+                        and c["figures"]["open_incidents"] == 1),
+    "list_models": ("research", lambda c: "deep" in {t["name"] for t in c["tiers"]}),
+    "radar_latest": ("staff", lambda c: any(d["title"].startswith("Internal:") for d in c["digests"])),
+}
+
+
+def test_the_callers_token_reaches_the_service_byte_for_byte(tools, upstreams, issuer):
+    for tool in READ_TOOLS:
+        token = issuer.caller_token(f"forwarded-{tool}", READERS[tool])
+        response = call(tools[tool].url, {"Authorization": f"Bearer {token}"})
+        assert response.status_code == 200, response.text
+        assert upstreams[tool].controls.received[-1] == token
+
+
+@pytest.mark.parametrize("tool", READ_TOOLS)
+def test_two_callers_with_different_groups_see_different_things(tools, issuer, tool):
+    group, privileged_sight = PRIVILEGED[tool]
+    plain = call(tools[tool].url, issuer.headers("plain-reader", READERS[tool]), {}).json()["content"]
+    privileged = call(tools[tool].url, issuer.headers("privileged-reader", [group]), {}).json()["content"]
+    assert privileged_sight(privileged) and not privileged_sight(plain)
+    assert plain != privileged
+
+
+def test_what_each_read_says(tools, issuer):
+    ops = issuer.headers("olga", ["platform-ops"])
+    status = call(tools["platform_status"].url, ops).json()["content"]
+    assert status["figures"] == {"services": 6, "up": 4, "degraded": 1, "down": 1, "queue_waiting": 3,
+                                 "queue_running": 2, "open_incidents": 1}
+    assert status["text"].startswith("4 of 6 services up; degraded: radar; down: operator.")
+    assert len(status["text"]) <= 400
+    one = call(tools["platform_status"].url, ops, {"service": "radar"}).json()["content"]
+    assert one["text"].startswith("radar is degraded: digests published late.") and len(one["attention"]) == 1
+    hidden = call(tools["platform_status"].url, issuer.headers("alice", ["platform-users"]), {"service": "operator"})
+    assert hidden.json()["content"]["text"] == "No service named operator is visible to you."
+
+    tiers = call(tools["list_models"].url, issuer.headers("rita", ["research"]), {"embeds": False}).json()["content"]
+    assert tiers == {"tiers": [{"name": "deep", "engine": "llama.cpp", "model": "Qwen3-32B-Q4_K_M",
+                                "context_tokens": 131072, "deadline_seconds": 120, "embeds": False,
+                                "embedding_model": None}], "count": 1}
+
+    digests = call(tools["radar_latest"].url, issuer.headers("alice", ["platform-users"]), {"count": 2}).json()["content"]
+    assert [d["date"] for d in digests["digests"]] == ["2026-12-01", "2026-11-24"] and digests["count"] == 2
+    assert all(d["url"].startswith("https://") and len(d["summary"]) <= 300 for d in digests["digests"])
+
+
+def claims(issuer, **changes):
+    now = int(time.time())
+    base = {"iss": issuer.url, "sub": "mallory", "aud": CALLER_AUDIENCE, "iat": now, "nbf": now, "exp": now + 600,
+            "groups": ["platform-ops", "research", "staff"]}
+    return {k: v for k, v in {**base, **changes}.items() if v is not None}
+
+
+def tampered(issuer):
+    header, _, signature = issuer.caller_token("mallory", ["platform-users"]).split(".")
+    payload = base64.urlsafe_b64encode(json.dumps(claims(issuer)).encode()).rstrip(b"=").decode()
+    return f"{header}.{payload}.{signature}"
+
+
+FORGED = {
+    "alg none": lambda i: jwt.encode(claims(i), None, algorithm="none"),
+    "another key under the issuer's kid": lambda i: jwt.encode(claims(i), ec.generate_private_key(ec.SECP256R1()),
+                                                               algorithm="ES256", headers={"kid": i.kid}),
+    "groups raised in a signed payload": tampered,
+    "expired": lambda i: i.sign(claims(i, exp=int(time.time()) - 120, iat=int(time.time()) - 900,
+                                       nbf=int(time.time()) - 900)),
+    "wrong audience": lambda i: i.sign(claims(i, aud="someone-else")),
+    "wrong issuer": lambda i: i.sign(claims(i, iss="https://evil.example")),
+    "a service account": lambda i: i.service_token("system:serviceaccount:agentfn:model", audience=CALLER_AUDIENCE),
+    "none at all": None,
+}
+
+
+@pytest.mark.parametrize("forge", FORGED.values(), ids=FORGED.keys())
+@pytest.mark.parametrize("tool", [*READ_TOOLS, "run_code"])
+def test_a_forged_token_stops_at_the_door(every_tool, upstreams, issuer, tool, forge):
+    before = len(upstreams[tool].controls.received) if tool in upstreams else None
+    headers = {"Authorization": f"Bearer {forge(issuer)}"} if forge else {}
+    arguments = {"code": "print('ran')"} if tool == "run_code" else {}
+    response = call(every_tool[tool].url, headers, arguments)
+    assert response.status_code == 401, response.text
+    assert response.headers["Content-Type"] == "application/problem+json"
+    if before is not None:
+        assert len(upstreams[tool].controls.received) == before
+
+
+@pytest.mark.parametrize("tool", READ_TOOLS)
+def test_the_service_refusing_the_caller_is_not_allowed(tools, upstreams, issuer, tool):
+    token = issuer.caller_token("outsider", ["visitors"])
+    response = call(tools[tool].url, {"Authorization": f"Bearer {token}"})
+    assert response.status_code == 403, response.text
+    problem = response.json()
+    assert problem["type"].endswith("/not-allowed") and "does not allow this caller" in problem["detail"]
+    assert upstreams[tool].controls.received[-1] == token  # the service said no, not the tool
+
+
+@pytest.mark.parametrize("tool", READ_TOOLS)
+def test_a_slow_service_is_a_timeout_problem(tools, upstreams, issuer, tool):
+    upstreams[tool].controls.delay_seconds = UPSTREAM_TIMEOUT + 2
+    started = time.monotonic()
+    response = call(tools[tool].url, issuer.headers("patient", READERS[tool]))
+    assert response.status_code == 504, response.text
+    assert time.monotonic() - started < UPSTREAM_TIMEOUT + 1.5
+    assert response.json()["type"].endswith("/upstream") and "did not answer within" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("status", [500, 503])
+@pytest.mark.parametrize("tool", READ_TOOLS)
+def test_a_failing_service_is_an_upstream_problem(tools, upstreams, issuer, tool, status):
+    upstreams[tool].controls.fail_status = status
+    response = call(tools[tool].url, issuer.headers("unlucky", READERS[tool]))
+    assert response.status_code == 502, response.text
+    assert f"failed (HTTP {status})" in response.json()["detail"]
+    assert "fault the test asked for" not in response.text  # the service's words never pass through
+
+
+@pytest.fixture
+def fragile(issuer):
+    """A read tool (built by its factory) before a dev upstream that the test may stop."""
+    made = []
+
+    def make(tool: str, upstream_tool: str | None = None):
+        upstream = dev_upstream(upstream_tool or tool, issuer.env())
+        from importlib import import_module
+
+        served = Served(import_module(f"agentfn.{tool}.app").create_app(tool_env(issuer, tool, upstream.url)))
+        made.extend([upstream, served])
+        return upstream, served
+
+    yield make
+    for served in made:
+        served.stop()
+
+
+@pytest.mark.parametrize("tool", READ_TOOLS)
+def test_a_service_that_is_down_is_an_upstream_problem(fragile, issuer, tool):
+    upstream, served = fragile(tool)
+    headers = issuer.headers("early-bird", READERS[tool])
+    assert call(served.url, headers).status_code == 200
+    upstream.stop()
+    response = call(served.url, headers)
+    assert response.status_code == 502, response.text
+    assert "is not answering" in response.json()["detail"]
+    assert requests.get(served.url + "/readyz", timeout=5).status_code == 503
+
+
+def test_a_service_outside_its_contract_is_an_upstream_problem(fragile, issuer):
+    _, served = fragile("list_models", upstream_tool="radar_latest")  # answers 404 to /v1/tiers
+    response = call(served.url, issuer.headers("confused", ["platform-users"]))
+    assert response.status_code == 502
+    assert "outside its contract (HTTP 404)" in response.json()["detail"]
+
+
+def test_a_whole_number_count_given_as_a_float_is_a_count(tools, issuer):
+    # JSON Schema calls 2.0 an integer; the Radar's contract wants "2" (found by schemathesis).
+    response = call(tools["radar_latest"].url, issuer.headers("pedant", ["platform-users"]), {"count": 2.0})
+    assert response.status_code == 200 and response.json()["content"]["count"] == 2
+
+
+def test_logs_hold_neither_the_token_nor_what_the_service_said(tools, issuer):
+    token = issuer.caller_token("log-watcher", ["platform-ops", "research", "staff"])
+    for tool in READ_TOOLS:
+        assert call(tools[tool].url, {"Authorization": f"Bearer {token}"}).status_code == 200
+        text = tools[tool].log.read_text()
+        assert token.split(".")[1] not in text and token.split(".")[2] not in text
+        assert "leader election" not in text and "Qwen3-32B" not in text and "GPU slot plan" not in text
+        assert '"route": "/v1/call"' in text

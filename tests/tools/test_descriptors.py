@@ -1,0 +1,57 @@
+"""Each tool's descriptor: one file, served unchanged at GET /v1/tool, strict, with the channels DESIGN allows."""
+
+import json
+from importlib import resources
+
+import pytest
+import requests
+from agentfn.shared.tools import check_descriptor
+from jsonschema import Draft202012Validator
+
+from .conftest import TOOLS
+
+# DESIGN T5/T6: the reads are callable alone and over MCP; run_code never.
+CHANNELS = {"platform_status": True, "list_models": True, "radar_latest": True, "run_code": False}
+
+
+def descriptor_file(tool: str) -> dict:
+    return json.loads(resources.files(f"agentfn.{tool}").joinpath("tool.json").read_text())
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_the_door_serves_the_file_unchanged(every_tool, issuer, tool):
+    response = requests.get(every_tool[tool].url + "/v1/tool", headers=issuer.headers("reader", ["platform-users"]))
+    assert response.status_code == 200
+    assert response.json() == descriptor_file(tool)
+    assert list(response.json()) == ["name", "description", "input_schema", "callable_alone", "mcp"]
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_the_descriptor_is_strict_and_names_its_channels(tool):
+    descriptor = check_descriptor(descriptor_file(tool))
+    assert descriptor["name"] == tool
+    Draft202012Validator.check_schema(descriptor["input_schema"])
+    assert descriptor["input_schema"]["additionalProperties"] is False
+    assert descriptor["callable_alone"] is CHANNELS[tool] and descriptor["mcp"] is CHANNELS[tool]
+    assert 40 <= len(descriptor["description"]) <= 400
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_the_descriptor_needs_a_caller(every_tool, tool):
+    response = requests.get(every_tool[tool].url + "/v1/tool")
+    assert response.status_code == 401
+    assert response.headers["Content-Type"] == "application/problem+json"
+
+
+@pytest.mark.parametrize("broken", [
+    {"name": "x", "description": "d", "input_schema": {"type": "object"}, "callable_alone": True, "mcp": True},
+    {"name": "x", "description": "d", "input_schema": {"type": "object", "additionalProperties": False},
+     "callable_alone": "yes", "mcp": True},
+    {"name": "x", "description": "d", "input_schema": {"type": "object", "additionalProperties": False},
+     "callable_alone": True, "mcp": True, "extra": 1},
+    {"name": "x", "description": "d", "input_schema": {"type": "object", "additionalProperties": False},
+     "callable_alone": True},
+], ids=["not strict", "a channel not boolean", "an extra key", "a missing key"])
+def test_a_broken_descriptor_is_refused(broken):
+    with pytest.raises(ValueError):
+        check_descriptor(broken)

@@ -1,0 +1,325 @@
+"""run_code through its door: what a program gets back, and a table of escape attempts, each contained."""
+
+import os
+import re
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from .conftest import CANARY, RUN_LIMITS
+
+ROOT = Path(__file__).resolve().parents[2]
+UID_BASE = int(RUN_LIMITS["AGENTFN_RUN_CODE_UID_BASE"])
+WALL_MS = float(RUN_LIMITS["AGENTFN_RUN_CODE_WALL_SECONDS"]) * 1000
+OUTPUT_CAP = int(RUN_LIMITS["AGENTFN_RUN_CODE_OUTPUT_BYTES"])
+
+
+def run(coder, code: str) -> dict:
+    response = coder.post("/v1/call", json={"arguments": {"code": code}})
+    assert response.status_code == 200, response.text
+    return response.json()["content"]
+
+
+def test_a_program_runs_and_says_what_happened(coder):
+    content = run(coder, "print('hello, sandbox')")
+    assert content["stdout"] == "hello, sandbox\n" and content["stderr"] == ""
+    assert content["exit_status"] == 0 and content["signal"] is None and content["limit"] is None
+    assert content["backend"] == "bubblewrap" and 0 < content["wall_ms"] < WALL_MS
+    assert content["truncated"] == {"stdout": False, "stderr": False} and content["runs_left"] == 4
+
+
+def test_a_failing_program_gives_its_traceback_and_status(coder):
+    content = run(coder, "import sys\nprint('before')\nsys.stderr.write('oops\\n')\n1 / 0")
+    assert content["exit_status"] == 1 and content["stdout"] == "before\n"
+    assert content["stderr"].startswith("oops\n")
+    assert content["stderr"].rstrip().endswith("ZeroDivisionError: division by zero")
+    assert run(coder, "raise SystemExit(3)")["exit_status"] == 3
+
+
+def test_a_program_that_is_not_text_is_refused_and_costs_no_run(coder):
+    refused = coder.post("/v1/call", json={"arguments": {"code": "print('half a character: \ud800')"}})
+    assert refused.status_code == 400 and "surrogate" in refused.json()["detail"]
+    assert run(coder, "pass")["runs_left"] == 4
+
+
+def test_the_standard_library_is_there_and_nothing_else(coder):
+    content = run(coder, "import json, sqlite3, ssl, hashlib, decimal, ctypes, zlib, lzma, bz2, unicodedata\n"
+                         "print(sqlite3.connect(':memory:').execute('select 40 + 2').fetchone()[0], 'č')\n"
+                         "try:\n    import requests\nexcept ImportError:\n    print('no third-party packages')")
+    assert content["stdout"] == "42 č\nno third-party packages\n", content
+
+
+def test_each_run_gets_a_fresh_scratch_space(coder):
+    first = run(coder, "import os\nopen('/tmp/kept', 'w').write('x')\nprint(os.getcwd(), sorted(os.listdir('.')))")
+    assert first["stdout"] == "/tmp ['kept', 'main.py']\n"
+    assert run(coder, "import os\nprint(os.path.exists('/tmp/kept'))")["stdout"] == "False\n"
+
+
+def test_logs_hold_neither_the_program_nor_its_output(run_code, coder):
+    marker = f"walrus-{secrets.token_hex(6)}"
+    run(coder, f"print('{marker}' * 3)\nraise ValueError('{marker}')")
+    assert marker not in run_code.log.read_text()
+
+
+@dataclass
+class Context:
+    port: int
+    abstract: str
+    marker: str
+    master_pid: int
+    hits: list
+
+
+@pytest.fixture
+def context(run_code):
+    """A loopback TCP server and an abstract unix socket of the test's own, counting whoever reaches them."""
+    hits = []
+    tcp = socket.create_server(("127.0.0.1", 0))
+    abstract = f"agentfn-test-{secrets.token_hex(4)}"
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind("\0" + abstract)
+    unix.listen()
+    stop = threading.Event()
+
+    def accept(server):
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                hits.append(conn)
+            except (TimeoutError, OSError):
+                continue
+
+    threads = [threading.Thread(target=accept, args=(s,), daemon=True) for s in (tcp, unix)]
+    for t in threads:
+        t.start()
+    yield Context(tcp.getsockname()[1], abstract, f"agentfn-orphan-{secrets.token_hex(6)}", run_code.process.pid, hits)
+    stop.set()
+    for t in threads:
+        t.join()
+    tcp.close()
+    unix.close()
+
+
+def sandbox_processes() -> list[int]:
+    """Host processes running under the runs' uids (there should be none once a call has returned)."""
+    return [pid for pid, uid in uids() if UID_BASE <= uid < UID_BASE + 1_000_000]
+
+
+def with_marker(cmdline_marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if cmdline_marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+# (name, program(context), contained(content, context) -> bool)
+ESCAPES = [
+    ("connect to a loopback server of the test", lambda c: f"""
+import socket
+for target in [("127.0.0.1", {c.port}), ("::1", {c.port}), ("localhost", {c.port})]:
+    try:
+        socket.create_connection(target, timeout=1)
+        print("CONNECTED", target)
+    except OSError as e:
+        print("no", type(e).__name__)
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("\\0{c.abstract}")
+    print("CONNECTED abstract")
+except OSError as e:
+    print("no", type(e).__name__)
+print(socket.if_nameindex())
+""", lambda r, c: "CONNECTED" not in r["stdout"] and r["stdout"].count("no ") == 4 and not c.hits
+        and "[(1, 'lo')]" in r["stdout"]),
+
+    ("read the host's /etc/shadow", lambda c: """
+for path in ("/etc/shadow", "/etc/passwd", "/etc/hostname"):
+    try:
+        print("READ", path, open(path).read()[:20])
+    except OSError as e:
+        print("no", type(e).__name__)
+""", lambda r, c: "READ" not in r["stdout"] and r["stdout"].count("no FileNotFoundError") == 3),
+
+    ("read the project tree and the service's virtualenv", lambda c: f"""
+import os
+for path in ({str(ROOT / 'pyproject.toml')!r}, {str(ROOT / 'shared' / 'identity.py')!r}, {sys.executable!r}):
+    try:
+        print("READ", path, open(path, "rb").read(10))
+    except OSError as e:
+        print("no", type(e).__name__)
+for path in ({str(ROOT)!r}, "/work", "/root", "/home"):
+    print(path, os.path.exists(path))
+""", lambda r, c: "READ" not in r["stdout"] and r["stdout"].count("no FileNotFoundError") == 3
+        and "True" not in r["stdout"]),
+
+    ("read /proc/1/environ, the environment and inherited files", lambda c: """
+import os
+print(open("/proc/1/environ").read().replace("\\0", " "))
+print(sorted(os.environ))
+print(sorted(os.listdir("/proc/self/fd")))
+print(sorted(p for p in os.listdir("/proc") if p.isdigit()))
+""", lambda r, c: CANARY not in r["stdout"] + r["stderr"] and "AGENTFN" not in r["stdout"]
+        and "Bearer" not in r["stdout"] and "['HOME', 'LANG', 'PATH', 'PWD']" in r["stdout"]
+        and "['0', '1', '2', '3']" in r["stdout"]  # stdin, stdout, stderr, and listdir's own
+        and r["stdout"].rstrip().endswith("['1']")),
+
+    ("write outside its tmpfs", lambda c: """
+import os
+for path in ("/x", "/usr/x", "/usr/lib/python3.11/os.py", "/lib/x", "/dev/x", "/proc/x", "/etc/x", "/run/x"):
+    try:
+        open(path, "a").write("x")
+        print("WROTE", path)
+    except OSError as e:
+        print("no", type(e).__name__)
+open("/tmp/mine", "w").write("ok")
+print("tmp ok")
+""", lambda r, c: "WROTE" not in r["stdout"] and r["stdout"].count("no ") == 8 and "tmp ok" in r["stdout"]),
+
+    ("fill its scratch space", lambda c: """
+n = 0
+try:
+    while True:
+        with open(f"/tmp/f{n}", "wb") as f:
+            f.write(b"x" * 900_000)
+        n += 1
+except OSError as e:
+    print("full after", n, type(e).__name__)
+""", lambda r, c: "full after" in r["stdout"] and int(r["stdout"].split()[2]) <= 10),
+
+    ("write a file past the size limit", lambda c: """
+open("/tmp/big", "wb").write(b"x" * (2 << 20))
+""", lambda r, c: r["limit"] == "file_size" and "File too large" in r["stderr"]),
+
+    ("a new user namespace to regain capabilities", lambda c: """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print("unshare", libc.unshare(0x10000000), os.strerror(ctypes.get_errno()))
+""", lambda r, c: r["stdout"].startswith("unshare -1")),
+
+    ("fork bomb", lambda c: """
+import os
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass
+""", lambda r, c: r["limit"] in ("processes", "wall_time") and r["wall_ms"] < WALL_MS + 2500),
+
+    ("memory bomb", lambda c: """
+hoard = []
+while True:
+    hoard.append(bytearray(10_000_000))
+""", lambda r, c: r["limit"] == "memory" and r["stderr"].rstrip().endswith("MemoryError")),
+
+    ("infinite loop", lambda c: "while True:\n    pass\n",
+     # CPU time ends it, unless the machine is so busy that the wall deadline comes first; never much past 1 s.
+     lambda r, c: (r["limit"] == "cpu_time" and r["cpu_ms"] >= 900 or r["limit"] == "wall_time")
+        and r["cpu_ms"] <= 1200 and r["wall_ms"] < WALL_MS + 1000),
+
+    ("output flood", lambda c: "while True:\n    print('y' * 1000)\n",
+     lambda r, c: r["limit"] == "output" and r["truncated"]["stdout"] and len(r["stdout"].encode()) == OUTPUT_CAP),
+
+    ("sleep past the deadline", lambda c: "import time\ntime.sleep(60)\n",
+     lambda r, c: r["limit"] == "wall_time" and r["exit_status"] is None and WALL_MS - 100 <= r["wall_ms"] < WALL_MS + 1500),
+
+    ("signals to the parent", lambda c: f"""
+import os, signal
+for pid in (os.getppid(), 1, -1, {c.master_pid}):
+    try:
+        os.kill(pid, signal.SIGKILL)
+        print("sent", pid)
+    except OSError as e:
+        print("no", pid, type(e).__name__)
+print("still here")
+""", lambda r, c: f"no {c.master_pid} ProcessLookupError" in r["stdout"] and "still here" in r["stdout"]
+        and alive(c.master_pid)),
+
+    ("a child that outlives its parent", lambda c: f"""
+import os, subprocess, sys
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", {c.marker!r}], start_new_session=True,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(30)", {c.marker!r}])
+    os._exit(0)
+print("spawned")
+""", lambda r, c: r["stdout"] == "spawned\n" and r["exit_status"] == 0 and not with_marker(c.marker)),
+]
+
+
+@pytest.mark.parametrize(("program", "contained"), [e[1:] for e in ESCAPES], ids=[e[0] for e in ESCAPES])
+def test_an_escape_attempt_is_contained(run_code, coder, context, program, contained):
+    started = time.monotonic()
+    content = run(coder, program(context))
+    assert time.monotonic() - started < WALL_MS / 1000 + 3
+    assert contained(content, context), content
+    leftovers = sandbox_processes()
+    for _ in range(20):  # a killed sandbox's pid namespace is torn down by the kernel within moments
+        if not leftovers:
+            break
+        time.sleep(0.05)
+        leftovers = sandbox_processes()
+    assert not leftovers, f"sandbox processes outlived the run: {leftovers}"
+    assert requests.get(run_code.url + "/healthz", timeout=2).status_code == 200
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs get uids of their own only when the service is root")
+def test_the_sandbox_dies_with_the_service(tmp_path):
+    """A service process killed mid-run takes its sandbox with it (--die-with-parent)."""
+    base = 3_700_000
+    service = tmp_path / "service.py"
+    service.write_text(f"""
+from agentfn.run_code.bubblewrap import Bubblewrap
+from agentfn.run_code.rootfs import LazyRoot, default_python
+from agentfn.run_code.sandbox import Limits, Uids
+sandbox = Bubblewrap({{}}, Limits(wall_seconds=60), LazyRoot(default_python()), Uids({base}, 1))
+sandbox.run("import time\\ntime.sleep(60)")
+""")
+    process = subprocess.Popen([sys.executable, str(service)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def sandboxed() -> list[int]:
+        return [pid for pid, uid in uids() if base <= uid < base + 1000]
+
+    deadline = time.monotonic() + 20
+    while not sandboxed() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandboxed(), "the sandbox never started"
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 3
+    while sandboxed() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not sandboxed()
+
+
+def uids() -> list[tuple[int, int]]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            found.append((int(pid), int(re.search(r"^Uid:\s+(\d+)", Path(f"/proc/{pid}/status").read_text(),
+                                                  re.M).group(1))))
+        except (OSError, AttributeError):
+            continue
+    return found
