@@ -50,7 +50,7 @@ class Caller:
 
 @dataclass(frozen=True)
 class Service:
-    """A verified workload identity, e.g. `system:serviceaccount:agentfn:model`."""
+    """A verified workload identity, e.g. `system:serviceaccount:agentfn:agentfn-model`."""
 
     account: str
 

@@ -13,7 +13,7 @@ from agentfn.shared.dev_issuer import create_app as issuer_app
 from support import Client, Gunicorn, Postgres, postgres_dir
 from werkzeug.serving import make_server
 
-MODEL_SERVICE = "system:serviceaccount:agentfn:model"
+MODEL_SERVICE = "system:serviceaccount:agentfn:agentfn-model"
 
 
 @pytest.fixture(scope="session")

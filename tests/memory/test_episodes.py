@@ -7,7 +7,7 @@ import pytest
 import requests
 from support import Client
 
-MODEL_SERVICE = "system:serviceaccount:agentfn:model"
+MODEL_SERVICE = "system:serviceaccount:agentfn:agentfn-model"
 SUMMARY = "Ana asked how to rotate the ledger's database password and decided to do it every ninety days."
 
 

@@ -13,7 +13,7 @@ from agentfn.shared.dev_issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-SERVICE = "system:serviceaccount:agentfn:model"
+SERVICE = "system:serviceaccount:agentfn:agentfn-model"
 DOORS = [
     ("get", "/v1/entries", None),
     ("post", "/v1/entries", {"kind": "fact", "text": "t", "source": "s"}),

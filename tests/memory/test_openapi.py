@@ -4,7 +4,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-MODEL_SERVICE = "system:serviceaccount:agentfn:model"
+MODEL_SERVICE = "system:serviceaccount:agentfn:agentfn-model"
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ FORGED = {
     "expired": lambda i: i.sign(claims(i, exp=int(time.time()) - 120, iat=int(time.time()) - 900,
                                        nbf=int(time.time()) - 900)),
     "wrong audience": lambda i: i.sign(claims(i, aud="someone-else")),
-    "a service token": lambda i: i.sign(claims(i, aud=SERVICE_AUDIENCE, sub="system:serviceaccount:agentfn:model")),
+    "a service token": lambda i: i.sign(claims(i, aud=SERVICE_AUDIENCE, sub="system:serviceaccount:agentfn:agentfn-model")),
     "wrong issuer": lambda i: i.sign(claims(i, iss="https://evil.example")),
     "issuer's kid, another key": lambda i: jwt.encode(claims(i), ec.generate_private_key(ec.SECP256R1()),
                                                       algorithm="ES256", headers={"kid": i.kid}),

@@ -85,7 +85,7 @@ FORGED = {
                                        nbf=int(time.time()) - 900)),
     "wrong audience": lambda i: i.sign(claims(i, aud="someone-else")),
     "wrong issuer": lambda i: i.sign(claims(i, iss="https://evil.example")),
-    "a service account": lambda i: i.service_token("system:serviceaccount:agentfn:model", audience=CALLER_AUDIENCE),
+    "a service account": lambda i: i.service_token("system:serviceaccount:agentfn:agentfn-model", audience=CALLER_AUDIENCE),
     "none at all": None,
 }
 

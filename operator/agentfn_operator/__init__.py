@@ -1,0 +1,8 @@
+"""The agentfn operator: Agents and ToolGrants in, the registry ConfigMap, a NetworkPolicy, statuses out.
+
+Run it with `kopf run -m agentfn_operator --namespace agentfn`. The modules below hold its handlers, one
+concern each; the pure part is `reconcile.py`, which local mode (`python -m agentfn_operator.local`)
+runs over YAML files too.
+"""
+
+from . import agents, grants, login, registry  # noqa: F401  (importing registers the handlers)

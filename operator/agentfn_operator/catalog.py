@@ -1,0 +1,103 @@
+"""The tool catalog: which tools exist, which function serves each, and the channels its descriptor allows.
+
+The source is the tools' own descriptor files, `functions/<function>/tool.json` (DESIGN section 2). Two
+entries come from `catalog/*.json` in this package: the memory tools `remember` and `forget`, which the
+model function serves through memory's doors and which have no tool function of their own, and
+`open_page`, only while the page fetcher has no `tool.json` yet (a descriptor file always wins).
+
+`AGENTFN_TOOL_CATALOG_DIR` points at a folder of `<function>/tool.json` (in a cluster: the descriptors
+mounted from a ConfigMap); unset, the source tree's `functions/` is used, or else the installed
+`agentfn.<function>` packages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from agentfn.shared.tools import DESCRIPTOR_FILE, check_descriptor
+
+SOURCE_FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
+# No tool function may be called alone or over MCP through these, whatever a descriptor says
+# (DESIGN T5, T6, P4): a second wall behind the descriptors' own flags.
+NEVER_ALONE_OR_MCP = frozenset({"run_code", "open_page", "remember", "forget"})
+# Tools only some agents may ever be given (RFC 0002: only the reviewer runs code and opens pages).
+ONLY_FOR = {"run_code": frozenset({"code-reviewer"}), "open_page": frozenset({"code-reviewer"})}
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    function: str  # the function that serves it (its folder under functions/)
+    callable_alone: bool
+    mcp: bool
+
+    @property
+    def channels(self) -> frozenset[str]:
+        """The channels a grant may open for this tool."""
+        allowed = {"step"}
+        if self.name not in NEVER_ALONE_OR_MCP:
+            allowed |= {"alone"} if self.callable_alone else set()
+            allowed |= {"mcp"} if self.mcp else set()
+        return frozenset(allowed)
+
+
+Catalog = Mapping[str, Tool]
+
+
+def from_descriptors(entries: Iterable[tuple[str, dict]]) -> dict[str, Tool]:
+    """(function, descriptor) pairs -> the catalog; a tool named twice is a packaging mistake."""
+    catalog: dict[str, Tool] = {}
+    for function, raw in entries:
+        descriptor = check_descriptor(raw)
+        name = descriptor["name"]
+        if name in catalog:
+            raise ValueError(f"tool {name} is described twice ({catalog[name].function} and {function})")
+        catalog[name] = Tool(name, function, descriptor["callable_alone"], descriptor["mcp"])
+    return catalog
+
+
+def _descriptor_files(directory: Path) -> list[tuple[str, dict]]:
+    return [(path.parent.name, json.loads(path.read_text())) for path in sorted(directory.glob(f"*/{DESCRIPTOR_FILE}"))]
+
+
+def _installed_descriptors() -> list[tuple[str, dict]]:
+    found = []
+    for package in resources.files("agentfn").iterdir():
+        path = package.joinpath(DESCRIPTOR_FILE)
+        if path.is_file():
+            found.append((package.name, json.loads(path.read_text())))
+    return found
+
+
+def _builtins() -> list[tuple[str, dict]]:
+    entries = []
+    for path in sorted(resources.files(__package__).joinpath("catalog").iterdir(), key=lambda p: p.name):
+        if path.name.endswith(".json"):
+            data = json.loads(path.read_text())
+            entries += [(data["function"], descriptor) for descriptor in data["tools"]]
+    return entries
+
+
+def load(env: Mapping[str, str] | None = None) -> dict[str, Tool]:
+    env = os.environ if env is None else env
+    configured = env.get("AGENTFN_TOOL_CATALOG_DIR", "").strip()
+    if configured:
+        if not Path(configured).is_dir():
+            raise RuntimeError(f"AGENTFN_TOOL_CATALOG_DIR={configured} is not a folder")
+        files = _descriptor_files(Path(configured))
+    elif SOURCE_FUNCTIONS.is_dir():
+        files = _descriptor_files(SOURCE_FUNCTIONS)
+    else:
+        files = _installed_descriptors()
+    if not files:
+        raise RuntimeError("no tool descriptors found: set AGENTFN_TOOL_CATALOG_DIR")
+    catalog = from_descriptors(files)
+    for function, descriptor in _builtins():
+        if descriptor["name"] not in catalog:
+            catalog.update(from_descriptors([(function, descriptor)]))
+    return catalog

@@ -1,0 +1,61 @@
+"""Third tier: the single-replica guard. Two electors on the real apiserver's Lease: one writes, the
+other stands by, and takes over when the first releases its hold (or stops renewing it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+
+import kopf
+import pytest
+from agentfn_operator.config import Config
+from agentfn_operator.kube import Api
+from agentfn_operator.lease import Elector
+
+from .conftest import CLUSTER_TIMEOUT, NAMESPACE, wait_for
+
+pytestmark = pytest.mark.timeout(CLUSTER_TIMEOUT)
+
+
+def elector(kube, identity: str, acquired: list[str]) -> Elector:
+    config = dataclasses.replace(Config(namespace=NAMESPACE), lease="guard-test", lease_seconds=3, identity=identity)
+    info = kopf.ConnectionInfo(server=kube.url, ca_path=str(kube.ca_file), token=kube.admin_token)
+    return Elector(Api(lambda: info), config, logging.getLogger(f"test.{identity}"),
+                   on_acquired=lambda: acquired.append(identity), on_tick=lambda resync: None)
+
+
+def holder(kube) -> str | None:
+    done = kube.kubectl("-n", NAMESPACE, "get", "lease", "guard-test", "-o", "json", check=False)
+    return json.loads(done.stdout)["spec"].get("holderIdentity") if done.returncode == 0 else None
+
+
+def test_one_replica_writes_and_the_other_takes_over_when_it_lets_go(kube):
+    acquired: list[str] = []
+    first, second = elector(kube, "first", acquired), elector(kube, "second", acquired)
+    first.start()
+    wait_for(first.held, timeout=10, what="the first hold")
+    second.start()
+    threading.Event().wait(2.5)  # more than two renewal periods
+    assert first.held() and not second.held() and acquired == ["first"] and holder(kube) == "first"
+    first.stop()  # releases the hold
+    wait_for(second.held, timeout=10, what="the second replica taking over")
+    assert acquired == ["first", "second"] and holder(kube) == "second"
+    second.stop()
+    assert holder(kube) is None
+
+
+def test_a_hold_that_is_not_renewed_lapses(kube):
+    acquired: list[str] = []
+    stuck = elector(kube, "stuck", acquired)
+    stuck._attempt()  # takes the lease once and never renews it, as a frozen replica would
+    assert stuck.held()
+    standby = elector(kube, "standby", acquired)
+    standby.start()
+    try:
+        wait_for(lambda: holder(kube) == "standby", timeout=15, what="the lapsed lease taken over")
+        wait_for(lambda: not stuck.held(), timeout=5, what="the stuck replica to stop counting itself the writer")
+        assert acquired == ["standby"]
+    finally:
+        standby.stop()
