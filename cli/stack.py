@@ -23,19 +23,29 @@ from rich.console import Console
 from .postgres import EmbeddedPostgres
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 SERVICE_ACCOUNT = "system:serviceaccount:agentfn:agentfn-model"
 # One base port (the gateway's, later) and the parts above it: AGENTFN_DEV_PORT_BASE moves them all.
 BASE = int(os.environ.get("AGENTFN_DEV_PORT_BASE", "8800"))
-PORTS = {"issuer": BASE + 1, "memory": BASE + 2, "postgres": BASE + 99}
+READS = ("platform_status", "list_models", "radar_latest")
+PORTS = {"issuer": BASE + 1, "memory": BASE + 2, "page": BASE + 3,
+         **{tool: BASE + 10 + n for n, tool in enumerate((*READS, "run_code"))},
+         **{f"{tool}-upstream": BASE + 20 + n for n, tool in enumerate(READS)},
+         "postgres": BASE + 99}
+# Parts with a schema of their own: schema -> role.
+ROLES = {"memory": "agentfn_memory", "page": "agentfn_page", "run_code": "agentfn_run_code"}
 
 
 @dataclass
 class Part:
     name: str
-    app: str
-    port: int
+    app: str  # a gunicorn app spec, or for `argv` parts a label
+    port: int | None
     env: dict[str, str] = field(default_factory=dict)
+    ready: str = "/readyz"
+    argv: list[str] | None = None  # a plain process instead of gunicorn
+    ready_file: Path | None = None  # for plain processes: ready when this file exists
     process: subprocess.Popen | None = None
 
     @property
@@ -69,48 +79,72 @@ class Stack:
         if taken:
             raise SystemExit(f"port already taken: {', '.join(taken)}. Is another `agentfn up` running?")
 
-    def start_postgres(self) -> str:
+    def start_postgres(self) -> dict[str, str]:
+        """Start Postgres and give each part with a schema its own role; returns each part's DSN."""
+        dsns = {}
         with self.console.status("starting Postgres + pgvector (embedded)"):
             self.postgres.start()
-            password = self.secret("memory-db")
-            db.provision(self.postgres.admin_dsn, schema="memory", role="agentfn_memory", password=password)
+            for schema, role in ROLES.items():
+                password = self.secret(f"{schema}-db")
+                db.provision(self.postgres.admin_dsn, schema=schema, role=role, password=password)
+                dsns[schema] = self.postgres.dsn(role, password)
         self.console.print(f"[green]✓[/] Postgres on {HOST}:{self.postgres.port} (data in {self.postgres.data_dir})")
-        return self.postgres.dsn("agentfn_memory", password)
+        return dsns
 
     def identity_env(self) -> dict[str, str]:
         issuer = f"http://{HOST}:{PORTS['issuer']}"
         return {"AGENTFN_JWT_ISSUER": issuer, "AGENTFN_JWKS_URL": f"{issuer}/.well-known/jwks.json",
                 "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": SERVICE_ACCOUNT}
 
-    def plan(self, memory_dsn: str) -> None:
+    def plan(self, dsns: dict[str, str]) -> None:
         ident = self.identity_env()
+        registry = self.var / "registry.json"
         self.parts = [
             Part("issuer", "agentfn.shared.dev_issuer:create_app()", PORTS["issuer"],
-                 {**ident, "AGENTFN_DEV_ISSUER_DIR": str(self.var / "issuer")}),
+                 {**ident, "AGENTFN_DEV_ISSUER_DIR": str(self.var / "issuer")}, ready="/healthz"),
+            Part("registry", "operator local mode over examples/", None,
+                 argv=[str(BIN / "python"), "-m", "agentfn_operator.local", str(ROOT / "examples"),
+                       "--out", str(registry), "--watch"], ready_file=registry),
             Part("memory", "agentfn.memory.app:create_app()", PORTS["memory"],
-                 {**ident, "AGENTFN_DATABASE_URL": memory_dsn}),
+                 {**ident, "AGENTFN_DATABASE_URL": dsns["memory"]}),
+            Part("page", "agentfn.page.app:create_app()", PORTS["page"],
+                 {**ident, "AGENTFN_DATABASE_URL": dsns["page"]}),
         ]
+        for tool in READS:  # each read tool and the dev upstream (a test double) standing for its service
+            upstream = f"{tool}-upstream"
+            self.parts += [
+                Part(upstream, f"agentfn.{tool}.dev_upstream:create_app()", PORTS[upstream], ident, ready="/healthz"),
+                Part(tool, f"agentfn.{tool}.app:create_app()", PORTS[tool],
+                     {**ident, f"AGENTFN_{tool.upper()}_UPSTREAM_URL": f"http://{HOST}:{PORTS[upstream]}"}),
+            ]
+        self.parts.append(Part("run_code", "agentfn.run_code.app:create_app()", PORTS["run_code"],
+                               {**ident, "AGENTFN_DATABASE_URL": dsns["run_code"]}))
 
     def launch(self, part: Part) -> None:
         log = open(self.var / "logs" / f"{part.name}.log", "ab")
         env = {**os.environ, **part.env, "PORT": str(part.port), "AGENTFN_BIND": HOST}
-        part.process = subprocess.Popen(
-            [str(BIN / "gunicorn"), "-c", "python:agentfn.shared.gunicorn_conf", part.app],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        argv = part.argv or [str(BIN / "gunicorn"), "-c", "python:agentfn.shared.gunicorn_conf", part.app]
+        part.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def is_ready(self, part: Part) -> bool:
+        if part.ready_file is not None:
+            return part.ready_file.exists()
+        try:
+            return requests.get(part.url + part.ready, timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
 
     def wait_ready(self, part: Part, timeout: float = 120) -> float:
-        started, path = time.monotonic(), "/readyz" if part.name != "issuer" else "/healthz"
-        with self.console.status(f"starting {part.name} (loading models the first time)"):
+        started = time.monotonic()
+        with self.console.status(f"starting {part.name}"):
             while time.monotonic() - started < timeout:
                 if part.process.poll() is not None:
                     raise SystemExit(f"{part.name} exited; see {self.var / 'logs' / (part.name + '.log')}")
-                try:
-                    if requests.get(part.url + path, timeout=2).status_code == 200:
-                        elapsed = time.monotonic() - started
-                        self.console.print(f"[green]✓[/] {part.name} ready on {part.url} ({elapsed:.1f} s)")
-                        return elapsed
-                except requests.RequestException:
-                    pass
+                if self.is_ready(part):
+                    elapsed = time.monotonic() - started
+                    where = part.url if part.port else part.ready_file
+                    self.console.print(f"[green]✓[/] {part.name} ready: {where} ({elapsed:.1f} s)")
+                    return elapsed
                 time.sleep(0.1)
         raise SystemExit(f"{part.name} was not ready in {timeout:.0f} s; see {self.var / 'logs'}")
 
@@ -118,16 +152,20 @@ class Stack:
         (self.var / "logs").mkdir(parents=True, exist_ok=True)
         self.check_ports()
         self.plan(self.start_postgres())
-        for part in self.parts:
+        (self.var / "registry.json").unlink(missing_ok=True)  # rewritten from examples/ at every start
+        for part in self.parts:  # all at once: each loads on its own, two cores share the work
             self.launch(part)
+        for part in self.parts:
             self.wait_ready(part)
         self.banner()
 
     def banner(self) -> None:
         memory = next(p for p in self.parts if p.name == "memory")
         self.console.rule("[bold]agentfn is up")
-        self.console.print(f"memory   {memory.url}   (openapi: {memory.url}/openapi.json)")
-        self.console.print(f"issuer   http://{HOST}:{PORTS['issuer']}")
+        for part in self.parts:
+            if part.port and not part.name.endswith("-upstream"):
+                self.console.print(f"{part.name:16} {part.url}")
+        self.console.print(f"{'registry':16} {self.var / 'registry.json'} (from examples/, rewritten on change)")
         self.console.print("token    export TOKEN=$(.venv/bin/agentfn token alice)")
         self.console.print(f"try      curl -H \"Authorization: Bearer $TOKEN\" {memory.url}/v1/entries")
         self.console.print(f"logs     {self.var / 'logs'}        stop: Ctrl-C")

@@ -50,6 +50,14 @@ def test_up_serves_memory_and_ctrl_c_stops_everything(stack):
                             json={"subject": "alice", "text": "Alice asked for answers in Croatian."}, timeout=30)
     assert episode.status_code == 201
 
+    user = subprocess.run([str(BIN / "agentfn"), "token", "bob", "--groups", "platform-users"], env=env,
+                          capture_output=True, text=True, check=True).stdout.strip()
+    tool = f"http://127.0.0.1:{base + 10}/v1/call"  # platform_status, run as the caller against its dev upstream
+    assert requests.post(tool, headers={"Authorization": f"Bearer {user}"}, json={"arguments": {}},
+                         timeout=30).status_code == 200
+    assert requests.post(tool, headers=headers, json={"arguments": {}}, timeout=30).status_code == 403
+    assert (log.parent / "var" / "registry.json").exists()
+
     process.send_signal(signal.SIGINT)
     assert process.wait(60) == 0
     assert "stopped" in log.read_text()
