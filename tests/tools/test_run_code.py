@@ -234,7 +234,7 @@ while True:
 
     ("infinite loop", lambda c: "while True:\n    pass\n",
      # CPU time ends it, unless the machine is so busy that the wall deadline comes first; never much past 1 s.
-     lambda r, c: (r["limit"] == "cpu_time" and r["cpu_ms"] >= 900 or r["limit"] == "wall_time")
+     lambda r, c: (r["limit"] == "cpu_time" and r["cpu_ms"] >= 700 or r["limit"] == "wall_time")
         and r["cpu_ms"] <= 1200 and r["wall_ms"] < WALL_MS + 1000),
 
     ("output flood", lambda c: "while True:\n    print('y' * 1000)\n",

@@ -15,7 +15,7 @@ CREATE TABLE entries (
 
 -- Recall is exact per subject: this covering index keeps a subject's vectors together, so a recall
 -- reads a few index pages (an index-only scan) instead of one heap page per entry.
-CREATE INDEX entries_recall ON entries (subject, model) INCLUDE (kind, embedding);
+CREATE INDEX entries_recall ON entries (subject, model) INCLUDE (id, kind, embedding);
 CREATE INDEX entries_listing ON entries (subject, created_at DESC, id);
 
 -- The second wall: even a statement that forgets its subject filter sees only the subject of the

@@ -7,8 +7,9 @@ CREATE FUNCTION fold(text) RETURNS text
 
 ALTER TABLE entries ADD COLUMN terms tsvector GENERATED ALWAYS AS (to_tsvector('simple', fold(text))) STORED;
 
--- btree_gin lets one GIN index answer "this subject's entries matching these terms".
-CREATE INDEX entries_terms ON entries USING gin (subject, terms);
+-- The text half of recall reads a subject's terms together, as entries_recall does its vectors: a
+-- covering index of its own (beside the vectors, one tuple could outgrow a page for 1024 dimensions).
+CREATE INDEX entries_text ON entries (subject, model) INCLUDE (id, kind, terms);
 
 -- A word as one quoted tsquery lexeme (quotes and backslashes escaped), whatever characters it holds.
 CREATE FUNCTION quote_lexeme(text) RETURNS text
