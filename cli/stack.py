@@ -6,6 +6,7 @@ progress, prints a banner when everything is ready and stops everything on Ctrl-
 
 from __future__ import annotations
 
+import ctypes
 import os
 import secrets
 import signal
@@ -25,6 +26,7 @@ from .postgres import EmbeddedPostgres
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
+PR_SET_PDEATHSIG = 1
 SERVICE_ACCOUNT = "system:serviceaccount:agentfn:agentfn-model"
 # One base port (the gateway's, later) and the parts above it: AGENTFN_DEV_PORT_BASE moves them all.
 BASE = int(os.environ.get("AGENTFN_DEV_PORT_BASE", "8800"))
@@ -51,6 +53,11 @@ class Part:
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
+
+
+def die_with_parent() -> None:
+    """In the child before exec: the kernel sends it SIGTERM if `agentfn up` itself dies (even by SIGKILL)."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def port_taken(port: int) -> bool:
@@ -124,7 +131,8 @@ class Stack:
         log = open(self.var / "logs" / f"{part.name}.log", "ab")
         env = {**os.environ, **part.env, "PORT": str(part.port), "AGENTFN_BIND": HOST}
         argv = part.argv or [str(BIN / "gunicorn"), "-c", "python:agentfn.shared.gunicorn_conf", part.app]
-        part.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        part.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                        preexec_fn=die_with_parent)
 
     def is_ready(self, part: Part) -> bool:
         if part.ready_file is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from agentfn.cli.postgres import EmbeddedPostgres
 
 BIN = Path(sys.executable).parent
 
@@ -28,7 +29,12 @@ def stack(tmp_path):
         time.sleep(0.2)
     yield env, base, process, tmp_path / "up.log"
     if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+    EmbeddedPostgres(tmp_path / "var" / "postgres").stop("immediate")  # survives a killed `up` by design
 
 
 def test_up_serves_memory_and_ctrl_c_stops_everything(stack):
@@ -63,6 +69,24 @@ def test_up_serves_memory_and_ctrl_c_stops_everything(stack):
     assert "stopped" in log.read_text()
     with pytest.raises(requests.ConnectionError):
         requests.get(memory + "/healthz", timeout=2)
+
+
+def test_killing_up_takes_every_part_with_it(stack):
+    _, base, process, _ = stack
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(10)
+    deadline = time.monotonic() + 30
+    while any(_answers(base + offset) for offset in (1, 2, 3, 10)):
+        assert time.monotonic() < deadline, "parts outlived agentfn up"
+        time.sleep(0.2)
+
+
+def _answers(port: int) -> bool:
+    try:
+        requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+        return True
+    except requests.ConnectionError:
+        return False
 
 
 def test_a_taken_port_is_a_clear_message(stack, tmp_path):
