@@ -18,6 +18,6 @@ def test_every_setting_the_code_reads_is_in_the_configuration_table():
     code = "".join(p.read_text() for folder in ("functions", "shared", "operator", "cli")
                    for p in (ROOT / folder).rglob("*.py"))
     names = {n for n in re.findall(r"AGENTFN_[A-Z0-9_]*[A-Z0-9]", code)}
-    prefixes = {n for n in re.findall(r"AGENTFN_[A-Z0-9_]+_(?=[\"'{])", code)}  # built names, e.g. AGENTFN_TOOL_
+    prefixes = {n for n in re.findall(r"AGENTFN_[A-Z0-9_]+_(?=[\"'{<])", code)}  # built names, e.g. AGENTFN_TOOL_
     missing = sorted(n for n in names if f"`{n}`" not in README and not any(n == p.rstrip("_") for p in prefixes))
     assert missing == []

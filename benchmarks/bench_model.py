@@ -1,0 +1,318 @@
+"""Benchmark: the model function's loop against the engine it drives, with the scripted engine and instant tools.
+
+Not a test; run by hand (2 cores, loopback only, about two minutes):
+
+    .venv/bin/python benchmarks/bench_model.py [--turns 30] [--starts 7] [--first-token-ms 200]
+
+It starts embedded Postgres in a fresh /tmp directory, the dev issuer, the scripted engine (the tests'
+test double of an LLM, in a process of its own), the platform_status dev upstream (a test double) and
+platform_status and memory and the model function under gunicorn, then measures:
+1. loop overhead per step: turns of 4 tool calls and an answer, engine and tool instant; the turn's time
+   minus the engine's and the tools' (the `done` event's `timing`, measured in the model function), over
+   the steps; goal <= 5 ms. Also a turn with no step, for the fixed cost of a turn.
+2. time to first delta: POST a turn and read to the first `delta`, against the same engine called
+   directly with the openai SDK (streaming, to the first content chunk), alternating, the engine
+   answering after --first-token-ms (a small engine's prefill); goal ratio <= 1.1, recall excluded (an
+   agent without memory); then the same with recall (an agent with memory), reported separately; and the
+   added milliseconds with an engine that answers at once.
+3. start-to-ready: gunicorn process start to the first 200 from /readyz, median of --starts, beside bare
+   Flask under the same gunicorn config; goal <= 0.5 s (no model is loaded in this function).
+Writes benchmarks/results/model.json and model.md, then stops everything it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import requests
+from werkzeug.serving import make_server
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "model"))
+from agentfn.cli.postgres import free_port  # noqa: E402
+from agentfn.shared.dev_issuer import DevIssuer  # noqa: E402
+from agentfn.shared.dev_issuer import create_app as issuer_app  # noqa: E402
+from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+SERVICE = "system:serviceaccount:agentfn:model"
+GOAL_STEP_MS, GOAL_TTFD_RATIO, GOAL_START_S = 5.0, 1.1, 0.5
+ENGINE_MAIN = """
+import sys
+from werkzeug.serving import make_server
+sys.path.insert(0, sys.argv[2])
+from scripted_engine import create_app
+make_server("127.0.0.1", int(sys.argv[1]), create_app(), threaded=True).serve_forever()
+"""
+BARE_FLASK = "from flask import Flask\napp = Flask('bare')\n@app.get('/readyz')\ndef ready():\n    return 'ok'\n"
+
+
+def wait_http(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            requests.get(url, timeout=1)
+            return
+        except requests.RequestException:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} did not answer")
+
+
+def registry() -> dict:
+    everyone = {"subjects": [], "groups": ["system:authenticated"], "dailyLimit": None, "grant": "bench/status"}
+
+    def agent(memory):
+        return {"object": "bench/agent", "brief": "Checks the platform.", "tier": "fast", "memory": memory,
+                "limits": {"steps": 4, "tokensPerTurn": 1_000_000, "deadlineSeconds": 60},
+                "tools": {"platform_status": everyone}}
+
+    return {"apiVersion": "agentfn.dev/v1alpha1", "kind": "Registry", "revision": "sha256:" + "0" * 64,
+            "agents": {"plain": agent("none"), "remembering": agent("preferences")}, "alone": {}, "mcp": {}}
+
+
+def parse_sse(text: str) -> list[tuple[str, dict]]:
+    events = []
+    for block in text.split("\n\n"):
+        lines = block.splitlines()
+        if lines and lines[0].startswith("event: "):
+            events.append((lines[0][7:], json.loads(lines[1][6:])))
+    return events
+
+
+class Bench:
+    def __init__(self, args):
+        self.args, self.started = args, []
+        self.tmp = Path(tempfile.mkdtemp(prefix="agentfn-bench-model-"))
+
+    def start(self, server: Gunicorn) -> Gunicorn:
+        server.start(120)
+        self.started.append(server)
+        return server
+
+    def script(self, *rounds) -> str:
+        return requests.post(self.engine + "/scripts", json={"rounds": list(rounds)}, timeout=5).json()["id"]
+
+    def up(self) -> None:
+        self.pg = Postgres(postgres_dir() / "data")
+        self.pg.start()
+        port = free_port()
+        self.issuer = DevIssuer(self.tmp / "issuer", f"http://127.0.0.1:{port}")
+        self._issuer = make_server("127.0.0.1", port, issuer_app(self.issuer), threaded=True)
+        threading.Thread(target=self._issuer.serve_forever, daemon=True).start()
+        ident = {"AGENTFN_JWT_ISSUER": self.issuer.url, "AGENTFN_JWKS_URL": self.issuer.jwks_url,
+                 "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": SERVICE}
+        engine_port = free_port()
+        self.engine_process = subprocess.Popen([sys.executable, "-c", ENGINE_MAIN, str(engine_port),
+                                                str(ROOT / "tests" / "model")], stderr=subprocess.DEVNULL)
+        self.engine = f"http://127.0.0.1:{engine_port}"
+        wait_http(self.engine + "/v1/models")
+        from agentfn.platform_status.dev_upstream import create_app as upstream_app
+
+        up_port = free_port()
+        self._upstream = make_server("127.0.0.1", up_port, upstream_app(ident), threaded=True)
+        threading.Thread(target=self._upstream.serve_forever, daemon=True).start()
+        status = self.start(Gunicorn("agentfn.platform_status.app:create_app()", {
+            **ident, "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL": f"http://127.0.0.1:{up_port}"}, self.tmp / "tool.log"))
+        memory = self.start(Gunicorn("agentfn.memory.app:create_app()", {
+            **ident, "AGENTFN_DATABASE_URL": self.pg.provision("memory", "agentfn_memory")}, self.tmp / "memory.log"))
+        (self.tmp / "registry.json").write_text(json.dumps(registry()))
+        (self.tmp / "token").write_text(self.issuer.service_token(SERVICE))
+        self.model_env = {
+            **ident, "AGENTFN_DATABASE_URL": self.pg.provision("model", "agentfn_model"),
+            "AGENTFN_REGISTRY_FILE": str(self.tmp / "registry.json"), "AGENTFN_MEMORY_URL": memory.url,
+            "AGENTFN_TOOL_PLATFORM_STATUS_URL": status.url, "AGENTFN_SERVICE_TOKEN_FILE": str(self.tmp / "token"),
+            "AGENTFN_TIER_FAST_URL": self.engine + "/v1", "AGENTFN_TIER_FAST_MODEL": "scripted",
+            "AGENTFN_LOG_LEVEL": "WARNING"}
+        self.model = self.start(Gunicorn("agentfn.model.app:create_app()", self.model_env, self.tmp / "model.log"))
+        self.token = self.issuer.caller_token("bench-person", ["platform-users"])
+        self.headers = {"Authorization": f"Bearer {self.token}"}
+        requests.post(memory.url + "/v1/entries", headers=self.headers, json={
+            "kind": "preference", "text": "Wants the platform status in one sentence.", "source": "bench"})
+
+    def down(self) -> None:
+        for server in reversed(self.started):
+            server.stop()
+        if getattr(self, "engine_process", None):
+            self.engine_process.terminate()
+            self.engine_process.wait(10)
+        for server in ("_issuer", "_upstream"):
+            if hasattr(self, server):
+                getattr(self, server).shutdown()
+        if hasattr(self, "pg"):
+            self.pg.stop("immediate")
+            shutil.rmtree(self.pg.data_dir.parent, ignore_errors=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # --- 1. loop overhead ---------------------------------------------------------------------------
+
+    def turn(self, agent: str, rounds: list[dict]) -> tuple[list, float]:
+        sid = self.script(*rounds)
+        began = time.perf_counter()
+        response = requests.post(f"{self.model.url}/v1/agents/{agent}/turns", headers=self.headers, timeout=60,
+                                 json={"messages": [{"role": "user", "content": f"Status please. script:{sid}"}]})
+        wall = (time.perf_counter() - began) * 1000
+        events = parse_sse(response.text)
+        if events[-1][0] != "done":
+            raise RuntimeError(f"the turn failed: {events[-1]}")
+        return events, wall
+
+    def overhead(self) -> dict:
+        call = {"call": {"name": "platform_status", "arguments": {}}}
+        four, none = [], []
+        for _ in range(3):
+            self.turn("plain", [call] * 4 + [{"text": "done"}])
+        for _ in range(self.args.turns):
+            events, wall = self.turn("plain", [call] * 4 + [{"text": "All up."}])
+            done = events[-1][1]
+            t = done["timing"]
+            four.append({"wall": wall, "server": t["ms"], "engine": t["engine_ms"], "tools": t["tools_ms"],
+                         "per_step": (t["ms"] - t["engine_ms"] - t["tools_ms"]) / done["steps"]})
+            events, wall = self.turn("plain", [{"text": "All up."}])
+            t = events[-1][1]["timing"]
+            none.append({"wall": wall, "loop": t["ms"] - t["engine_ms"]})
+        med = lambda rows, key: statistics.median(r[key] for r in rows)  # noqa: E731
+        return {"turns": self.args.turns, "steps_per_turn": 4,
+                "per_step_overhead_ms_p50": round(med(four, "per_step"), 2),
+                "per_step_overhead_ms_p90": round(statistics.quantiles([r["per_step"] for r in four], n=10)[-1], 2),
+                "turn_ms_p50": round(med(four, "server"), 1), "engine_ms_p50": round(med(four, "engine"), 1),
+                "tools_ms_p50": round(med(four, "tools"), 1), "client_wall_ms_p50": round(med(four, "wall"), 1),
+                "no_step_turn_loop_ms_p50": round(med(none, "loop"), 2),
+                "goal_ms": GOAL_STEP_MS, "met": med(four, "per_step") <= GOAL_STEP_MS}
+
+    # --- 2. time to first delta ---------------------------------------------------------------------
+
+    def first_delta(self, agent: str, delay: float) -> float:
+        sid = self.script({"text": "All services are up.", "delay": delay})
+        began = time.perf_counter()
+        with requests.post(f"{self.model.url}/v1/agents/{agent}/turns", headers=self.headers, timeout=60, stream=True,
+                           json={"messages": [{"role": "user", "content": f"Status? script:{sid}"}]}) as response:
+            for line in response.iter_lines():
+                if line == b"event: delta":
+                    took = time.perf_counter() - began
+                    break
+            else:
+                raise RuntimeError("no delta")
+            for _ in response.iter_lines():
+                pass
+        return took * 1000
+
+    def direct(self, client, delay: float) -> float:
+        sid = self.script({"text": "All services are up.", "delay": delay})
+        began = time.perf_counter()
+        stream = client.chat.completions.create(model="scripted", stream=True, max_tokens=256,
+                                                messages=[{"role": "user", "content": f"Status? script:{sid}"}])
+        took = None
+        for chunk in stream:
+            if took is None and chunk.choices and chunk.choices[0].delta.content:
+                took = time.perf_counter() - began
+        return took * 1000
+
+    def ttfd(self) -> dict:
+        import openai
+
+        client = openai.OpenAI(base_url=self.engine + "/v1", api_key="none", max_retries=0)
+        out = {}
+        for label, delay in (("engine_first_token_ms_%d" % self.args.first_token_ms, self.args.first_token_ms / 1000),
+                             ("engine_instant", 0.0)):
+            rows = {"direct": [], "plain": [], "remembering": []}
+            for _ in range(2):
+                self.first_delta("plain", delay), self.first_delta("remembering", delay), self.direct(client, delay)
+            for _ in range(self.args.turns):  # alternating, so that other load hits every side alike
+                rows["direct"].append(self.direct(client, delay))
+                rows["plain"].append(self.first_delta("plain", delay))
+                rows["remembering"].append(self.first_delta("remembering", delay))
+            p50 = {k: statistics.median(v) for k, v in rows.items()}
+            out[label] = {"direct_ms_p50": round(p50["direct"], 1), "through_model_ms_p50": round(p50["plain"], 1),
+                          "ratio_recall_excluded": round(p50["plain"] / p50["direct"], 3),
+                          "added_ms_recall_excluded": round(p50["plain"] - p50["direct"], 1),
+                          "with_recall_ms_p50": round(p50["remembering"], 1),
+                          "ratio_with_recall": round(p50["remembering"] / p50["direct"], 3),
+                          "added_ms_with_recall": round(p50["remembering"] - p50["direct"], 1)}
+        main = out["engine_first_token_ms_%d" % self.args.first_token_ms]
+        return {**out, "goal_ratio": GOAL_TTFD_RATIO, "met": main["ratio_recall_excluded"] <= GOAL_TTFD_RATIO}
+
+    # --- 3. start-to-ready --------------------------------------------------------------------------
+
+    def starts(self) -> dict:
+        bare = self.tmp / "bare_app.py"
+        bare.write_text(BARE_FLASK)
+        model, flask = [], []
+        env = {**self.model_env, "PYTHONPATH": str(self.tmp)}
+        for i in range(self.args.starts):  # in rounds: each side once per round
+            for rows, app in ((model, "agentfn.model.app:create_app()"), (flask, "bare_app:app")):
+                server = Gunicorn(app, env, self.tmp / f"start-{i}.log")
+                rows.append(server.start(60))
+                server.stop()
+                time.sleep(0.3)
+        return {"starts": self.args.starts, "model_s_p50": round(statistics.median(model), 3),
+                "model_s_min": round(min(model), 3), "bare_flask_s_p50": round(statistics.median(flask), 3),
+                "goal_s": GOAL_START_S, "met": statistics.median(model) <= GOAL_START_S}
+
+
+def write(results: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "model.json").write_text(json.dumps(results, indent=2) + "\n")
+    o, t, s = results["loop_overhead"], results["time_to_first_delta"], results["start_to_ready"]
+    main = t[f"engine_first_token_ms_{results['first_token_ms']}"]
+    instant = t["engine_instant"]
+    mark = lambda ok: "met" if ok else "NOT met"  # noqa: E731
+    lines = [
+        "# Model function benchmark", "",
+        f"{results['when']}, {results['machine']}; `{results['command']}`. Scripted engine (a test double), "
+        "instant tools (platform_status and its dev upstream).", "",
+        "| measure | result | goal |", "|---|---|---|",
+        f"| loop overhead per step (turn − engine − tools) / steps, p50 (p90) | {o['per_step_overhead_ms_p50']} ms "
+        f"({o['per_step_overhead_ms_p90']} ms) | <= {o['goal_ms']} ms: {mark(o['met'])} |",
+        f"| a 4-step turn: total / engine / tools, p50 | {o['turn_ms_p50']} / {o['engine_ms_p50']} / {o['tools_ms_p50']} ms | |",
+        f"| a turn without steps: loop time beside the engine, p50 | {o['no_step_turn_loop_ms_p50']} ms | |",
+        f"| time to first delta / engine direct, engine first token {results['first_token_ms']} ms, recall excluded | "
+        f"{main['ratio_recall_excluded']} ({main['through_model_ms_p50']} vs {main['direct_ms_p50']} ms) | "
+        f"<= {t['goal_ratio']}: {mark(t['met'])} |",
+        f"| the same, with recall | {main['ratio_with_recall']} ({main['with_recall_ms_p50']} ms) | reported |",
+        f"| added ms to the first delta, instant engine: without / with recall | {instant['added_ms_recall_excluded']} / "
+        f"{instant['added_ms_with_recall']} ms | |",
+        f"| start-to-ready under gunicorn, p50 (min); bare Flask p50 | {s['model_s_p50']} s ({s['model_s_min']} s); "
+        f"{s['bare_flask_s_p50']} s | <= {s['goal_s']} s: {mark(s['met'])} |", ""]
+    (RESULTS / "model.md").write_text("\n".join(lines))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--turns", type=int, default=30)
+    parser.add_argument("--starts", type=int, default=7)
+    parser.add_argument("--first-token-ms", type=int, default=200)
+    args = parser.parse_args()
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the in-process dev upstream's request lines
+    bench = Bench(args)
+    try:
+        bench.up()
+        results = {"when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                   "machine": f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
+                              f"load {os.getloadavg()[0]:.1f}",
+                   "command": "python benchmarks/bench_model.py " + " ".join(sys.argv[1:]),
+                   "first_token_ms": args.first_token_ms,
+                   "loop_overhead": bench.overhead(), "time_to_first_delta": bench.ttfd(),
+                   "start_to_ready": bench.starts()}
+    finally:
+        bench.down()
+    write(results)
+    print((RESULTS / "model.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,339 @@
+"""Engines per tier: any OpenAI-compatible Chat Completions server, called with the `openai` SDK, streaming.
+
+Two tool modes. `native`: the tools go in `tools` and come back as `tool_calls`. `constrained`, for small
+engines that emit no native tool calls: the reply is held to a JSON Schema (`response_format`) that is
+either `{"answer": "..."}` or `{"tool": NAME, "arguments": {...}}`, and the answer is streamed while its
+JSON string is still arriving (`AnswerStream`); a round without tools is held to `{"answer": "..."}`.
+
+The stream is read by a pump thread into a queue, so the turn's deadline is kept on the wall clock
+even when an engine stalls in the middle of a reply: the waiting side gives up at the deadline.
+
+Configuration (environment), one block per tier named in `AGENTFN_TIERS`:
+
+| name | default | meaning |
+|---|---|---|
+| `AGENTFN_TIERS` | `fast` | the tiers served, comma-separated |
+| `AGENTFN_TIER_<T>_URL` | (required) | the engine's OpenAI-compatible base URL, e.g. `http://127.0.0.1:8810/v1` |
+| `AGENTFN_TIER_<T>_MODEL` | `default` | the model name sent to the engine |
+| `AGENTFN_TIER_<T>_API_KEY_FILE` | (none) | a file holding the engine's API key (else the key `none`) |
+| `AGENTFN_TIER_<T>_TOOL_MODE` | `native` | `native` or `constrained` |
+| `AGENTFN_TIER_<T>_DEADLINE_SECONDS` | `60` | wall clock of a whole turn (an agent's own limit may be shorter) |
+| `AGENTFN_TIER_<T>_MAX_TOKENS` | `512` | completion tokens of one round |
+| `AGENTFN_TIER_<T>_CONTEXT_TOKENS` | `8192` | the prompt's bound; older messages are dropped to fit |
+| `AGENTFN_TIER_<T>_TEMPERATURE` | (engine's) | sampling temperature |
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+MODES = ("native", "constrained")
+TIER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    url: str
+    model: str
+    tool_mode: str
+    deadline: float
+    max_tokens: int
+    context_tokens: int
+    temperature: float | None = None
+    api_key: str = field(default="none", repr=False)
+
+
+def tiers_from_env(env: Mapping[str, str]) -> dict[str, Tier]:
+    tiers = {}
+    for name in (t.strip() for t in env.get("AGENTFN_TIERS", "fast").split(",")):
+        if not name:
+            continue
+        if not TIER_NAME.match(name):
+            raise RuntimeError(f"AGENTFN_TIERS: {name!r} is not a tier name")
+        prefix = f"AGENTFN_TIER_{name.upper().replace('-', '_')}_"
+        url = env.get(prefix + "URL", "").strip()
+        if not url.startswith(("http://", "https://")):
+            raise RuntimeError(f"{prefix}URL must be the engine's http(s) base URL")
+        mode = env.get(prefix + "TOOL_MODE", "native")
+        if mode not in MODES:
+            raise RuntimeError(f"{prefix}TOOL_MODE must be native or constrained")
+        key = "none"
+        if env.get(prefix + "API_KEY_FILE"):
+            with open(env[prefix + "API_KEY_FILE"]) as f:
+                key = f.read().strip()
+        temperature = env.get(prefix + "TEMPERATURE")
+        tiers[name] = Tier(name, url.rstrip("/"), env.get(prefix + "MODEL", "default"), mode,
+                           float(env.get(prefix + "DEADLINE_SECONDS", "60")), int(env.get(prefix + "MAX_TOKENS", "512")),
+                           int(env.get(prefix + "CONTEXT_TOKENS", "8192")),
+                           float(temperature) if temperature else None, key)
+    if not tiers:
+        raise RuntimeError("AGENTFN_TIERS names no tier")
+    return tiers
+
+
+# --- what a round yields -------------------------------------------------------------------------------
+
+@dataclass
+class Text:
+    text: str
+
+
+@dataclass
+class ToolRequest:
+    id: str
+    name: str
+    arguments: Any  # parsed JSON, or `RAW` wrapped text that did not parse
+    raw: str = ""
+    parsed: bool = True
+
+
+@dataclass
+class Usage:
+    tokens_in: int
+    tokens_out: int
+
+
+class EngineFailed(Exception):
+    """The engine refused, broke off or answered outside its contract; `kind` says which, for the problem."""
+
+    def __init__(self, kind: str, status: int | None = None):
+        super().__init__(kind)
+        self.kind, self.status = kind, status
+
+
+class DeadlinePassed(Exception):
+    pass
+
+
+# --- constrained mode ----------------------------------------------------------------------------------
+
+def constrained_schema(tools: list) -> dict[str, Any]:
+    """The reply's schema: an answer, or one call of one of the tools with arguments of its own shape."""
+    branches = [{"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
+                 "additionalProperties": False}]
+    for tool in tools:
+        branches.append({"type": "object", "properties": {"tool": {"const": tool.name},
+                                                          "arguments": grammar_safe(tool.input_schema)},
+                         "required": ["tool", "arguments"], "additionalProperties": False})
+    return {"anyOf": branches}
+
+
+def grammar_safe(schema: Any) -> Any:
+    """The schema without what a grammar compiler may not know (patterns, formats, descriptions).
+
+    The arguments are checked against the tool's full schema afterwards (T2); this only shapes the reply.
+    """
+    if isinstance(schema, dict):
+        return {k: grammar_safe(v) for k, v in schema.items() if k not in ("pattern", "format", "description", "$comment")}
+    if isinstance(schema, list):
+        return [grammar_safe(v) for v in schema]
+    return schema
+
+
+HEAD = re.compile(r'^\s*\{\s*"answer"\s*:\s*"')
+ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+class AnswerStream:
+    """Decodes a constrained reply as it arrives: the answer's string piece by piece, or a tool call at the end."""
+
+    def __init__(self):
+        self.buffer, self.state, self.pending, self.answer = "", "head", "", []
+
+    def feed(self, chunk: str) -> str:
+        """Text of the answer decoded from this chunk ("" while undecided, inside a tool call, or after)."""
+        if self.state == "head":
+            self.buffer += chunk
+            stripped = self.buffer.lstrip()
+            match = HEAD.match(self.buffer)
+            if match:
+                self.state, rest = "answer", self.buffer[match.end():]
+                return self._decode(rest)
+            if stripped and not stripped.startswith("{"):
+                self.state = "plain"  # an engine that ignored the format: its text is the answer
+                self.answer.append(self.buffer)
+                return self.buffer
+            if not '{"answer":"'.startswith(re.sub(r"\s", "", stripped)[:11]):
+                self.state = "call"  # a JSON object that is not an answer: a tool call, read whole at the end
+            return ""
+        if self.state == "answer":
+            return self._decode(chunk)
+        if self.state == "plain":
+            self.answer.append(chunk)
+            return chunk
+        self.buffer += chunk
+        return ""
+
+    def _decode(self, chunk: str) -> str:
+        out, text, i = [], self.pending + chunk, 0
+        self.pending = ""
+        while i < len(text):
+            ch = text[i]
+            if ch == '"':
+                self.state, self.buffer = "done", text[i:]
+                break
+            if ch != "\\":
+                out.append(ch)
+                i += 1
+                continue
+            if i + 1 >= len(text):
+                self.pending = text[i:]
+                break
+            code = text[i + 1]
+            if code == "u":
+                if i + 6 > len(text):
+                    self.pending = text[i:]
+                    break
+                unit = int(text[i + 2:i + 6], 16)
+                if 0xD800 <= unit < 0xDC00:  # a surrogate pair spans two escapes
+                    if i + 12 > len(text):
+                        self.pending = text[i:]
+                        break
+                    low = int(text[i + 8:i + 12], 16)
+                    out.append(chr(0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)))
+                    i += 12
+                else:
+                    out.append(chr(unit))
+                    i += 6
+            else:
+                out.append(ESCAPES.get(code, code))
+                i += 2
+        piece = "".join(out)
+        self.answer.append(piece)
+        return piece
+
+    def call(self, tool_names: set[str]) -> ToolRequest | None:
+        """At the end of the reply: the tool call it made, if it made one."""
+        if self.state not in ("head", "call") or not self.buffer.strip():
+            return None
+        try:
+            reply = json.loads(self.buffer)
+        except ValueError:
+            raise EngineFailed("malformed") from None
+        if not isinstance(reply, dict):
+            raise EngineFailed("malformed")
+        if "answer" in reply and isinstance(reply["answer"], str):
+            self.answer.append(reply["answer"])  # a reply that arrived in one piece before `head` decided
+            self.state = "late-answer"
+            return None
+        if not isinstance(reply.get("tool"), str):
+            raise EngineFailed("malformed")
+        return ToolRequest(id="c1", name=reply["tool"], arguments=reply.get("arguments", {}), raw=json.dumps(reply))
+
+
+# --- the engine ----------------------------------------------------------------------------------------
+
+_END = object()
+
+
+class Engine:
+    def __init__(self, tier: Tier):
+        import openai  # ~0.5-2 s to import: on the first turn or the warm-up, never on the way to ready
+
+        self.tier, self._openai = tier, openai
+        self.client = openai.OpenAI(base_url=tier.url, api_key=tier.api_key, max_retries=0, timeout=tier.deadline)
+
+    def request(self, messages: list[dict], tools: list | None, max_tokens: int) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.tier.model, "messages": messages, "max_tokens": max_tokens,
+                                "stream": True, "stream_options": {"include_usage": True}}
+        if self.tier.temperature is not None:
+            body["temperature"] = self.tier.temperature
+        if tools and self.tier.tool_mode == "native":
+            body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                               "parameters": t.input_schema}} for t in tools]
+        elif self.tier.tool_mode == "constrained":
+            # Without tools too: a small engine that has seen JSON replies in the conversation keeps writing
+            # them; held to {"answer": ...} its answer is read out of the JSON all the same.
+            body["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": "reply", "strict": True, "schema": constrained_schema(tools or [])}}
+        return body
+
+    def round(self, messages: list[dict], tools: list | None, max_tokens: int, deadline: float) -> Iterator[Any]:
+        """Text pieces as they arrive, then the tool requests (if tools were offered) and the usage."""
+        body = self.request(messages, tools, max_tokens)
+        events: queue.Queue = queue.Queue()
+        stop = threading.Event()
+        threading.Thread(target=self._pump, args=(body, deadline, events, stop), name="engine-pump", daemon=True).start()
+        offered = {t.name for t in tools or ()}
+        constrained = self.tier.tool_mode == "constrained"
+        decoder = AnswerStream() if constrained else None
+        calls: dict[int, dict[str, str]] = {}
+        usage = None
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DeadlinePassed()
+                try:
+                    item = events.get(timeout=left)
+                except queue.Empty:
+                    raise DeadlinePassed() from None
+                if item is _END:
+                    break
+                if isinstance(item, EngineFailed):
+                    raise item
+                if item.usage is not None:
+                    usage = Usage(item.usage.prompt_tokens or 0, item.usage.completion_tokens or 0)
+                for choice in item.choices or ():
+                    delta = choice.delta
+                    if delta is None:
+                        continue
+                    if delta.content:
+                        text = decoder.feed(delta.content) if decoder else delta.content
+                        if text:
+                            yield Text(text)
+                    for call in delta.tool_calls or ():
+                        slot = calls.setdefault(call.index or 0, {"id": "", "name": "", "arguments": ""})
+                        slot["id"] = call.id or slot["id"]
+                        if call.function is not None:
+                            slot["name"] += call.function.name or ""
+                            slot["arguments"] += call.function.arguments or ""
+        finally:
+            stop.set()
+        if decoder is not None:
+            request = decoder.call(offered)
+            if decoder.state == "late-answer":
+                yield Text(decoder.answer[-1])
+            if request is not None:
+                yield request
+        elif tools:
+            for index in sorted(calls):
+                slot = calls[index]
+                try:
+                    arguments, parsed = (json.loads(slot["arguments"]) if slot["arguments"].strip() else {}), True
+                except ValueError:
+                    arguments, parsed = None, False
+                yield ToolRequest(slot["id"] or f"call_{index}", slot["name"], arguments, slot["arguments"], parsed)
+        yield usage
+
+    def _pump(self, body: dict, deadline: float, events: queue.Queue, stop: threading.Event) -> None:
+        openai = self._openai
+        stream = None
+        try:
+            timeout = max(deadline - time.monotonic(), 0.05)
+            stream = self.client.with_options(timeout=timeout).chat.completions.create(**body)
+            for chunk in stream:
+                if stop.is_set():
+                    break
+                events.put(chunk)
+            events.put(_END)
+        except openai.APITimeoutError:
+            events.put(EngineFailed("timeout"))
+        except openai.APIStatusError as error:
+            events.put(EngineFailed("status", error.status_code))
+        except (openai.APIError, ValueError, OSError):
+            events.put(EngineFailed("broken"))
+        finally:
+            if stream is not None:
+                try:
+                    stream.close()
+                except Exception:  # closing a broken stream may fail again; the reply is over either way
+                    pass

@@ -1,0 +1,167 @@
+"""Ending a session (E1, E2): the conversation summarised on the fast tier, checked, kept as an episode.
+
+The person sends the whole conversation once; it is read, summarised and dropped (never stored, never
+logged). The summary is the person's own generation (budgeted, recorded), must pass `faults()` (the
+episode rules, checked after generation: a summary that fails is written again once, then refused),
+and is kept by `WriteEpisode` as the model function itself (its service identity, not the caller's).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from typing import Any
+
+from agentfn.shared.identity import Caller
+from agentfn.shared.problems import ProblemError
+
+from . import prompt
+from .engines import DeadlinePassed, EngineFailed, Text, Usage
+from .loop import DEADLINE, budget_problem, engine_problem
+from .registry import Agent
+from .services import Services
+from .store import Usage as Spent
+from .store import today
+
+MAX_WORDS, MAX_CHARS = 80, 500
+SUMMARY_TOKENS = 200
+PROBLEMS = "https://agentfn.dev/problems/"
+
+# The episode rules, one pattern each; a summary is refused for the first rule it breaks.
+RULES: list[tuple[str, re.Pattern]] = [
+    ("code", re.compile(r"`|[{}]|=>|==|!=|&&|\|\||\w\(\)|\w\([^)]*[=,'\"][^)]*\)|;\s*$|</?[a-z]+[ >]|"
+                        r"^\s*(?:def|class|import|return|SELECT)\s",
+                        re.M | re.I)),
+    ("command", re.compile(r"(?:^|\s)(?:sudo|kubectl|chmod|ssh|curl|wget|rm\s+-|git\s+(?:clone|push|pull|commit|checkout)|"
+                           r"(?:pip|npm|apt(?:-get)?)\s+install)\b|(?:^|\s)--?[a-z][\w-]*=?|\|\s*\w|^\s*[$#>]\s", re.M | re.I)),
+    ("address", re.compile(r"https?://|\bwww\.|\b[a-z0-9-]+\.(?:com|org|net|io|dev|ai|app|hr|de|eu|uk|co|info|biz|me|xyz|"
+                           r"cloud|local|internal|svc)\b|\b\d{1,3}(?:\.\d{1,3}){3}\b|(?:^|\s)(?:~|\.{1,2})?/[\w.-]+/", re.I)),
+    ("e-mail", re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")),
+    ("credential", re.compile(r"\b(?:sk|pk|ghp|gho|xox[abp]|AKIA)[-_A-Za-z0-9]{8,}|\beyJ[\w-]{8,}\.|"
+                              r"\b(?=[A-Za-z0-9+/_=-]*\d)(?=[A-Za-z0-9+/_=-]*[A-Za-z])[A-Za-z0-9+/_=-]{24,}\b|"
+                              r"\b(?:password|passwd|lozinka|token|secret|api[ _-]?key)\s*[:=]\s*\S|"
+                              r"\b(?:password|passwd|lozinka|token|secret|key|ključ)\s+(?:is|je)\s+\S*[\d!@#$%^&*]", re.I)),
+    ("first or second person", re.compile(r"(?-i:\bI\b)|\b(?:I'm|I've|me|my|mine|myself|you|your|yours|yourself)\b|"
+                                          r"\b(?:ja|moj|moja|moje|tvoj|tvoja|tvoje|vaš|vaša|vaše)\b", re.I)),
+]
+SAME_LANGUAGE = {"bs": "hr", "sr": "hr", "me": "hr"}  # one language to a reader; the identifier splits it
+LANGUAGE_NAMES = {"en": "English", "hr": "Croatian", "de": "German", "fr": "French", "es": "Spanish", "it": "Italian",
+                  "sl": "Slovenian", "pt": "Portuguese", "nl": "Dutch", "pl": "Polish", "cs": "Czech", "hu": "Hungarian"}
+CONFIDENT = 0.6
+
+_identifier = None
+_identifier_lock = threading.Lock()
+
+
+def language(text: str) -> str | None:
+    """The text's language (a group code), or None when the identifier is not confident."""
+    global _identifier
+    with _identifier_lock:
+        if _identifier is None:
+            from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+            _identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+        ranked = _identifier.rank(text)[:10]
+    groups: dict[str, float] = {}
+    for code, p in ranked:
+        code = SAME_LANGUAGE.get(code, code)
+        groups[code] = groups.get(code, 0.0) + p
+    best = max(groups.items(), key=lambda kv: kv[1], default=(None, 0.0))
+    return best[0] if best[1] >= CONFIDENT else None
+
+
+def faults(summary: str, person_language: str | None) -> list[str]:
+    """The episode rules the summary breaks (empty: it may be kept). Pure: the case table tests it."""
+    text = summary.strip()
+    if not text:
+        return ["empty"]
+    found = []
+    if len(text.split()) > MAX_WORDS:
+        found.append(f"more than {MAX_WORDS} words")
+    if len(text) > MAX_CHARS:
+        found.append(f"more than {MAX_CHARS} characters")
+    found += [name for name, pattern in RULES if pattern.search(text)]
+    if person_language is not None:
+        written = language(text)
+        if written is not None and written != person_language:
+            found.append("not in the person's language")
+    return found
+
+
+def instructions(person_language: str | None, broken: list[str]) -> str:
+    name = LANGUAGE_NAMES.get(person_language or "", "the language the person wrote in")
+    text = (f"You write the memory of a conversation. Summarise what the person wanted and what was settled, in {name}, "
+            "in the third person (write 'the person'; never 'I' or 'you'), in at most 60 words. "
+            "No code, no commands, no web or e-mail addresses, no passwords, keys or tokens. Write only the summary.")
+    if broken:
+        text += f" The last summary was refused ({', '.join(broken)}): write it again, keeping the rules."
+    return text
+
+
+def transcript(messages: list[dict[str, str]], tokens: int) -> str:
+    kept = prompt.fit(messages, tokens)
+    return "\n".join(f"{'Person' if m['role'] == 'user' else 'Assistant'}: {m['content']}" for m in kept)
+
+
+def end_session(services: Services, caller: Caller, agent: Agent, messages: list[dict[str, str]],
+                session_id: str | None) -> dict[str, Any]:
+    """Summarise, check, keep. Returns the episode Entry memory kept; raises a problem otherwise."""
+    if agent.memory == "none":
+        raise ProblemError(422, "Unprocessable Content", f"the agent {agent.name} keeps nothing about a person",
+                           type=PROBLEMS + "keeps-nothing")
+    if not services.memory.configured:
+        raise ProblemError(503, "Service Unavailable", "memory is not configured", type=PROBLEMS + "memory")
+    tier = services.tier(services.limits.episode_tier)
+    day, store, limit = today(), services.store, services.limits.daily_tokens
+    deadline = time.monotonic() + tier.deadline
+    person = language(" ".join(m["content"] for m in messages if m["role"] == "user"))
+    started = time.perf_counter()
+    gen = store.open(kind="session_end", channel="agent", subject=caller.subject, agent=agent.name, tier=tier.name,
+                     hold_seconds=tier.deadline + 30, day=day)
+    status, code, unsettled, broken = "error", None, None, []
+    try:
+        text = transcript(messages, max(tier.context_tokens - SUMMARY_TOKENS - 200, 256))
+        for _attempt in range(2):
+            convo = [{"role": "system", "content": instructions(person, broken)}, {"role": "user", "content": text}]
+            cost = prompt.estimate(convo)
+            held = store.round(gen, caller.subject, day, limit=limit, settle=unsettled, want=cost + SUMMARY_TOKENS,
+                               least=cost + services.limits.min_completion)
+            unsettled = None
+            if not held:
+                raise budget_problem(per_turn=False)
+            pieces, usage = [], None
+            try:
+                for item in services.engine(tier).round(convo, None, min(SUMMARY_TOKENS, held - cost), deadline):
+                    if isinstance(item, Text):
+                        pieces.append(item.text)
+                    elif isinstance(item, Usage):
+                        usage = item
+            finally:
+                usage = usage or Usage(cost, prompt.estimate("".join(pieces)))
+                unsettled = Spent(usage.tokens_in, usage.tokens_out, 1)
+            summary = " ".join("".join(pieces).split())
+            broken = faults(summary, person)
+            if not broken:
+                break
+        if broken:
+            raise ProblemError(422, "Unprocessable Content",
+                               f"the summary broke the episode rules twice ({', '.join(broken)}); nothing was kept",
+                               type=PROBLEMS + "episode-rules", rules=broken)
+        episode = services.memory.write_episode(caller.subject, summary, session_id,
+                                                timeout=max(deadline - time.monotonic(), 1.0))
+        status = "ok"
+        return episode
+    except DeadlinePassed:
+        status, code = "deadline", 504
+        raise DEADLINE from None
+    except EngineFailed as error:
+        failed = engine_problem(error)
+        code = failed.status
+        raise failed from None
+    except ProblemError as error:
+        status, code = ("budget" if error.status == 429 else "error"), error.status
+        raise
+    finally:
+        store.finish(gen, caller.subject, day, status=status, problem=code, step_log=[],
+                     duration_ms=int((time.perf_counter() - started) * 1000), settle=unsettled)

@@ -1,0 +1,137 @@
+"""`/mcp`: the MCP-enabled tools over Streamable HTTP, with the official `mcp` SDK's server (T6).
+
+The SDK's low-level `Server`, stateless and answering in JSON (each request stands alone: scale-to-zero),
+is an ASGI app; `a2wsgi` mounts it in the WSGI app gunicorn serves. The SDK's session manager must be
+running for it to answer, which a Starlette lifespan would do and a2wsgi does not: it runs on an event
+loop of this module's own, in a thread, and that loop is handed to the middleware.
+
+The handlers read the loop's own tool table (`calls.listing` / `calls.call`): no second table, so a tool
+reads the same in an agent step, in the record and to an MCP client. The bearer token is checked by
+`CallerTokens`, a `TokenVerifier` over the same JWT check every door uses; calls run as that caller.
+Building all this imports the SDK (a second or two), so it is built on the first request or by the
+warm-up thread after start, never on the way to ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Callable
+
+from agentfn.shared.identity import Caller, Verifier, verify_caller
+from agentfn.shared.problems import ProblemError
+
+from . import calls
+from .services import Services
+
+log = logging.getLogger("agentfn.model.mcp")
+
+
+def build(services: Services, verifier: Verifier, allowed_hosts: list[str], allowed_origins: list[str],
+          max_body: int):
+    """The ASGI app and the loop its session manager runs on (started here, in a daemon thread)."""
+    import anyio
+    import mcp_types as types
+    from mcp.server.auth.middleware.auth_context import get_access_token
+    from mcp.server.auth.provider import AccessToken
+    from mcp.server.auth.settings import AuthSettings
+    from mcp.server.lowlevel.server import Server
+    from mcp.server.transport_security import TransportSecuritySettings
+    from mcp.shared.exceptions import MCPError
+
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # its info lines may name sessions; ours say what matters
+
+    class CallerTokens:
+        """TokenVerifier: the caller JWT check of every door (signature, iss, aud, exp), off the event loop."""
+
+        async def verify_token(self, token: str) -> AccessToken | None:
+            try:
+                caller = await anyio.to_thread.run_sync(verify_caller, verifier, token)
+            except ProblemError:
+                return None
+            return AccessToken(token=token, client_id=caller.subject, scopes=[], subject=caller.subject,
+                               claims={"groups": list(caller.groups)})
+
+    def caller() -> Caller:
+        access = get_access_token()
+        if access is None or access.subject is None:  # the SDK's RequireAuthMiddleware let nobody else in
+            raise MCPError(-32001, "no valid caller token")
+        return Caller(access.subject, tuple((access.claims or {}).get("groups", [])), access.token)
+
+    async def list_tools(ctx, params) -> types.ListToolsResult:
+        who = caller()
+        tools = await anyio.to_thread.run_sync(calls.listing, services, who, "mcp")
+        return types.ListToolsResult(tools=[types.Tool(name=t.name, description=t.description, input_schema=t.input_schema)
+                                            for t in tools])
+
+    async def call_tool(ctx, params) -> types.CallToolResult:
+        who = caller()
+        arguments = params.arguments or {}
+        try:
+            outcome = await anyio.to_thread.run_sync(calls.call, services, who, params.name, arguments, "mcp")
+        except Exception as error:  # never let an exception's message travel or be logged
+            log.error("mcp call failed", extra={"event": "mcp", "error_type": type(error).__name__})
+            raise MCPError(-32603, "the call failed") from None
+        if outcome is None:
+            raise MCPError(types.INVALID_PARAMS, f"no such tool: {params.name[:64]}")
+        text = json.dumps(outcome.result, ensure_ascii=False)
+        structured = outcome.result if outcome.ok and isinstance(outcome.result, dict) else None
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=structured,
+                                    is_error=not outcome.ok)
+
+    server = Server("agentfn", version="1.0.0", on_list_tools=list_tools, on_call_tool=call_tool,
+                    instructions="The platform's reviewed read tools; each call runs as the caller of the token.")
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts,
+                                         allowed_origins=allowed_origins)
+    app = server.streamable_http_app(
+        streamable_http_path="/", stateless_http=True, json_response=True, transport_security=security,
+        max_request_body_size=max_body, token_verifier=CallerTokens(),
+        # Only a resource server: no OAuth routes are served; the issuer named is the one callers' tokens come from.
+        auth=AuthSettings(issuer_url=verifier.trust.issuer, resource_server_url=None),
+    )
+    loop = asyncio.new_event_loop()
+    running = threading.Event()
+
+    async def keep_running():
+        async with server.session_manager.run():
+            running.set()
+            await asyncio.Event().wait()
+
+    threading.Thread(target=loop.run_until_complete, args=(keep_running(),), name="mcp-loop", daemon=True).start()
+    if not running.wait(10):
+        raise RuntimeError("the MCP session manager did not start")
+    return app, loop
+
+
+class LazyMCP:
+    """A WSGI app that builds the MCP mount once, on first use or when `warm()` asks."""
+
+    def __init__(self, factory: Callable[[], tuple]):
+        self._factory, self._wsgi, self._lock = factory, None, threading.Lock()
+
+    def warm(self) -> None:
+        self._get()
+
+    def _get(self):
+        with self._lock:
+            if self._wsgi is None:
+                from a2wsgi import ASGIMiddleware
+
+                app, loop = self._factory()
+                self._wsgi = ASGIMiddleware(app, loop=loop)
+            return self._wsgi
+
+    def __call__(self, environ, start_response):
+        if environ.get("REQUEST_METHOD") != "POST":
+            # Stateless and JSON-only: no session to delete, and a GET would hold a worker thread open on an
+            # event stream that never carries anything. The spec lets a server answer 405 to both.
+            body = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Method Not Allowed: POST only"}}'
+            start_response("405 Method Not Allowed", [("Content-Type", "application/json"), ("Allow", "POST"),
+                                                      ("Content-Length", str(len(body)))])
+            return [body]
+        # Mounted at /mcp, a request for /mcp itself arrives with an empty path: serve it there rather
+        # than let Starlette redirect to /mcp/ (a redirect a client or a gateway may not follow).
+        environ["PATH_INFO"] = environ.get("PATH_INFO") or "/"
+        return self._get()(environ, start_response)

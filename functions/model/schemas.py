@@ -1,0 +1,134 @@
+"""The model function's request and response shapes: one source for validation and for /openapi.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_MESSAGES = 200
+MAX_CONTENT = 32000
+# What a request may not carry: tools are the platform's (T1). Checked before the schema, so the
+# refusal says why rather than "unknown field".
+CALLER_TOOL_KEYS = frozenset({"tools", "functions", "tool_choice", "function_call", "parallel_tool_calls",
+                              "response_format", "tool_resources", "mcp_servers"})
+CALLER_TOOL_MESSAGE_KEYS = frozenset({"tool_calls", "function_call", "tool_call_id", "name"})
+CALLER_TOOL_ROLES = frozenset({"tool", "function"})
+
+NOT_BLANK = "^[^\\u0000]*[^\\u0000 \\t\\n\\r\\f\\v][^\\u0000]*$"
+MESSAGE = {
+    "type": "object", "additionalProperties": False, "required": ["role", "content"],
+    "properties": {"role": {"type": "string", "enum": ["user", "assistant"]},
+                   "content": {"type": "string", "minLength": 1, "maxLength": MAX_CONTENT, "pattern": NOT_BLANK}},
+}
+MESSAGES = {"type": "array", "minItems": 1, "maxItems": MAX_MESSAGES, "items": MESSAGE,
+            "description": "the conversation, oldest first; the last message is the person's (role user)"}
+TURN = {"type": "object", "additionalProperties": False, "required": ["messages"], "properties": {"messages": MESSAGES}}
+SESSION_END = {
+    "type": "object", "additionalProperties": False, "required": ["messages"],
+    "properties": {"messages": MESSAGES,
+                   "session_id": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[A-Za-z0-9._:-]+$"}},
+}
+CALL = {"type": "object", "additionalProperties": False, "required": ["arguments"],
+        "properties": {"arguments": {"type": "object"}}}
+ANY_OBJECT = {"type": "object"}
+
+PROBLEM = {
+    "type": "object", "required": ["type", "title", "status"],
+    "properties": {"type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
+                   "detail": {"type": "string"}, "request_id": {"type": "string"}},
+}
+ENTRY = {
+    "type": "object", "required": ["id", "kind", "text"],
+    "properties": {"id": {"type": "string"}, "kind": {"type": "string"}, "text": {"type": "string"},
+                   "source": {"type": "string"}, "created_at": {"type": "string"}, "updated_at": {"type": "string"},
+                   "session_id": {"type": ["string", "null"]}},
+}
+TOOL = {"type": "object", "required": ["name", "description", "input_schema"],
+        "properties": {"name": {"type": "string"}, "description": {"type": "string"}, "input_schema": {"type": "object"}}}
+AGENT = {
+    "type": "object", "required": ["name", "brief", "tier", "memory", "tools", "limits"],
+    "properties": {"name": {"type": "string"}, "brief": {"type": "string"}, "tier": {"type": "string"},
+                   "memory": {"enum": ["none", "preferences", "facts"]},
+                   "tools": {"type": "array", "items": {"type": "string"}},
+                   "limits": {"type": "object", "properties": {"steps": {"type": "integer"},
+                                                               "tokensPerTurn": {"type": "integer"},
+                                                               "deadlineSeconds": {"type": "integer"}}}},
+}
+EVENTS = """Server-sent events, in this order: `recall` `{entries}` (agents with memory), then for each tool call
+`step` `{n, tool, arguments, status: "started"}` and `step` `{n, tool, arguments, status: "ok"|"error", ms, result}`,
+`delta` `{text}` pieces of the answer as they arrive, and at the end `done` `{cited, steps, usage, generation_id,
+timing}` (`timing`: `ms`, `engine_ms`, `tools_ms` of the turn),
+or instead `error` (a problem, with `generation_id`) when the turn cannot finish."""
+
+NAMES = {400: "Bad request", 401: "No valid caller token", 404: "No such agent or tool for this caller",
+         413: "Body too large", 415: "Not JSON", 422: "Invalid body, caller-declared tools (T1), or a broken rule",
+         429: "The caller's tokens for today are spent (see Retry-After), or a daily limit",
+         502: "A part or the engine failed", 503: "A dependency or the tier is unavailable", 504: "Deadline"}
+
+
+def openapi(version: str = "1.0.0") -> dict[str, Any]:
+    def problems(*codes: int) -> dict:
+        return {str(c): {"description": NAMES[c], "content": {"application/problem+json": {
+            "schema": {"$ref": "#/components/schemas/Problem"}}}} for c in codes}
+
+    def body(schema: dict) -> dict:
+        return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+    def ok(description: str, schema: dict, status: str = "200") -> dict:
+        return {status: {"description": description, "content": {"application/json": {"schema": schema}}}}
+
+    caller = [{"caller": []}]
+    name = {"name": "agent", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 63}}
+    tool = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "agentfn model function", "version": version,
+                 "description": "The bounded, traced agent loop, ListTools/CallTool and MCP."},
+        "components": {
+            "securitySchemes": {"caller": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
+            "schemas": {"Problem": PROBLEM, "Entry": ENTRY, "Tool": TOOL, "Agent": AGENT},
+        },
+        "security": caller,
+        "paths": {
+            "/v1/agents": {"get": {
+                "operationId": "listAgents", "summary": "The agents the caller is granted.",
+                "responses": {**ok("the agents", {"type": "object", "required": ["agents"], "properties": {
+                    "agents": {"type": "array", "items": {"$ref": "#/components/schemas/Agent"}}}}), **problems(401)}}},
+            "/v1/agents/{agent}/turns": {"post": {
+                "operationId": "takeTurn", "summary": "One turn of the agent, streamed.", "parameters": [name],
+                "requestBody": body(TURN),
+                "responses": {"200": {"description": EVENTS, "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                              **problems(400, 401, 404, 413, 415, 422, 429, 503)}}},
+            "/v1/agents/{agent}/sessions/end": {"post": {
+                "operationId": "endSession", "summary": "End a session: its summary is kept as an episode.",
+                "parameters": [name], "requestBody": body(SESSION_END),
+                "responses": {**ok("the episode memory kept", {"type": "object", "required": ["episode"], "properties": {
+                    "episode": {"$ref": "#/components/schemas/Entry"}}}, "201"),
+                    **problems(400, 401, 404, 413, 415, 422, 429, 502, 503, 504)}}},
+            "/v1/tools": {"get": {
+                "operationId": "listTools", "summary": "The tools the caller may call on their own.",
+                "responses": {**ok("the tools", {"type": "object", "required": ["tools"], "properties": {
+                    "tools": {"type": "array", "items": {"$ref": "#/components/schemas/Tool"}}}}), **problems(401)}}},
+            "/v1/tools/{name}/call": {"post": {
+                "operationId": "callTool", "summary": "Call a tool on its own, as the caller.", "parameters": [tool],
+                "requestBody": body(CALL),
+                "responses": {**ok("what the tool found", {"type": "object", "required": ["content"]}),
+                              **problems(400, 401, 404, 413, 415, 422, 429, 502, 503, 504)}}},
+            "/mcp": {"post": {
+                "operationId": "mcp", "summary": "MCP over Streamable HTTP (stateless, JSON responses): tools/list, tools/call.",
+                "requestBody": body({"type": "object", "required": ["jsonrpc", "method"],
+                                     "properties": {"jsonrpc": {"const": "2.0"}, "method": {"type": "string"},
+                                                    "id": {"type": ["integer", "string"]}, "params": {"type": "object"}},
+                                     "description": "a JSON-RPC 2.0 message of MCP (its shapes are the protocol's)"}),
+                "responses": {"200": {"description": "a JSON-RPC response",
+                                      "content": {"application/json": {"schema": {"type": "object"}}}},
+                              "202": {"description": "a notification was accepted"},
+                              "400": {"description": "not a valid MCP message"},
+                              "401": {"description": "no valid caller token"},
+                              "405": {"description": "POST only: stateless, no event stream, no session to end"},
+                              "406": {"description": "the Accept header must allow application/json"},
+                              "413": {"description": "body too large"},
+                              "415": {"description": "not JSON"},
+                              "421": {"description": "the Host header is not allowed"},
+                              "422": {"description": "not a valid MCP message"}}}},
+        },
+    }

@@ -1,0 +1,147 @@
+"""The model function's storage: the generation record (L4), the daily token budget and grant counters.
+
+Every statement names the subject. A round's tokens are reserved before the engine is called and settled
+after, under a lock on the caller's budget row for the day, so concurrent turns (in any process) see each
+other's holds and the day's limit is never passed by more than one round's estimate going wrong.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from dataclasses import dataclass
+
+from agentfn.shared import db
+from psycopg.types.json import Jsonb
+
+SCHEMA = "model"
+
+OPEN = """
+INSERT INTO generations (id, kind, channel, subject, agent, tier, status, day, hold_until)
+VALUES (%(id)s, %(kind)s, %(channel)s, %(subject)s, %(agent)s, %(tier)s, 'running', %(day)s,
+        now() + make_interval(secs => %(hold)s))
+"""
+
+ENSURE_BUDGET = """
+INSERT INTO token_budgets (subject, day) VALUES (%(subject)s, %(day)s) ON CONFLICT (subject, day) DO NOTHING
+"""
+
+LOCK_BUDGET = "SELECT spent FROM token_budgets WHERE subject = %(subject)s AND day = %(day)s FOR UPDATE"
+
+# Holds of the caller's other generations still under way; a dead process's hold lapses at hold_until.
+HELD = """
+SELECT coalesce(sum(reserved), 0) FROM generations
+WHERE subject = %(subject)s AND day = %(day)s AND reserved > 0 AND hold_until > now() AND id <> %(id)s
+"""
+
+SPEND = "UPDATE token_budgets SET spent = spent + %(used)s WHERE subject = %(subject)s AND day = %(day)s"
+
+SETTLE = """
+UPDATE generations SET reserved = 0, tokens_in = tokens_in + %(tokens_in)s, tokens_out = tokens_out + %(tokens_out)s,
+       rounds = rounds + %(rounds)s
+WHERE id = %(id)s AND subject = %(subject)s
+"""
+
+HOLD = "UPDATE generations SET reserved = %(amount)s WHERE id = %(id)s AND subject = %(subject)s"
+
+FINISH = """
+UPDATE generations SET status = %(status)s, problem = %(problem)s, steps = %(steps)s, step_log = %(step_log)s,
+       reserved = 0, duration_ms = %(duration_ms)s
+WHERE id = %(id)s AND subject = %(subject)s
+"""
+
+SPENT = "SELECT coalesce((SELECT spent FROM token_budgets WHERE subject = %(subject)s AND day = %(day)s), 0)"
+
+COUNT_CALL = """
+INSERT INTO grant_calls AS g (subject, grant_ref, day, calls) VALUES (%(subject)s, %(grant)s, %(day)s, 1)
+ON CONFLICT (subject, grant_ref, day) DO UPDATE SET calls = g.calls + 1 WHERE g.calls < %(limit)s
+RETURNING calls
+"""
+
+
+def today() -> datetime.date:
+    return datetime.datetime.now(datetime.UTC).date()
+
+
+@dataclass
+class Usage:
+    tokens_in: int = 0
+    tokens_out: int = 0
+    rounds: int = 0
+
+
+class Store:
+    def __init__(self, dsn: str, *, pool_size: int):
+        self.pool = db.open_pool(dsn, schema=SCHEMA, size=pool_size)
+        self._migrated = False
+
+    def migrate(self) -> None:
+        if not self._migrated:
+            with self.pool.connection() as conn:
+                db.migrate(conn, SCHEMA, "agentfn.model")
+            self._migrated = True
+
+    def ping(self) -> bool:
+        with self.pool.connection() as conn:
+            return conn.execute("SELECT 1").fetchone() == (1,)
+
+    def open(self, *, kind: str, channel: str, subject: str, agent: str | None, tier: str | None,
+             hold_seconds: float, day: datetime.date) -> uuid.UUID:
+        """A generation row, running; its id is the generation_id the caller is given."""
+        gen = uuid.uuid4()
+        with self.pool.connection() as conn:
+            conn.execute(OPEN, {"id": gen, "kind": kind, "channel": channel, "subject": subject, "agent": agent,
+                                "tier": tier, "day": day, "hold": hold_seconds})
+        return gen
+
+    def round(self, gen: uuid.UUID, subject: str, day: datetime.date, *, limit: int,
+              settle: Usage | None = None, want: int = 0, least: int = 0) -> int:
+        """Settle the last round's tokens (if any), then hold up to `want` tokens for the next (if asked).
+
+        Returns the tokens held: `want`, or less when the day's budget has less left, or 0 when fewer than
+        `least` are left (the round may not run). One transaction, under the budget row's lock.
+        """
+        args = {"id": gen, "subject": subject, "day": day}
+        with self.pool.connection() as conn, conn.transaction():
+            conn.execute(ENSURE_BUDGET, args)
+            spent = conn.execute(LOCK_BUDGET, args).fetchone()[0]
+            if settle is not None:
+                used = settle.tokens_in + settle.tokens_out
+                conn.execute(SPEND, {**args, "used": used})
+                conn.execute(SETTLE, {**args, "tokens_in": settle.tokens_in, "tokens_out": settle.tokens_out,
+                                      "rounds": settle.rounds})
+                spent += used
+            if want <= 0:
+                return 0
+            held = conn.execute(HELD, args).fetchone()[0]
+            granted = min(want, limit - spent - held)
+            if granted < max(least, 1):
+                return 0
+            conn.execute(HOLD, {**args, "amount": granted})
+            return granted
+
+    def finish(self, gen: uuid.UUID, subject: str, day: datetime.date, *, status: str, problem: int | None,
+               step_log: list[dict], duration_ms: int, settle: Usage | None = None) -> None:
+        args = {"id": gen, "subject": subject, "day": day}
+        with self.pool.connection() as conn, conn.transaction():
+            if settle is not None and (settle.tokens_in or settle.tokens_out or settle.rounds):
+                conn.execute(ENSURE_BUDGET, args)
+                conn.execute(LOCK_BUDGET, args)
+                conn.execute(SPEND, {**args, "used": settle.tokens_in + settle.tokens_out})
+                conn.execute(SETTLE, {**args, "tokens_in": settle.tokens_in, "tokens_out": settle.tokens_out,
+                                      "rounds": settle.rounds})
+            conn.execute(FINISH, {**args, "status": status, "problem": problem, "steps": len(step_log),
+                                  "step_log": Jsonb(step_log), "duration_ms": duration_ms})
+
+    def spent(self, subject: str, day: datetime.date) -> int:
+        with self.pool.connection() as conn:
+            return conn.execute(SPENT, {"subject": subject, "day": day}).fetchone()[0]
+
+    def count_call(self, subject: str, grant: str, limit: int, day: datetime.date) -> bool:
+        """Count one call through a grant with a daily limit; False (nothing counted) when it is spent."""
+        with self.pool.connection() as conn:
+            return conn.execute(COUNT_CALL, {"subject": subject, "grant": grant, "day": day, "limit": limit}
+                                ).fetchone() is not None
+
+    def close(self) -> None:
+        self.pool.close()

@@ -1,0 +1,249 @@
+"""The tool table: one code path for a tool call, whether an agent's step, ListTools/CallTool or MCP (T5, T6).
+
+A call: the tool must be one the caller is granted on that channel; its arguments are checked against
+the tool's JSON Schema before anything runs (T2); a grant's daily limit is counted; then the tool runs
+as the caller, the caller's token forwarded unchanged (T3): a tool function's `POST /v1/call`, the page
+fetcher's `POST /v1/open`, or memory's entries for `remember` / `forget`. Whatever happens comes back as
+an `Outcome` (ok with the tool's content, or error with a problem) that a model may see: nothing raises.
+
+Descriptors: a tool function's comes from its `GET /v1/tool` (fetched with the first caller's token that
+needs it, kept for `AGENTFN_DESCRIPTOR_TTL_SECONDS`); the page fetcher's and memory's tools are in
+`builtin_tools.json`. `run_code`, `open_page` and the memory tools are never alone nor on MCP, whatever
+a grant or a descriptor says.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from agentfn.shared.identity import Caller
+from agentfn.shared.problems import ProblemError
+from agentfn.shared.tools import check_descriptor
+
+from .clients import Http, Unreachable
+from .registry import Access, Agent
+
+log = logging.getLogger("agentfn.model.tools")
+
+NEVER_ALONE_OR_MCP = frozenset({"run_code", "open_page", "remember", "forget"})
+MEMORY_TOOLS = frozenset({"remember", "forget"})
+PROBLEMS = "https://agentfn.dev/problems/"
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    callable_alone: bool
+    mcp: bool
+    via: str  # "function" | "page" | "memory"
+
+    def listing(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    result: Any  # the tool's content, or a problem (type, title, status, detail)
+    ms: float = 0.0  # time in the tool itself (the HTTP call), for the record and the benchmark
+
+    @property
+    def status(self) -> str:
+        return "ok" if self.ok else "error"
+
+
+def problem(status: int, title: str, detail: str = "", kind: str = "tool-error") -> dict[str, Any]:
+    out = {"type": PROBLEMS + kind, "title": title, "status": status}
+    if detail:
+        out["detail"] = detail
+    return out
+
+
+@dataclass
+class CallContext:
+    """Who calls, through what, and what the turn showed (forget takes only an id shown in this turn)."""
+
+    caller: Caller
+    channel: str  # "agent" | "alone" | "mcp"
+    access: Access
+    deadline: float  # time.monotonic() by which the call must be over
+    agent: Agent | None = None
+    shown_ids: frozenset[str] = field(default_factory=frozenset)
+
+
+def _builtins() -> dict[str, Tool]:
+    doc = json.loads(resources.files("agentfn.model").joinpath("builtin_tools.json").read_text())
+    out = {}
+    for d in doc["tools"]:
+        via = "memory" if d["name"] in MEMORY_TOOLS else "page"
+        out[d["name"]] = Tool(d["name"], d["description"], d["input_schema"], False, False, via)
+    return out
+
+
+class Schemas:
+    """Compiled JSON Schemas by (tool, memory mode); jsonschema is imported on first use (cold starts)."""
+
+    def __init__(self):
+        self._compiled: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    def check(self, tool: Tool, schema: dict[str, Any], arguments: Any) -> None:
+        key = (tool.name, json.dumps(schema, sort_keys=True))
+        with self._lock:
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                from agentfn.shared.validation import Schema
+
+                compiled = self._compiled[key] = Schema(schema)
+        compiled.check(arguments)
+
+
+class ToolTable:
+    def __init__(self, *, tool_urls: Mapping[str, str], page_url: str | None, memory_url: str | None, store,
+                 timeout: float, result_chars: int, descriptor_ttl: float, http: Http | None = None):
+        self.tool_urls = {name: url.rstrip("/") for name, url in tool_urls.items()}
+        self.page_url, self.memory_url = (page_url or "").rstrip("/"), (memory_url or "").rstrip("/")
+        self.store, self.timeout, self.result_chars, self.ttl = store, timeout, result_chars, descriptor_ttl
+        self.http = http or Http()
+        self.builtins = _builtins()
+        self.schemas = Schemas()
+        self._cache: dict[str, tuple[Tool, float]] = {}
+        self._lock = threading.Lock()
+
+    # --- descriptors ---------------------------------------------------------------------------------
+
+    def descriptor(self, name: str, caller: Caller, deadline: float | None = None) -> Tool | None:
+        """The tool's descriptor, or None when no part serves it now (unknown, unconfigured, not answering)."""
+        if name in self.builtins:
+            served = self.memory_url if name in MEMORY_TOOLS else self.page_url
+            return self.builtins[name] if served else None
+        url = self.tool_urls.get(name)
+        if url is None:
+            return None
+        with self._lock:
+            cached = self._cache.get(name)
+        if cached and time.monotonic() - cached[1] < self.ttl:
+            return cached[0]
+        timeout = 3.0 if deadline is None else min(3.0, deadline - time.monotonic())
+        try:
+            answer = self.http.request("GET", url + "/v1/tool", token=caller.token, timeout=timeout)
+            descriptor = check_descriptor(answer.body) if answer.status == 200 else None
+        except (Unreachable, ValueError):
+            descriptor = None
+        if descriptor is None or descriptor["name"] != name:
+            log.warning("tool descriptor unavailable", extra={"event": "descriptor", "where": name})
+            return cached[0] if cached else None  # a stale descriptor beats none while the function restarts
+        tool = Tool(name, descriptor["description"], descriptor["input_schema"], descriptor["callable_alone"],
+                    descriptor["mcp"], "function")
+        with self._lock:
+            self._cache[name] = (tool, time.monotonic())
+        return tool
+
+    def for_agent(self, agent: Agent, caller: Caller, deadline: float) -> dict[str, tuple[Tool, Access]]:
+        """The tools the agent may call as a step for this caller, as the model is shown them."""
+        out = {}
+        for name, access in agent.granted_tools(caller).items():
+            if name in MEMORY_TOOLS and agent.memory == "none":
+                continue
+            tool = self.descriptor(name, caller, deadline)
+            if tool is not None:
+                out[name] = (self.narrowed(tool, agent), access)
+        return out
+
+    def listable(self, grants: Mapping[str, Access], caller: Caller, channel: str) -> dict[str, tuple[Tool, Access]]:
+        """The reviewed reads the caller may call on their own (`alone`) or over MCP (`mcp`)."""
+        out = {}
+        for name, access in sorted(grants.items()):
+            if name in NEVER_ALONE_OR_MCP or not access.admits(caller):
+                continue
+            tool = self.descriptor(name, caller)
+            if tool is not None and (tool.callable_alone if channel == "alone" else tool.mcp):
+                out[name] = (tool, access)
+        return out
+
+    @staticmethod
+    def narrowed(tool: Tool, agent: Agent | None) -> Tool:
+        """`remember` for an agent that keeps preferences only may keep only preferences."""
+        if tool.name != "remember" or agent is None or agent.memory != "preferences":
+            return tool
+        schema = json.loads(json.dumps(tool.input_schema))
+        schema["properties"]["kind"]["enum"] = ["preference"]
+        return Tool(tool.name, tool.description, schema, False, False, tool.via)
+
+    # --- the call ------------------------------------------------------------------------------------
+
+    def call(self, tool: Tool, arguments: Any, ctx: CallContext) -> Outcome:
+        """Check, count and run one call as the caller. The one path for every channel."""
+        try:
+            self.schemas.check(tool, tool.input_schema, arguments)
+        except ProblemError as invalid:
+            return Outcome(False, {**invalid.to_dict(), "type": PROBLEMS + "invalid-arguments"})
+        if ctx.access.daily_limit is not None and not self.store.count_call(
+                ctx.caller.subject, ctx.access.grant or tool.name, ctx.access.daily_limit, _today()):
+            return Outcome(False, problem(429, "Daily limit reached",
+                                          f"{tool.name} may be called {ctx.access.daily_limit} times a day", "daily-limit"))
+        timeout = min(self.timeout, ctx.deadline - time.monotonic())
+        if timeout <= 0:
+            return Outcome(False, problem(504, "Deadline", "the turn's deadline passed before the tool ran", "deadline"))
+        started = time.perf_counter()
+        try:
+            if tool.via == "function":
+                answer = self.http.request("POST", self.tool_urls[tool.name] + "/v1/call", token=ctx.caller.token,
+                                           timeout=timeout, body={"arguments": arguments})
+                outcome = self._content(answer, tool.name)
+            elif tool.via == "page":
+                answer = self.http.request("POST", self.page_url + "/v1/open", token=ctx.caller.token, timeout=timeout,
+                                           body=arguments)
+                outcome = Outcome(True, answer.body) if answer.status == 200 else Outcome(False, answer.problem("the page fetcher"))
+            else:
+                outcome = self._memory(tool.name, arguments, ctx, timeout)
+        except Unreachable as error:
+            outcome = Outcome(False, problem(504, "Timeout", f"{tool.name} did not answer within {timeout:.1f} s", "timeout")
+                              if error.timeout else problem(502, "Unreachable", f"{tool.name} is not answering", "unreachable"))
+        outcome.ms = (time.perf_counter() - started) * 1000
+        return outcome
+
+    def _content(self, answer, name: str) -> Outcome:
+        if answer.status == 200 and isinstance(answer.body, dict) and "content" in answer.body:
+            return Outcome(True, answer.body["content"])
+        if answer.status == 200:
+            return Outcome(False, problem(502, "Outside the contract", f"{name} answered without content"))
+        return Outcome(False, answer.problem(name))
+
+    def _memory(self, name: str, arguments: dict, ctx: CallContext, timeout: float) -> Outcome:
+        if name == "remember":
+            body = {"kind": arguments["kind"], "text": arguments["text"],
+                    "source": f"agent:{ctx.agent.name}" if ctx.agent else "agent"}
+            answer = self.http.request("POST", self.memory_url + "/v1/entries", token=ctx.caller.token, timeout=timeout,
+                                       body=body)
+            if answer.status == 201 and isinstance(answer.body, dict):
+                return Outcome(True, {k: answer.body.get(k) for k in ("id", "kind", "text")})
+            return Outcome(False, answer.problem("memory"))
+        entry_id = arguments["id"]
+        if entry_id not in ctx.shown_ids:
+            return Outcome(False, problem(404, "Not shown", "forget takes the id of a note shown in this turn", "not-shown"))
+        answer = self.http.request("DELETE", f"{self.memory_url}/v1/entries/{entry_id}", token=ctx.caller.token,
+                                   timeout=timeout)
+        if answer.status == 204:
+            return Outcome(True, {"forgotten": entry_id})
+        return Outcome(False, answer.problem("memory"))
+
+    def for_model(self, outcome: Outcome) -> str:
+        """What the model reads of an outcome: its JSON, cut to the configured size."""
+        text = json.dumps({"ok": outcome.ok, ("content" if outcome.ok else "error"): outcome.result}, ensure_ascii=False)
+        return text if len(text) <= self.result_chars else text[: self.result_chars] + " …(cut)"
+
+
+def _today():
+    from .store import today
+
+    return today()

@@ -1,0 +1,137 @@
+"""TEST DOUBLE of an LLM engine (outside this project): an OpenAI-compatible Chat Completions server whose
+choices are scripted by the test.
+
+A test posts a script (`POST /scripts {rounds}` -> `{id}`) and puts `script:<id>` in the person's message;
+each engine request of that turn plays the next round. A round is a dict:
+
+- `text`: the answer, streamed in `chunks` pieces (default 3)
+- `call` / `calls`: tool calls `{name, arguments}` (`arguments` a dict, or a string sent as is, e.g. bad
+  JSON); sent as native `tool_calls` when the request offered `tools`, and as the constrained JSON reply
+  (`{"tool": ..., "arguments": ...}`) when it asked for a `response_format`; text otherwise is what
+  a misbehaving engine would do and is sent as native `tool_calls` all the same
+- `usage`: `{prompt_tokens, completion_tokens}` (default: estimated from the sizes)
+- `delay`: seconds before answering; `chunk_delay`: seconds between chunks
+- `status`: answer this HTTP status (an error) instead
+- `disconnect_after`: send this many chunks, then drop the connection without finishing
+
+Every request is kept (`GET /scripts/<id>/requests`) so tests see what the model function sent: which
+tools, which format, which messages. A request naming no script gets a plain short answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import secrets
+import threading
+import time
+
+from flask import Flask, Response, jsonify, request
+
+SCRIPT = re.compile(r"script:([a-z0-9]{4,32})")
+
+
+class Broken(Exception):
+    """Raised inside a streaming body: werkzeug then drops the connection mid-response."""
+
+
+def create_app() -> Flask:
+    app = Flask("scripted_engine")
+    scripts: dict[str, list[dict]] = {}
+    requests_seen: dict[str, list[dict]] = {}
+    lock = threading.Lock()
+    ids = itertools.count(1)
+
+    @app.post("/scripts")
+    def add_script():
+        body = request.get_json()
+        sid = body.get("id") or secrets.token_hex(6)
+        with lock:
+            scripts[sid] = list(body["rounds"])
+            requests_seen[sid] = []
+        return jsonify(id=sid)
+
+    @app.get("/scripts/<sid>/requests")
+    def seen(sid):
+        with lock:
+            return jsonify(requests=requests_seen.get(sid, []))
+
+    @app.get("/v1/models")
+    def models():
+        return jsonify(object="list", data=[{"id": "scripted", "object": "model"}])
+
+    @app.post("/v1/chat/completions")
+    def completions():
+        body = request.get_json()
+        text = " ".join(m.get("content") or "" for m in body.get("messages", []) if m.get("role") == "user")
+        match = SCRIPT.search(text)
+        sid = match.group(1) if match else None
+        with lock:
+            if sid in requests_seen:
+                requests_seen[sid].append(body)
+            queue = scripts.get(sid)
+            step = queue.pop(0) if queue else {"text": "Scripted answer."}
+        if step.get("delay"):
+            time.sleep(step["delay"])
+        if step.get("status"):
+            return jsonify(error={"message": "scripted failure", "type": "server_error"}), step["status"]
+        return Response(stream(body, step, f"chatcmpl-{next(ids)}"), mimetype="text/event-stream")
+
+    return app
+
+
+def _chunk(cid: str, delta: dict | None, finish: str | None = None, usage: dict | None = None) -> str:
+    data = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": "scripted",
+            "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    if usage is not None:
+        data["usage"] = usage
+    return f"data: {json.dumps(data)}\n\n"
+
+
+def _pieces(text: str, n: int) -> list[str]:
+    n = max(1, min(n, len(text) or 1))
+    size = -(-len(text) // n) if text else 1
+    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+
+
+def stream(body: dict, step: dict, cid: str):
+    calls = step.get("calls") or ([step["call"]] if "call" in step else [])
+    constrained = "response_format" in body
+    out: list[str] = []
+    if calls and constrained:
+        c = calls[0]
+        arguments = c["arguments"] if isinstance(c["arguments"], str) else json.dumps(c["arguments"])
+        reply = '{"tool": ' + json.dumps(c["name"]) + ', "arguments": ' + arguments + "}"
+        out += [_chunk(cid, {"role": "assistant", "content": p}) for p in _pieces(reply, step.get("chunks", 4))]
+        finish = "stop"
+    elif calls:
+        for i, c in enumerate(calls):
+            arguments = c["arguments"] if isinstance(c["arguments"], str) else json.dumps(c["arguments"])
+            out.append(_chunk(cid, {"role": "assistant", "tool_calls": [
+                {"index": i, "id": f"call_{i}_{secrets.token_hex(3)}", "type": "function",
+                 "function": {"name": c["name"], "arguments": ""}}]}))
+            out += [_chunk(cid, {"tool_calls": [{"index": i, "function": {"arguments": p}}]})
+                    for p in _pieces(arguments, 2)]
+        finish = "tool_calls"
+    else:
+        answer = step.get("text", "")
+        if constrained:
+            reply = json.dumps({"answer": answer})
+            out += [_chunk(cid, {"role": "assistant", "content": p}) for p in _pieces(reply, step.get("chunks", 3) + 2)]
+        else:
+            out += [_chunk(cid, {"role": "assistant", "content": p}) for p in _pieces(answer, step.get("chunks", 3))]
+        finish = "stop"
+    out.append(_chunk(cid, {}, finish))
+    usage = step.get("usage") or {"prompt_tokens": len(json.dumps(body.get("messages"))) // 4,
+                                  "completion_tokens": max(1, sum(len(c) for c in out) // 40)}
+    usage = {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]}
+    if (body.get("stream_options") or {}).get("include_usage"):
+        out.append(_chunk(cid, None, usage=usage))
+    out.append("data: [DONE]\n\n")
+    for i, piece in enumerate(out):
+        if "disconnect_after" in step and i >= step["disconnect_after"]:
+            raise Broken("scripted disconnect")
+        if i and step.get("chunk_delay"):
+            time.sleep(step["chunk_delay"])
+        yield piece

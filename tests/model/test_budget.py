@@ -1,0 +1,64 @@
+"""The caller's daily token budget (L2): held before each round, settled after, atomic across processes."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+from conftest import SMALL_DAILY, take_turn
+
+MAX_ROUND = 100  # the frugal instance's completion tokens per round
+
+
+def spent(model_env, subject):
+    with psycopg.connect(model_env["AGENTFN_DATABASE_URL"], options="-c search_path=model") as conn:
+        budget = conn.execute("SELECT coalesce(sum(spent), 0) FROM token_budgets WHERE subject = %s", (subject,)).fetchone()[0]
+        rows = conn.execute("SELECT status, tokens_in + tokens_out, reserved FROM generations WHERE subject = %s",
+                            (subject,)).fetchall()
+    return budget, rows
+
+
+@pytest.mark.parametrize("agent", ["reviewer", "reviewer-small"])
+def test_the_budget_spent_mid_turn_ends_it_with_an_error_event(frugal_model, engine, person, model_env, agent):
+    sid = engine.script({"call": {"name": "platform_status", "arguments": {}},
+                         "usage": {"prompt_tokens": SMALL_DAILY - 150, "completion_tokens": 20}},
+                        {"text": "never sent"})
+    response, events = take_turn(frugal_model.url, person, agent, f"Status? script:{sid}")
+    assert response.status_code == 200
+    names = [n for n, _ in events]
+    assert names[-1] == "error" and events[-1][1]["status"] == 429
+    assert events[-1][1]["type"].endswith("/daily-tokens")
+    assert names.count("step") == 2 and "done" not in names
+    assert len(engine.requests(sid)) == 1  # the second round never reached the engine
+    budget, rows = spent(model_env, person.subject)
+    assert budget == SMALL_DAILY - 130 and rows == [("budget", SMALL_DAILY - 130, 0)]
+    # The next turn is refused before it starts: a plain 429 problem, with when to come back.
+    again, _ = take_turn(frugal_model.url, person, agent, "And now?")
+    assert again.status_code == 429 and again.headers["Content-Type"] == "application/problem+json"
+    assert 0 < int(again.headers["Retry-After"]) <= 86401
+    assert again.json()["type"].endswith("/daily-tokens")
+
+
+def test_twenty_concurrent_turns_never_overspend_a_small_budget(frugal_model, engine, person, model_env):
+    def one(i):
+        sid = engine.script({"text": f"answer {i}", "usage": {"prompt_tokens": 300, "completion_tokens": 60}})
+        return take_turn(frugal_model.url, person, "guide", f"Question {i}. script:{sid}")
+
+    with ThreadPoolExecutor(20) as pool:
+        results = list(pool.map(one, range(20)))
+    done = [r for r, events in results if r.status_code == 200 and events[-1][0] == "done"]
+    refused = [r for r, events in results if r.status_code == 429 or (events and events[-1][0] == "error")]
+    assert len(done) + len(refused) == 20
+    assert done and refused, (len(done), len(refused))
+    budget, rows = spent(model_env, person.subject)
+    # Held before the round, so the day's limit holds even with twenty turns in two processes at once.
+    assert budget <= SMALL_DAILY + MAX_ROUND
+    assert budget == sum(tokens for _, tokens, _ in rows) == 360 * len(done)
+    assert all(reserved == 0 for *_, reserved in rows) and len(rows) == 20
+
+
+def test_a_turn_whose_agent_allows_fewer_tokens_than_a_round_is_refused(frugal_model, issuer, model_env, person):
+    # frugal's tokensPerTurn (1500) covers a round; here the caller's message alone does not fit it.
+    response, _ = take_turn(frugal_model.url, person, "frugal", "word " * 2000)
+    assert response.status_code == 429 and response.json()["type"].endswith("/turn-tokens")

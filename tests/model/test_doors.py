@@ -1,0 +1,166 @@
+"""The model function's doors: T1 refusals, grants (404 alike), ListTools/CallTool, runs-as-the-caller."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import psycopg
+import pytest
+import requests
+from conftest import Person, registry_document, take_turn
+
+
+def generations(model_env, subject):
+    with psycopg.connect(model_env["AGENTFN_DATABASE_URL"], options="-c search_path=model") as conn:
+        return conn.execute("SELECT kind, channel, status, problem, steps, step_log FROM generations WHERE subject = %s "
+                            "ORDER BY started_at", (subject,)).fetchall()
+
+
+@pytest.mark.parametrize(("body", "named"), [
+    ({"tools": [{"type": "function", "function": {"name": "x", "parameters": {}}}]}, "tools"),
+    ({"functions": [{"name": "x"}]}, "functions"),
+    ({"tool_choice": "auto"}, "tool_choice"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "1", "content": "{}"},
+                   {"role": "user", "content": "go"}]}, "role tool"),
+    ({"messages": [{"role": "assistant", "content": "x", "tool_calls": [{"id": "1"}]},
+                   {"role": "user", "content": "go"}]}, "tool_calls"),
+], ids=["tools", "functions", "tool_choice", "response_format", "tool_role", "tool_calls"])
+def test_a_request_that_declares_tools_is_refused(model, engine, person, model_env, body, named):
+    sid = engine.script({"text": "never"})
+    payload = {"messages": [{"role": "user", "content": f"hi script:{sid}"}], **body}
+    response = requests.post(f"{model.url}/v1/agents/reviewer/turns", json=payload, headers=person.headers, timeout=10)
+    assert response.status_code == 422 and response.headers["Content-Type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["type"].endswith("/caller-tools") and named in problem["detail"]
+    assert engine.requests(sid) == [] and generations(model_env, person.subject) == []
+
+
+@pytest.mark.parametrize(("body", "status"), [
+    ({}, 422), ({"messages": []}, 422), ({"messages": [{"role": "system", "content": "obey"}]}, 422),
+    ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"}]}, 422),
+    ({"messages": [{"role": "user", "content": "   "}]}, 422), ({"messages": "hi"}, 422),
+], ids=["empty", "no_messages", "system_role", "last_not_user", "blank", "not_a_list"])
+def test_bad_bodies_are_problems_and_change_nothing(model, person, model_env, body, status):
+    response = requests.post(f"{model.url}/v1/agents/reviewer/turns", json=body, headers=person.headers, timeout=10)
+    assert response.status_code == status and response.json()["status"] == status
+    assert generations(model_env, person.subject) == []
+
+
+def test_not_json_and_no_token(model, person):
+    r = requests.post(f"{model.url}/v1/agents/reviewer/turns", data="{", headers={**person.headers,
+                                                                                  "Content-Type": "application/json"})
+    assert r.status_code == 400
+    assert requests.post(f"{model.url}/v1/agents/reviewer/turns", json={"messages": []}, timeout=5).status_code == 401
+
+
+def test_an_agent_not_granted_reads_like_one_that_does_not_exist(model, person):
+    secret = requests.post(f"{model.url}/v1/agents/secret/turns", headers=person.headers, timeout=10,
+                           json={"messages": [{"role": "user", "content": "hi"}]})
+    missing = requests.post(f"{model.url}/v1/agents/no-such-agent/turns", headers=person.headers, timeout=10,
+                            json={"messages": [{"role": "user", "content": "hi"}]})
+    assert secret.status_code == missing.status_code == 404
+    strip = lambda r: {k: v for k, v in r.json().items() if k != "request_id"}  # noqa: E731
+    assert strip(secret) == strip(missing)
+    names = [a["name"] for a in requests.get(f"{model.url}/v1/agents", headers=person.headers).json()["agents"]]
+    assert "secret" not in names and {"reviewer", "guide", "reviewer-small"} <= set(names)
+
+
+def test_the_agents_list_shows_only_the_tools_granted_to_the_caller(model, person, stranger):
+    def tools_of(who):
+        agents = requests.get(f"{model.url}/v1/agents", headers=who.headers).json()["agents"]
+        return next(a for a in agents if a["name"] == "reviewer")["tools"]
+
+    assert tools_of(person) == ["forget", "list_models", "open_page", "platform_status", "remember", "run_code"]
+    assert tools_of(stranger) == ["platform_status"]
+
+
+def test_the_callers_token_reaches_the_tool_byte_for_byte(model, engine, upstreams, person):
+    received = upstreams["platform_status"].app.extensions["agentfn.dev_upstream"].received
+    sid = engine.script({"call": {"name": "platform_status", "arguments": {"service": "llm"}}}, {"text": "ok"})
+    before = len(received)
+    response, events = take_turn(model.url, person, "reviewer", f"Is llm up? script:{sid}")
+    assert events[-1][0] == "done"
+    assert received[before:] and received[-1] == person.token  # through the tool function, unchanged
+    ended = [d for n, d in events if n == "step" and d["status"] == "ok"][0]
+    assert ended["result"]["text"].startswith("llm is up")
+    # The engine is never sent the caller's token (only the conversation, which never holds it).
+    assert person.token not in json.dumps(engine.requests(sid))
+
+
+def test_a_grants_daily_limit_is_counted(model, engine, person):
+    sid = engine.script(*[{"call": {"name": "platform_status", "arguments": {}}}] * 3, {"text": "done"})
+    _, events = take_turn(model.url, person, "counted", f"Three times. script:{sid}")
+    statuses = [(d["status"], (d.get("result") or {}).get("status")) for n, d in events
+                if n == "step" and d["status"] != "started"]
+    assert statuses == [("ok", None), ("ok", None), ("error", 429)]
+
+
+def test_open_page_is_a_step_that_reaches_the_page_fetcher_as_the_caller(model, engine, person):
+    # The fetcher refuses a loopback address (its SSRF guard, as shipped): the refusal is the step's result.
+    sid = engine.script({"call": {"name": "open_page", "arguments": {"url": "http://127.0.0.1/"}}}, {"text": "no"})
+    _, events = take_turn(model.url, person, "reviewer", f"Open it. script:{sid}")
+    ended = [d for n, d in events if n == "step" and d["status"] != "started"]
+    assert ended[0]["status"] == "error" and 400 <= ended[0]["result"]["status"] < 500
+    assert ended[0]["result"]["status"] != 401  # the caller's token was accepted by the fetcher
+
+
+def test_list_tools_shows_only_the_reviewed_reads_the_caller_may_call_alone(model, person, stranger):
+    listed = requests.get(f"{model.url}/v1/tools", headers=person.headers).json()["tools"]
+    # run_code, open_page and remember are granted alone in this registry: never listed, whatever a grant says.
+    assert [t["name"] for t in listed] == ["list_models", "platform_status"]
+    assert all(set(t) == {"name", "description", "input_schema"} for t in listed)
+    assert [t["name"] for t in requests.get(f"{model.url}/v1/tools", headers=stranger.headers).json()["tools"]] == [
+        "platform_status"]
+
+
+def test_call_tool_runs_the_same_path_as_a_step(model, upstreams, person, model_env):
+    received = upstreams["platform_status"].app.extensions["agentfn.dev_upstream"].received
+    ok = requests.post(f"{model.url}/v1/tools/platform_status/call", json={"arguments": {"service": "radar"}},
+                       headers=person.headers, timeout=10)
+    assert ok.status_code == 200 and ok.json()["content"]["text"].startswith("radar is degraded")
+    assert received[-1] == person.token
+    invalid = requests.post(f"{model.url}/v1/tools/platform_status/call", json={"arguments": {"service": "BAD!"}},
+                            headers=person.headers, timeout=10)
+    assert invalid.status_code == 422 and invalid.json()["type"].endswith("/invalid-arguments")
+    for name in ("run_code", "open_page", "remember", "forget", "nothing"):
+        r = requests.post(f"{model.url}/v1/tools/{name}/call", json={"arguments": {}}, headers=person.headers, timeout=10)
+        assert r.status_code == 404, name
+    rows = generations(model_env, person.subject)
+    assert [(k, c, s, p) for k, c, s, p, _, _ in rows] == [("tool_call", "alone", "ok", None),
+                                                           ("tool_call", "alone", "error", 422)]
+    assert [r[5] for r in rows][0][0]["tool"] == "platform_status"
+
+
+def test_call_tool_refused_by_the_platform_is_a_403(model, stranger):
+    r = requests.post(f"{model.url}/v1/tools/platform_status/call", json={"arguments": {}}, headers=stranger.headers)
+    assert r.status_code == 403
+
+
+def test_the_registry_is_reloaded_without_a_restart(model, registry_file, person, issuer):
+    newcomer = Person(issuer, groups=("newcomers",))
+    url = f"{model.url}/v1/agents/latecomer/turns"
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    assert requests.post(url, json=body, headers=newcomer.headers).status_code == 404
+    document = registry_document()
+    document["agents"]["latecomer"] = {**document["agents"]["guide"], "tools": {
+        "platform_status": {"subjects": [], "groups": ["newcomers"], "dailyLimit": None, "grant": "agentfn/new"}}}
+    original = registry_file.read_text()
+    try:
+        registry_file.write_text(json.dumps(document))
+        deadline = time.monotonic() + 5
+        while requests.post(url, json=body, headers=newcomer.headers).status_code == 404:
+            assert time.monotonic() < deadline, "the new agent never showed"
+            time.sleep(0.2)
+        # A broken file is refused whole: the last good table stays in force.
+        registry_file.write_text("{ not json")
+        time.sleep(1.2)
+        assert requests.post(url, json=body, headers=newcomer.headers).status_code == 200
+        assert requests.get(f"{model.url}/readyz").status_code == 200
+    finally:
+        registry_file.write_text(original)
+    deadline = time.monotonic() + 5
+    while requests.post(url, json=body, headers=newcomer.headers).status_code != 404:
+        assert time.monotonic() < deadline, "the removed agent stayed"
+        time.sleep(0.2)

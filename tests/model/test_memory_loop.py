@@ -1,0 +1,112 @@
+"""Memory in the loop (M4, A1): recall as the caller, ids in the prompt, citations filtered; keep and forget."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import requests
+from conftest import MODEL_SERVICE, take_turn
+
+MODES = {"native": "", "constrained": "-small"}
+NOTE = "Prefers four spaces for indentation in Python code."
+EPISODE = "The person asked how to format Python code and settled on running black before each commit."
+QUESTION = "How should my Python code be formatted and indented?"
+
+
+@pytest.fixture
+def notes(memory, issuer, person):
+    """The person's preference and an episode, kept in the real memory function."""
+    mine = requests.Session()
+    mine.headers.update(person.headers)
+    note = mine.post(memory.url + "/v1/entries", json={"kind": "preference", "text": NOTE, "source": "test"}).json()
+    episode = requests.post(memory.url + "/internal/v1/episodes", json={"subject": person.subject, "text": EPISODE},
+                            headers={"Authorization": f"Bearer {issuer.service_token(MODEL_SERVICE)}"}).json()
+    return mine, note, episode
+
+
+def entries(memory, session):
+    return {e["id"]: e for e in session.get(memory.url + "/v1/entries").json()["entries"]}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_recalled_notes_are_shown_with_ids_and_only_recalled_ids_are_cited(model, engine, memory, person, notes, mode):
+    _, note, episode = notes
+    made_up = str(uuid.uuid4())
+    sid = engine.script({"text": f"Use four spaces [{note['id']}], and see [{made_up}]."})
+    response, events = take_turn(model.url, person, "reviewer" + MODES[mode], f"{QUESTION} script:{sid}")
+    assert [n for n, _ in events][0] == "recall"
+    recalled = events[0][1]["entries"]
+    assert {e["id"] for e in recalled} == {note["id"], episode["id"]}
+    assert next(e for e in recalled if e["kind"] == "episode")["date"] == episode["created_at"][:10]
+    done = events[-1][1]
+    assert events[-1][0] == "done" and done["cited"] == [note["id"]]  # the made-up id is not cited
+    system = engine.requests(sid)[0]["messages"][0]["content"]
+    assert f"[{note['id']}] preference: {NOTE}" in system
+    assert f"[{episode['id']}] episode, {episode['created_at'][:10]}: {EPISODE}" in system
+    assert "cite it" in system
+
+
+def test_an_agent_that_keeps_nothing_recalls_nothing(model, engine, person, notes):
+    sid = engine.script({"text": "Hello."})
+    _, events = take_turn(model.url, person, "guide", f"{QUESTION} script:{sid}")
+    assert "recall" not in [n for n, _ in events]
+    assert NOTE not in str(engine.requests(sid))
+
+
+def test_recall_runs_as_the_caller(model, engine, issuer, notes):
+    from conftest import Person
+
+    other = Person(issuer)
+    sid = engine.script({"text": "Hello."})
+    _, events = take_turn(model.url, other, "reviewer", f"{QUESTION} script:{sid}")
+    assert events[0] == ("recall", {"entries": []})
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_remember_and_forget_act_on_the_callers_own_entries(model, engine, memory, person, notes, mode):
+    session, note, episode = notes
+    sid = engine.script(
+        {"call": {"name": "remember", "arguments": {"kind": "preference", "text": "Likes short answers."}}},
+        {"call": {"name": "remember", "arguments": {"kind": "fact", "text": "Works on the ledger."}}},
+        {"call": {"name": "forget", "arguments": {"id": note["id"]}}},
+        {"text": "Done."})
+    _, events = take_turn(model.url, person, "reviewer" + MODES[mode], f"{QUESTION} Keep that I like short answers, "
+                                                                     f"and forget the indentation note. script:{sid}")
+    ended = [d for n, d in events if n == "step" and d["status"] != "started"]
+    assert [(d["tool"], d["status"]) for d in ended] == [("remember", "ok"), ("remember", "error"), ("forget", "ok")]
+    assert ended[1]["result"]["status"] == 422  # this agent keeps preferences only
+    kept = entries(memory, session)
+    assert note["id"] not in kept and episode["id"] in kept
+    assert [e["text"] for e in kept.values() if e["kind"] == "preference"] == ["Likes short answers."]
+    assert next(e for e in kept.values() if e["kind"] == "preference")["source"].startswith("agent:reviewer")
+
+
+def test_forget_takes_only_an_id_shown_in_this_turn(model, engine, memory, person, notes, issuer):
+    session, note, _ = notes
+    unrelated = session.post(memory.url + "/v1/entries", json={"kind": "preference", "text": "Drinks green tea at noon.",
+                                                                "source": "test"}).json()
+    sid = engine.script({"call": {"name": "forget", "arguments": {"id": unrelated["id"]}}}, {"text": "ok"})
+    _, events = take_turn(model.url, person, "reviewer", f"{QUESTION} script:{sid}")
+    shown = {e["id"] for e in events[0][1]["entries"]}
+    assert unrelated["id"] not in shown
+    ended = [d for n, d in events if n == "step" and d["status"] != "started"]
+    assert ended[0]["status"] == "error" and ended[0]["result"]["type"].endswith("/not-shown")
+    assert unrelated["id"] in entries(memory, session)
+
+
+def test_an_agent_with_facts_may_keep_a_fact(model, engine, memory, person, notes):
+    session, *_ = notes
+    sid = engine.script({"call": {"name": "remember", "arguments": {"kind": "fact", "text": "Works on the ledger."}}},
+                        {"text": "Kept."})
+    _, events = take_turn(model.url, person, "keeper", f"Remember I work on the ledger. script:{sid}")
+    assert [d["status"] for n, d in events if n == "step"] == ["started", "ok"]
+    assert "Works on the ledger." in [e["text"] for e in entries(memory, session).values()]
+
+
+def test_memory_tools_are_not_for_a_caller_without_the_grant(model, engine, stranger):
+    sid = engine.script({"call": {"name": "remember", "arguments": {"kind": "preference", "text": "x"}}}, {"text": "no"})
+    _, events = take_turn(model.url, stranger, "reviewer", f"Keep this. script:{sid}")
+    offered = [t["function"]["name"] for t in engine.requests(sid)[0].get("tools", [])]
+    assert offered == ["platform_status"]
+    assert [d["result"]["status"] for n, d in events if n == "step" and d["status"] == "error"] == [404]
