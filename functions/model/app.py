@@ -14,7 +14,7 @@ Configuration (environment), besides identity's (`agentfn.shared.identity`) and 
 | `AGENTFN_MEMORY_URL` | (none) | memory's base URL: recall, `remember`/`forget`, WriteEpisode; unset: no memory |
 | `AGENTFN_PAGE_URL` | (none) | the page fetcher's base URL (`open_page`); unset: no `open_page` |
 | `AGENTFN_TOOL_<NAME>_URL` | (none) | a tool function's base URL, e.g. `AGENTFN_TOOL_PLATFORM_STATUS_URL` |
-| `AGENTFN_SERVICE_TOKEN_FILE` | `/var/run/secrets/agentfn/memory-token` | the model function's own token for WriteEpisode (a projected ServiceAccount token; read on each use) |
+| `AGENTFN_SERVICE_TOKEN_FILE` | `/var/run/secrets/agentfn/memory-token` | its own token for WriteEpisode (read each use) |
 | `AGENTFN_DAILY_TOKENS` | `200000` | tokens per caller per UTC day, all turns and session ends together |
 | `AGENTFN_TOOL_TIMEOUT_SECONDS` | `15` | one tool call's bound (the turn's deadline may cut it shorter) |
 | `AGENTFN_TOOL_RESULT_CHARS` | `8000` | characters of a tool's result the model reads |
@@ -22,7 +22,7 @@ Configuration (environment), besides identity's (`agentfn.shared.identity`) and 
 | `AGENTFN_RECALL_LIMIT` | `5` | entries recalled for a turn (memory caps it at 5) |
 | `AGENTFN_RECALL_MAX_TOKENS` | `800` | token cap of the recalled block |
 | `AGENTFN_EPISODE_TIER` | `fast` | the tier that summarises a session |
-| `AGENTFN_MCP_ALLOWED_HOSTS` | `127.0.0.1:*,localhost:*,[::1]:*` | Host headers `/mcp` answers (DNS-rebinding protection); add the gateway's name |
+| `AGENTFN_MCP_ALLOWED_HOSTS` | `127.0.0.1:*,localhost:*,[::1]:*` | Host headers `/mcp` answers (DNS rebinding) |
 | `AGENTFN_MCP_ALLOWED_ORIGINS` | `http://127.0.0.1:*,http://localhost:*,http://[::1]:*` | browser Origins `/mcp` accepts |
 | `AGENTFN_WARM_UP` | `1` | `0`: import the SDKs on first use instead of after the first answer |
 | `AGENTFN_MAX_REQUEST_BYTES` | `262144` | larger bodies get 413 |

@@ -37,7 +37,8 @@ class Answer:
     def problem(self, part: str) -> dict[str, Any]:
         """The answer as a problem a caller and a model may see: only the problem's own fields, clipped."""
         body = self.body if isinstance(self.body, dict) else {}
-        problem = {k: body[k] for k in PROBLEM_FIELDS if isinstance(body.get(k), (str, int)) and not isinstance(body.get(k), bool)}
+        problem = {k: body[k] for k in PROBLEM_FIELDS
+                   if isinstance(body.get(k), (str, int)) and not isinstance(body.get(k), bool)}
         problem["status"] = self.status
         problem.setdefault("title", f"{part} answered HTTP {self.status}")
         for key in ("title", "detail", "type"):

@@ -34,9 +34,11 @@ RULES: list[tuple[str, re.Pattern]] = [
                         r"^\s*(?:def|class|import|return|SELECT)\s",
                         re.M | re.I)),
     ("command", re.compile(r"(?:^|\s)(?:sudo|kubectl|chmod|ssh|curl|wget|rm\s+-|git\s+(?:clone|push|pull|commit|checkout)|"
-                           r"(?:pip|npm|apt(?:-get)?)\s+install)\b|(?:^|\s)--?[a-z][\w-]*=?|\|\s*\w|^\s*[$#>]\s", re.M | re.I)),
+                           r"(?:pip|npm|apt(?:-get)?)\s+install)\b|(?:^|\s)--?[a-z][\w-]*=?|\|\s*\w|^\s*[$#>]\s",
+                           re.M | re.I)),
     ("address", re.compile(r"https?://|\bwww\.|\b[a-z0-9-]+\.(?:com|org|net|io|dev|ai|app|hr|de|eu|uk|co|info|biz|me|xyz|"
-                           r"cloud|local|internal|svc)\b|\b\d{1,3}(?:\.\d{1,3}){3}\b|(?:^|\s)(?:~|\.{1,2})?/[\w.-]+/", re.I)),
+                           r"cloud|local|internal|svc)\b|\b\d{1,3}(?:\.\d{1,3}){3}\b|(?:^|\s)(?:~|\.{1,2})?/[\w.-]+/",
+                           re.I)),
     ("e-mail", re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")),
     ("credential", re.compile(r"\b(?:sk|pk|ghp|gho|xox[abp]|AKIA)[-_A-Za-z0-9]{8,}|\beyJ[\w-]{8,}\.|"
                               r"\b(?=[A-Za-z0-9+/_=-]*\d)(?=[A-Za-z0-9+/_=-]*[A-Za-z])[A-Za-z0-9+/_=-]{24,}\b|"

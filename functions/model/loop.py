@@ -122,8 +122,10 @@ class Turn:
         s, agent, tier = self.services, self.agent, self.tier
         recalled: list[dict[str, Any]] = []
         if agent.memory != "none" and s.memory.configured:
-            recalled = self._recall()
-            yield "recall", {"entries": recalled}
+            found = self._recall()
+            recalled = found or []
+            # Memory not answering does not end the turn; the caller is told it went without.
+            yield "recall", {"entries": recalled} if found is not None else {"entries": [], "unavailable": True}
         shown = frozenset(e["id"] for e in recalled)
         tools = s.tools.for_agent(agent, self.caller, self.deadline)
         constrained = tier.tool_mode == "constrained"
@@ -156,8 +158,8 @@ class Turn:
                         requests.append(item)
                     elif isinstance(item, Usage):
                         usage = item
-            except (EngineFailed, DeadlinePassed):
-                # What the engine read and wrote before it failed still counts against the budget.
+            except (EngineFailed, DeadlinePassed, GeneratorExit):
+                # What the engine read and wrote before it failed (or the caller left) still counts.
                 self._spent(Usage(cost, prompt.estimate("".join(round_text)) if round_text else 0))
                 raise
             finally:
@@ -198,15 +200,15 @@ class Turn:
                 raise budget_problem(per_turn=False)
         return max(s.limits.min_completion, min(self.tier.max_tokens, self.held - cost))
 
-    def _recall(self) -> list[dict[str, Any]]:
+    def _recall(self) -> list[dict[str, Any]] | None:
+        """The entries recalled for the person's last message (as the caller), None if memory did not answer."""
         last = next((m["content"] for m in reversed(self.messages) if m["role"] == "user"), "")
         s = self.services
         timeout = min(5.0, self.deadline - time.monotonic())
-        if not last.strip() or timeout <= 0:
-            return []
-        entries = s.memory.recall(self.caller, last, prompt.MEMORY_KINDS[self.agent.memory], s.limits.recall_limit,
-                                  s.limits.recall_max_tokens, timeout)
-        return entries or []
+        if timeout <= 0:
+            return None
+        return s.memory.recall(self.caller, last, prompt.MEMORY_KINDS[self.agent.memory], s.limits.recall_limit,
+                               s.limits.recall_max_tokens, timeout)
 
     def _steps(self, taken: list[ToolRequest], tools: dict, shown: frozenset[str], convo: list[dict],
                text: str, constrained: bool) -> Iterator[Any]:

@@ -47,7 +47,8 @@ class MemoryClient:
         except OSError:
             token = ""
         if not token:
-            raise ProblemError(503, "Service Unavailable", "the model function has no service identity to write episodes with",
+            raise ProblemError(503, "Service Unavailable",
+                               "the model function has no service identity to write episodes with",
                                type="https://agentfn.dev/problems/no-service-identity")
         return token
 

@@ -5,7 +5,6 @@ their ids and the instruction to cite them (M4); and what comes back: which reca
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 CHARS_PER_TOKEN = 3  # conservative for English and Croatian text: estimates err towards holding more
@@ -66,5 +65,3 @@ def cited(answer: str, recalled_ids: list[str]) -> list[str]:
     found = [(lowered.find(i.lower()), i) for i in recalled_ids]
     return [i for position, i in sorted(found) if position >= 0]
 
-
-UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

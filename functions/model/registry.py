@@ -137,7 +137,8 @@ def parse(document: Any) -> Table:
         if memory not in MEMORY_MODES:
             raise Invalid(f"{where}.memory must be one of {', '.join(MEMORY_MODES)}")
         agents[name] = Agent(
-            name=name, brief=_need(spec.get("brief"), str, f"{where}.brief"), tier=_need(spec.get("tier"), str, f"{where}.tier"),
+            name=name, brief=_need(spec.get("brief"), str, f"{where}.brief"),
+            tier=_need(spec.get("tier"), str, f"{where}.tier"),
             memory=memory, steps=_limit(limits, "steps", 0, 4, where),
             tokens_per_turn=_limit(limits, "tokensPerTurn", 1, 1_000_000, where),
             deadline_seconds=_limit(limits, "deadlineSeconds", 1, 600, where),

@@ -96,7 +96,8 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
             "/v1/agents/{agent}/turns": {"post": {
                 "operationId": "takeTurn", "summary": "One turn of the agent, streamed.", "parameters": [name],
                 "requestBody": body(TURN),
-                "responses": {"200": {"description": EVENTS, "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                "responses": {"200": {"description": EVENTS,
+                                      "content": {"text/event-stream": {"schema": {"type": "string"}}}},
                               **problems(400, 401, 404, 413, 415, 422, 429, 503)}}},
             "/v1/agents/{agent}/sessions/end": {"post": {
                 "operationId": "endSession", "summary": "End a session: its summary is kept as an episode.",
@@ -114,7 +115,8 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                 "responses": {**ok("what the tool found", {"type": "object", "required": ["content"]}),
                               **problems(400, 401, 404, 413, 415, 422, 429, 502, 503, 504)}}},
             "/mcp": {"post": {
-                "operationId": "mcp", "summary": "MCP over Streamable HTTP (stateless, JSON responses): tools/list, tools/call.",
+                "operationId": "mcp",
+                "summary": "MCP over Streamable HTTP (stateless, JSON responses): tools/list, tools/call.",
                 "requestBody": body({"type": "object", "required": ["jsonrpc", "method"],
                                      "properties": {"jsonrpc": {"const": "2.0"}, "method": {"type": "string"},
                                                     "id": {"type": ["integer", "string"]}, "params": {"type": "object"}},

@@ -29,6 +29,7 @@ from agentfn.shared.tools import check_descriptor
 
 from .clients import Http, Unreachable
 from .registry import Access, Agent
+from .store import today
 
 log = logging.getLogger("agentfn.model.tools")
 
@@ -188,7 +189,7 @@ class ToolTable:
         except ProblemError as invalid:
             return Outcome(False, {**invalid.to_dict(), "type": PROBLEMS + "invalid-arguments"})
         if ctx.access.daily_limit is not None and not self.store.count_call(
-                ctx.caller.subject, ctx.access.grant or tool.name, ctx.access.daily_limit, _today()):
+                ctx.caller.subject, ctx.access.grant or tool.name, ctx.access.daily_limit, today()):
             return Outcome(False, problem(429, "Daily limit reached",
                                           f"{tool.name} may be called {ctx.access.daily_limit} times a day", "daily-limit"))
         timeout = min(self.timeout, ctx.deadline - time.monotonic())
@@ -203,12 +204,14 @@ class ToolTable:
             elif tool.via == "page":
                 answer = self.http.request("POST", self.page_url + "/v1/open", token=ctx.caller.token, timeout=timeout,
                                            body=arguments)
-                outcome = Outcome(True, answer.body) if answer.status == 200 else Outcome(False, answer.problem("the page fetcher"))
+                outcome = (Outcome(True, answer.body) if answer.status == 200
+                           else Outcome(False, answer.problem("the page fetcher")))
             else:
                 outcome = self._memory(tool.name, arguments, ctx, timeout)
         except Unreachable as error:
             outcome = Outcome(False, problem(504, "Timeout", f"{tool.name} did not answer within {timeout:.1f} s", "timeout")
-                              if error.timeout else problem(502, "Unreachable", f"{tool.name} is not answering", "unreachable"))
+                              if error.timeout else
+                              problem(502, "Unreachable", f"{tool.name} is not answering", "unreachable"))
         outcome.ms = (time.perf_counter() - started) * 1000
         return outcome
 
@@ -242,8 +245,3 @@ class ToolTable:
         text = json.dumps({"ok": outcome.ok, ("content" if outcome.ok else "error"): outcome.result}, ensure_ascii=False)
         return text if len(text) <= self.result_chars else text[: self.result_chars] + " …(cut)"
 
-
-def _today():
-    from .store import today
-
-    return today()

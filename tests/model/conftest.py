@@ -130,8 +130,8 @@ def registry_document() -> dict:
         agents["guide" + suffix] = agent("Guides visitors; keeps nothing.", tier, "none", {"platform_status": everyone}, 2)
         agents["hasty" + suffix] = agent("Answers fast.", tier, "none", {"platform_status": everyone}, deadline=1)
         agents["frugal" + suffix] = agent("Spends little.", tier, "none", {"platform_status": everyone}, tokens=1500)
-        agents["counted" + suffix] = agent("Counts its calls.", tier, "none",
-                                           {"platform_status": access([EVERYONE], limit=2, grant=f"agentfn/counted{suffix}")})
+        counted = access([EVERYONE], limit=2, grant=f"agentfn/counted{suffix}")
+        agents["counted" + suffix] = agent("Counts its calls.", tier, "none", {"platform_status": counted})
     # On the real offline engine (test_offline_engine.py): one step, then the answer.
     agents["offline"] = agent('You check the platform for the person. Always begin by calling the tool: reply '
                               '{"tool": "platform_status", "arguments": {}}. After its result, answer in one sentence.',

@@ -13,7 +13,8 @@ MAX_ROUND = 100  # the frugal instance's completion tokens per round
 
 def spent(model_env, subject):
     with psycopg.connect(model_env["AGENTFN_DATABASE_URL"], options="-c search_path=model") as conn:
-        budget = conn.execute("SELECT coalesce(sum(spent), 0) FROM token_budgets WHERE subject = %s", (subject,)).fetchone()[0]
+        budget = conn.execute("SELECT coalesce(sum(spent), 0) FROM token_budgets WHERE subject = %s",
+                              (subject,)).fetchone()[0]
         rows = conn.execute("SELECT status, tokens_in + tokens_out, reserved FROM generations WHERE subject = %s",
                             (subject,)).fetchall()
     return budget, rows

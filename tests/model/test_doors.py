@@ -164,3 +164,36 @@ def test_the_registry_is_reloaded_without_a_restart(model, registry_file, person
     while requests.post(url, json=body, headers=newcomer.headers).status_code != 404:
         assert time.monotonic() < deadline, "the removed agent stayed"
         time.sleep(0.2)
+
+
+def test_a_caller_who_leaves_mid_answer_ends_the_turn_as_cancelled(model, engine, person, model_env):
+    sid = engine.script({"text": "one two three four five six seven eight", "chunks": 8, "chunk_delay": 0.3})
+    with requests.post(f"{model.url}/v1/agents/guide/turns", headers=person.headers, stream=True, timeout=10,
+                       json={"messages": [{"role": "user", "content": f"Talk. script:{sid}"}]}) as response:
+        generation = response.headers["X-Generation-Id"]
+        for line in response.iter_lines():
+            if line == b"event: delta":
+                break
+    deadline = time.monotonic() + 10
+    while True:
+        with psycopg.connect(model_env["AGENTFN_DATABASE_URL"], options="-c search_path=model") as conn:
+            row = conn.execute("SELECT status, reserved, tokens_in FROM generations WHERE id = %s", (generation,)).fetchone()
+        if row[0] != "running" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    status, reserved, tokens_in = row
+    assert (status, reserved) == ("cancelled", 0) and tokens_in > 0  # what the engine read still counts
+
+
+def test_memory_not_answering_is_said_and_the_turn_goes_on(model_env, engine, person, tmp_path):
+    from support import Gunicorn
+
+    env = {**model_env, "AGENTFN_MEMORY_URL": "http://127.0.0.1:9"}  # nothing listens there
+    server = Gunicorn("agentfn.model.app:create_app()", env, tmp_path / "model-no-memory.log")
+    server.start()
+    try:
+        sid = engine.script({"text": "Without memory."})
+        _, events = take_turn(server.url, person, "reviewer", f"Hello. script:{sid}")
+    finally:
+        server.stop()
+    assert events[0] == ("recall", {"entries": [], "unavailable": True}) and events[-1][0] == "done"

@@ -73,8 +73,9 @@ def leaves(group):
 def test_mcp_refuses_a_caller_without_a_valid_token(model, issuer, token):
     if token == "wrong-audience":
         token = issuer.caller_token("someone", audience="somewhere-else")
-    with pytest.raises(Exception):
+    with pytest.raises(BaseExceptionGroup) as caught:
         run(model.url + "/mcp", token, lambda s: s.list_tools())
+    assert [type(e) for e in leaves(caught.value)] == [MCPError]  # the server's refusal (the 401 below), not a crash
     response = httpx2.post(model.url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                            headers={"Accept": "application/json, text/event-stream",
                                     **({"Authorization": f"Bearer {token}"} if token else {})})

@@ -38,13 +38,15 @@ def offline_engine(offline_port, logs):
         log.close()
 
 
-def test_a_turn_on_the_offline_engine_with_a_real_tool_and_memory(offline_engine, model, memory, person, model_env):
+def test_a_turn_on_the_offline_engine_with_a_real_tool_and_memory(offline_engine, model, memory, person, model_env,
+                                                                  logs):
     note = requests.post(memory.url + "/v1/entries", headers=person.headers, json={
         "kind": "preference", "text": "Wants platform status answers in one short sentence.", "source": "test"}).json()
     response, events = take_turn(model.url, person, "offline", "What is the platform status? Answer in one sentence.",
                                  timeout=300)
     assert response.status_code == 200
-    print("\n".join(f"event: {n}\ndata: {json.dumps(d, ensure_ascii=False)}\n" for n, d in events))
+    (logs / "offline-turn.sse").write_text(response.text)  # the stream as the caller read it (pytest -s shows it)
+    print(response.text)
     names = [n for n, _ in events]
     assert names[0] == "recall" and note["id"] in [e["id"] for e in events[0][1]["entries"]]
     assert names[-1] == "done", events[-1]
