@@ -100,3 +100,35 @@ def open_pool(dsn: str, *, schema: str, size: int, configure: Callable[[psycopg.
     )
     pool.open(wait=False)
     return pool
+
+
+class SchemaStore:
+    """A part's storage: its pool, and its migrations applied once per process (retried on the next use
+    while the database is down). A part subclasses it with its SQL; `after_migrate` runs in the same
+    connection, right after the migrations."""
+
+    schema: str
+    package: str
+
+    def __init__(self, dsn: str, *, pool_size: int, configure: Callable[[psycopg.Connection], None] | None = None):
+        self.pool = open_pool(dsn, schema=self.schema, size=pool_size, configure=configure)
+        self._migrated = False
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def migrate(self) -> None:
+        if self._migrated:
+            return
+        with self.pool.connection() as conn:
+            migrate(conn, self.schema, self.package)
+            self.after_migrate(conn)
+        self._migrated = True
+
+    def after_migrate(self, conn: psycopg.Connection) -> None:
+        pass
+
+    def ping(self) -> bool:
+        with self.pool.connection(timeout=2) as conn:
+            conn.execute("SELECT 1")
+        return True

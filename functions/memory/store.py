@@ -114,26 +114,11 @@ def _configure(conn: psycopg.Connection) -> None:
     conn.commit()
 
 
-class Store:
+class Store(db.SchemaStore):
+    schema, package = SCHEMA, "agentfn.memory"
+
     def __init__(self, dsn: str, *, pool_size: int = 4):
-        self.pool = db.open_pool(dsn, schema=SCHEMA, size=pool_size, configure=_configure)
-        self._migrated = False
-
-    def close(self) -> None:
-        self.pool.close()
-
-    def migrate(self) -> None:
-        """Apply pending migrations once per process; retried on the next use while the database is down."""
-        if self._migrated:
-            return
-        with self.pool.connection() as conn:
-            db.migrate(conn, SCHEMA, "agentfn.memory")
-        self._migrated = True
-
-    def ping(self) -> bool:
-        with self.pool.connection(timeout=2) as conn:
-            conn.execute("SELECT 1")
-        return True
+        super().__init__(dsn, pool_size=pool_size, configure=_configure)
 
     @contextmanager
     def subject(self, subject: str) -> Iterator[psycopg.Cursor]:

@@ -70,20 +70,8 @@ class Usage:
     rounds: int = 0
 
 
-class Store:
-    def __init__(self, dsn: str, *, pool_size: int):
-        self.pool = db.open_pool(dsn, schema=SCHEMA, size=pool_size)
-        self._migrated = False
-
-    def migrate(self) -> None:
-        if not self._migrated:
-            with self.pool.connection() as conn:
-                db.migrate(conn, SCHEMA, "agentfn.model")
-            self._migrated = True
-
-    def ping(self) -> bool:
-        with self.pool.connection() as conn:
-            return conn.execute("SELECT 1").fetchone() == (1,)
+class Store(db.SchemaStore):
+    schema, package = SCHEMA, "agentfn.model"
 
     def open(self, *, kind: str, channel: str, subject: str, agent: str | None, tier: str | None,
              hold_seconds: float, day: datetime.date) -> uuid.UUID:
@@ -142,6 +130,3 @@ class Store:
         with self.pool.connection() as conn:
             return conn.execute(COUNT_CALL, {"subject": subject, "grant": grant, "day": day, "limit": limit}
                                 ).fetchone() is not None
-
-    def close(self) -> None:
-        self.pool.close()

@@ -31,26 +31,11 @@ def _configure(conn) -> None:
     conn.execute("SET synchronous_commit = off")
 
 
-class Store:
+class Store(db.SchemaStore):
+    schema, package = SCHEMA, "agentfn.page"
+
     def __init__(self, dsn: str, *, pool_size: int = 4):
-        self.pool = db.open_pool(dsn, schema=SCHEMA, size=pool_size, configure=_configure)
-        self._migrated = False
-
-    def close(self) -> None:
-        self.pool.close()
-
-    def migrate(self) -> None:
-        """Apply pending migrations once per process; retried on the next use while the database is down."""
-        if self._migrated:
-            return
-        with self.pool.connection() as conn:
-            db.migrate(conn, SCHEMA, "agentfn.page")
-        self._migrated = True
-
-    def ping(self) -> bool:
-        with self.pool.connection(timeout=2) as conn:
-            conn.execute("SELECT 1")
-        return True
+        super().__init__(dsn, pool_size=pool_size, configure=_configure)
 
     def reserve(self, subject: str, limit: int) -> bool:
         """Take one of the subject's pages for today; False when they are spent."""

@@ -38,24 +38,14 @@ def next_midnight_utc(now: dt.datetime | None = None) -> dt.datetime:
     return dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(0), tzinfo=dt.UTC)
 
 
-class Store:
+class Store(db.SchemaStore):
+    schema, package = SCHEMA, "agentfn.run_code"
+
     def __init__(self, dsn: str, *, pool_size: int = 2):
-        self.pool = db.open_pool(dsn, schema=SCHEMA, size=pool_size)
-        self._migrated = False
+        super().__init__(dsn, pool_size=pool_size)
 
-    def migrate(self) -> None:
-        """Apply pending migrations once per process; retried on the next use while the database is down."""
-        if self._migrated:
-            return
-        with self.pool.connection() as conn:
-            db.migrate(conn, SCHEMA, "agentfn.run_code")
-            conn.execute(PRUNE)
-        self._migrated = True
-
-    def ping(self) -> bool:
-        with self.pool.connection(timeout=2) as conn:
-            conn.execute("SELECT 1")
-        return True
+    def after_migrate(self, conn) -> None:
+        conn.execute(PRUNE)
 
     def take(self, subject: str, limit: int) -> Taken:
         """Take one of today's runs for the subject, atomically."""
@@ -67,6 +57,3 @@ class Store:
     def give_back(self, subject: str) -> None:
         with self.pool.connection() as conn:
             conn.execute(GIVE_BACK, {"subject": subject})
-
-    def close(self) -> None:
-        self.pool.close()
