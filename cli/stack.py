@@ -1,7 +1,8 @@
 """The local platform: every part on this machine, as it runs in a cluster (each function under gunicorn).
 
-`agentfn up` starts embedded Postgres (data kept in `var/`), the dev issuer and the functions, shows
-progress, prints a banner when everything is ready and stops everything on Ctrl-C.
+`agentfn up` starts embedded Postgres (data kept in `var/`), the dev issuer, the offline engine, every
+function and the dev gateway in front of the public doors, shows progress, prints a banner when
+everything is ready (with the stack's resident memory) and stops everything on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -28,15 +29,23 @@ ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 PR_SET_PDEATHSIG = 1
 SERVICE_ACCOUNT = "system:serviceaccount:agentfn:agentfn-model"
-# One base port (the gateway's, later) and the parts above it: AGENTFN_DEV_PORT_BASE moves them all.
+# The gateway on the base port and the parts above it: AGENTFN_DEV_PORT_BASE moves them all.
 BASE = int(os.environ.get("AGENTFN_DEV_PORT_BASE", "8800"))
 READS = ("platform_status", "list_models", "radar_latest")
-PORTS = {"issuer": BASE + 1, "memory": BASE + 2, "page": BASE + 3,
+PORTS = {"gateway": BASE, "issuer": BASE + 1, "memory": BASE + 2, "page": BASE + 3, "model": BASE + 4, "engine": BASE + 5,
          **{tool: BASE + 10 + n for n, tool in enumerate((*READS, "run_code"))},
          **{f"{tool}-upstream": BASE + 20 + n for n, tool in enumerate(READS)},
          "postgres": BASE + 99}
 # Parts with a schema of their own: schema -> role.
-ROLES = {"memory": "agentfn_memory", "page": "agentfn_page", "run_code": "agentfn_run_code"}
+ROLES = {"memory": "agentfn_memory", "page": "agentfn_page", "run_code": "agentfn_run_code", "model": "agentfn_model"}
+# The offline tier: SmolLM2-135M on llama.cpp, JSON-constrained tool calls, greedy so a tour repeats itself.
+# Set AGENTFN_TIER_FAST_URL (and its siblings) to use an engine of your own instead; then none is started.
+OFFLINE_TIER = {"AGENTFN_TIERS": "fast", "AGENTFN_TIER_FAST_MODEL": "SmolLM2-135M-Instruct",
+                "AGENTFN_TIER_FAST_TOOL_MODE": "constrained", "AGENTFN_TIER_FAST_DEADLINE_SECONDS": "120",
+                "AGENTFN_TIER_FAST_MAX_TOKENS": "160", "AGENTFN_TIER_FAST_CONTEXT_TOKENS": "2048",
+                "AGENTFN_TIER_FAST_TEMPERATURE": "0"}
+ENGINE_CONTEXT = 2048
+TOKEN_ROTATION_SECONDS = 1200  # the service token lives an hour; rotated well before, as the kubelet does
 
 
 @dataclass
@@ -45,7 +54,9 @@ class Part:
     app: str  # a gunicorn app spec, or for `argv` parts a label
     port: int | None
     env: dict[str, str] = field(default_factory=dict)
+    doing: str = ""  # what its start is busy with, for the progress line
     ready: str = "/readyz"
+    ready_status: int = 200
     argv: list[str] | None = None  # a plain process instead of gunicorn
     ready_file: Path | None = None  # for plain processes: ready when this file exists
     process: subprocess.Popen | None = None
@@ -71,6 +82,8 @@ class Stack:
         self.console = console
         self.postgres = EmbeddedPostgres(self.var / "postgres", port=PORTS["postgres"])
         self.parts: list[Part] = []
+        self.service_token_file = self.var / "secrets" / "memory-token"
+        self.started = time.monotonic()
 
     def secret(self, name: str) -> str:
         """A password kept in var/secrets across restarts (so roles keep working with existing data)."""
@@ -84,7 +97,8 @@ class Stack:
     def check_ports(self) -> None:
         taken = [f"{name} ({port})" for name, port in PORTS.items() if port_taken(port)]
         if taken:
-            raise SystemExit(f"port already taken: {', '.join(taken)}. Is another `agentfn up` running?")
+            raise SystemExit(f"port already taken: {', '.join(taken)}. Is another `agentfn up` running? "
+                             "AGENTFN_DEV_PORT_BASE moves every port.")
 
     def start_postgres(self) -> dict[str, str]:
         """Start Postgres and give each part with a schema its own role; returns each part's DSN."""
@@ -103,17 +117,32 @@ class Stack:
         return {"AGENTFN_JWT_ISSUER": issuer, "AGENTFN_JWKS_URL": f"{issuer}/.well-known/jwks.json",
                 "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": SERVICE_ACCOUNT}
 
+    def tier_env(self) -> tuple[dict[str, str], bool]:
+        """The model function's tiers, and whether the offline engine is needed for them."""
+        if os.environ.get("AGENTFN_TIER_FAST_URL"):
+            return {}, False  # the caller's own engine, configured in the environment
+        return {**OFFLINE_TIER, "AGENTFN_TIER_FAST_URL": f"http://{HOST}:{PORTS['engine']}/v1"}, True
+
     def plan(self, dsns: dict[str, str]) -> None:
         ident = self.identity_env()
         registry = self.var / "registry.json"
+        url = {name: f"http://{HOST}:{port}" for name, port in PORTS.items()}
+        tiers, offline = self.tier_env()
         self.parts = [
             Part("issuer", "agentfn.shared.dev_issuer:create_app()", PORTS["issuer"],
                  {**ident, "AGENTFN_DEV_ISSUER_DIR": str(self.var / "issuer")}, ready="/healthz"),
-            Part("registry", "operator local mode over examples/", None,
+            Part("registry", "operator local mode over examples/", None, doing="reconciling examples/",
                  argv=[str(BIN / "python"), "-m", "agentfn_operator.local", str(ROOT / "examples"),
                        "--out", str(registry), "--watch"], ready_file=registry),
+        ]
+        if offline:
+            self.parts.append(Part("engine", "the offline engine", PORTS["engine"], ready="/health",
+                                   doing="loading SmolLM2-135M on llama.cpp",
+                                   argv=[str(BIN / "python"), "-m", "agentfn.model.engine_server",
+                                         "--port", str(PORTS["engine"]), "--ctx", str(ENGINE_CONTEXT)]))
+        self.parts += [
             Part("memory", "agentfn.memory.app:create_app()", PORTS["memory"],
-                 {**ident, "AGENTFN_DATABASE_URL": dsns["memory"]}),
+                 {**ident, "AGENTFN_DATABASE_URL": dsns["memory"]}, doing="loading the multilingual embedder"),
             Part("page", "agentfn.page.app:create_app()", PORTS["page"],
                  {**ident, "AGENTFN_DATABASE_URL": dsns["page"]}),
         ]
@@ -122,10 +151,21 @@ class Stack:
             self.parts += [
                 Part(upstream, f"agentfn.{tool}.dev_upstream:create_app()", PORTS[upstream], ident, ready="/healthz"),
                 Part(tool, f"agentfn.{tool}.app:create_app()", PORTS[tool],
-                     {**ident, f"AGENTFN_{tool.upper()}_UPSTREAM_URL": f"http://{HOST}:{PORTS[upstream]}"}),
+                     {**ident, f"AGENTFN_{tool.upper()}_UPSTREAM_URL": url[upstream]}),
             ]
-        self.parts.append(Part("run_code", "agentfn.run_code.app:create_app()", PORTS["run_code"],
-                               {**ident, "AGENTFN_DATABASE_URL": dsns["run_code"]}))
+        self.parts += [
+            Part("run_code", "agentfn.run_code.app:create_app()", PORTS["run_code"],
+                 {**ident, "AGENTFN_DATABASE_URL": dsns["run_code"]}),
+            Part("model", "agentfn.model.app:create_app()", PORTS["model"],
+                 {**ident, **tiers, "AGENTFN_DATABASE_URL": dsns["model"], "AGENTFN_REGISTRY_FILE": str(registry),
+                  "AGENTFN_MEMORY_URL": url["memory"], "AGENTFN_PAGE_URL": url["page"],
+                  "AGENTFN_SERVICE_TOKEN_FILE": str(self.service_token_file), "AGENTFN_THREADS": "8",
+                  **{f"AGENTFN_TOOL_{tool.upper()}_URL": url[tool] for tool in (*READS, "run_code")}}),
+            # Ready when a public door answers through it: the model function's 401 to a caller without a token.
+            Part("gateway", "agentfn.cli.gateway:create_app()", PORTS["gateway"],
+                 {"AGENTFN_GATEWAY_MEMORY_URL": url["memory"], "AGENTFN_GATEWAY_MODEL_URL": url["model"],
+                  "AGENTFN_THREADS": "16"}, ready="/v1/agents", ready_status=401),
+        ]
 
     def launch(self, part: Part) -> None:
         log = open(self.var / "logs" / f"{part.name}.log", "ab")
@@ -138,23 +178,43 @@ class Stack:
         if part.ready_file is not None:
             return part.ready_file.exists()
         try:
-            return requests.get(part.url + part.ready, timeout=2).status_code == 200
+            return requests.get(part.url + part.ready, timeout=2).status_code == part.ready_status
         except requests.RequestException:
             return False
 
-    def wait_ready(self, part: Part, timeout: float = 120) -> float:
+    def log_of(self, part: Part) -> Path:
+        return self.var / "logs" / f"{part.name}.log"
+
+    def exited(self, part: Part) -> SystemExit:
+        """A part that died at start: its last words (a missing dependency says so there), not a traceback."""
+        lines = [line for line in self.log_of(part).read_text(errors="replace").splitlines() if line.strip()]
+        last = lines[-1].strip()[:300] if lines else "(no output)"
+        return SystemExit(f"{part.name} exited (code {part.process.returncode}): {last}\nsee {self.log_of(part)}")
+
+    def wait_ready(self, part: Part, timeout: float = 180) -> float:
         started = time.monotonic()
-        with self.console.status(f"starting {part.name}"):
+        with self.console.status(f"starting {part.name}" + (f": {part.doing}" if part.doing else "")):
             while time.monotonic() - started < timeout:
                 if part.process.poll() is not None:
-                    raise SystemExit(f"{part.name} exited; see {self.var / 'logs' / (part.name + '.log')}")
+                    raise self.exited(part)
                 if self.is_ready(part):
-                    elapsed = time.monotonic() - started
                     where = part.url if part.port else part.ready_file
-                    self.console.print(f"[green]✓[/] {part.name} ready: {where} ({elapsed:.1f} s)")
-                    return elapsed
+                    self.console.print(f"[green]✓[/] {part.name} ready: {where} "
+                                       f"({time.monotonic() - self.started:.1f} s)")
+                    return time.monotonic() - started
                 time.sleep(0.1)
-        raise SystemExit(f"{part.name} was not ready in {timeout:.0f} s; see {self.var / 'logs'}")
+        raise SystemExit(f"{part.name} was not ready in {timeout:.0f} s; see {self.log_of(part)}")
+
+    def rotate_service_token(self) -> None:
+        """The model function's own token for WriteEpisode, as a projected ServiceAccount token would be."""
+        answer = requests.post(f"http://{HOST}:{PORTS['issuer']}/v1/service-tokens", json={"account": SERVICE_ACCOUNT},
+                               timeout=5)
+        answer.raise_for_status()
+        self.service_token_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fresh = self.service_token_file.with_suffix(".new")
+        fresh.write_text(answer.json()["token"])
+        fresh.chmod(0o600)
+        os.replace(fresh, self.service_token_file)  # the model function reads it on each use: never half a token
 
     def up(self) -> None:
         (self.var / "logs").mkdir(parents=True, exist_ok=True)
@@ -165,18 +225,29 @@ class Stack:
             self.launch(part)
         for part in self.parts:
             self.wait_ready(part)
+            if part.name == "issuer":
+                self.rotate_service_token()
         self.banner()
 
+    def resident(self) -> dict[str, int]:
+        """Proportional resident memory (PSS, shared pages split) of each part's processes, and Postgres's."""
+        pids = {part.name: part.process.pid for part in self.parts if part.process}
+        if self.postgres.pid():
+            pids["postgres"] = self.postgres.pid()
+        return {name: sum(pss(p) for p in process_tree(pid)) for name, pid in pids.items()}
+
     def banner(self) -> None:
-        memory = next(p for p in self.parts if p.name == "memory")
-        self.console.rule("[bold]agentfn is up")
-        for part in self.parts:
-            if part.port and not part.name.endswith("-upstream"):
-                self.console.print(f"{part.name:16} {part.url}")
-        self.console.print(f"{'registry':16} {self.var / 'registry.json'} (from examples/, rewritten on change)")
-        self.console.print("token    export TOKEN=$(.venv/bin/agentfn token alice)")
-        self.console.print(f"try      curl -H \"Authorization: Bearer $TOKEN\" {memory.url}/v1/entries")
-        self.console.print(f"logs     {self.var / 'logs'}        stop: Ctrl-C")
+        gateway = f"http://{HOST}:{PORTS['gateway']}"
+        memory = self.resident()
+        agentfn = os.path.relpath(BIN / "agentfn") if (BIN / "agentfn").is_relative_to(Path.cwd()) else BIN / "agentfn"
+        self.console.rule(f"[bold]agentfn is up[/] in {time.monotonic() - self.started:.1f} s")
+        self.console.print(f"gateway   {gateway}   (the public doors: /v1/entries, /v1/recall, /v1/agents, /v1/tools, /mcp)")
+        self.console.print(f"token     export AGENTFN_TOKEN=$({agentfn} token alice --groups developers)")
+        self.console.print(f"chat      {agentfn} chat code-reviewer")
+        self.console.print(f"memory    {sum(memory.values()) / 2**20:.0f} MiB resident: " + ", ".join(
+            f"{name} {size / 2**20:.0f}" for name, size in sorted(memory.items(), key=lambda kv: -kv[1])[:5]) + ", ...")
+        self.console.print(f"data      {self.var}   logs: {self.var / 'logs'}   registry: examples/ (edit to update)")
+        self.console.print("stop      Ctrl-C")
 
     def down(self) -> None:
         for part in reversed(self.parts):
@@ -192,15 +263,47 @@ class Stack:
         self.console.print("[green]✓[/] stopped")
 
     def wait(self) -> None:
-        """Until Ctrl-C (or SIGTERM), or until a part dies."""
+        """Until Ctrl-C (or SIGTERM), or until a part dies; the service token is rotated meanwhile."""
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        rotated = time.monotonic()
         try:
             while True:
                 for part in self.parts:
                     if part.process.poll() is not None:
                         self.console.print(f"[red]✗[/] {part.name} exited (code {part.process.returncode});"
-                                           f" see {self.var / 'logs' / (part.name + '.log')}")
+                                           f" see {self.log_of(part)}")
                         return
+                if time.monotonic() - rotated > TOKEN_ROTATION_SECONDS:
+                    self.rotate_service_token()
+                    rotated = time.monotonic()
                 time.sleep(0.5)
         except KeyboardInterrupt:
             pass
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and every descendant, from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    return tree
+
+
+def pss(pid: int) -> int:
+    """Bytes of proportional set size of one process (0 once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
