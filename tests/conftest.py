@@ -17,6 +17,20 @@ MODEL_SERVICE = "system:serviceaccount:agentfn:agentfn-model"
 
 
 @pytest.fixture(scope="session")
+def apiserver():
+    """One real kube-apiserver (and etcd) on loopback for the session, for every folder that needs one
+    (tests/apiserver.py; the binary is built once per machine)."""
+    from apiserver import KubeAPI, build
+
+    api = KubeAPI()
+    try:
+        api.start(build())
+        yield api
+    finally:
+        api.stop()
+
+
+@pytest.fixture(scope="session")
 def postgres():
     root = postgres_dir()
     pg = Postgres(root / "data")

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from agentfn_operator import catalog
 
-from .apiserver import KubeAPI, build
+from apiserver import KubeAPI
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -63,20 +63,15 @@ def tools():
 
 
 @pytest.fixture(scope="session")
-def kube():
-    """A real kube-apiserver with the CRDs, the agentfn namespace and the operator's RBAC applied."""
-    api = KubeAPI()
-    try:
-        api.start(build())
-        # The 1.20 schema of a CRD has no x-kubernetes-validations: client-side validation would refuse
-        # the field, and the apiserver drops it. Newer clusters keep and run the rules.
-        api.kubectl("apply", "--validate=false", "-f", str(CRDS))
-        api.kubectl("wait", "--for=condition=Established", "crd/agents.agentfn.dev", "crd/toolgrants.agentfn.dev")
-        api.kubectl("create", "namespace", NAMESPACE)
-        api.kubectl("apply", "-f", str(RBAC))
-        yield api
-    finally:
-        api.stop()
+def kube(apiserver: KubeAPI):
+    """The session's real kube-apiserver with the CRDs, the agentfn namespace and the operator's RBAC applied."""
+    # The 1.20 schema of a CRD has no x-kubernetes-validations: client-side validation would refuse
+    # the field, and the apiserver drops it. Newer clusters keep and run the rules.
+    apiserver.kubectl("apply", "--validate=false", "-f", str(CRDS))
+    apiserver.kubectl("wait", "--for=condition=Established", "crd/agents.agentfn.dev", "crd/toolgrants.agentfn.dev")
+    apiserver.kubectl("create", "namespace", NAMESPACE)
+    apiserver.kubectl("apply", "-f", str(RBAC))
+    return apiserver
 
 
 def service_account_kubeconfig(kube: KubeAPI, account: str, directory: Path) -> Path:
