@@ -1,0 +1,169 @@
+"""The images, read rather than built (no container engine here): every Dockerfile is multi-stage, ends as
+a fixed non-root user with nothing to build with, copies only what exists, and serves the right app; and
+skaffold.yaml builds each of them and hands the built references to the chart."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import FUNCTIONS, ROOT, env_of, knative_services, objects, values_schema
+
+DOCKERFILES = {fn: ROOT / "functions" / fn / "Dockerfile" for fn in FUNCTIONS} | {"operator": ROOT / "operator" / "Dockerfile"}
+BUILD_TOOLS = re.compile(r"\b(gcc|g\+\+|make|build-essential|cargo|rustc|clang|pip3? install|apt-get install)\b")
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    joined = re.sub(r"\\\n", " ", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
+    return [(m.group(1).upper(), m.group(2).strip()) for m in re.finditer(r"^\s*([A-Za-z]+)\s+(.*)$", joined, re.M)]
+
+
+def stages(text: str) -> list[list[tuple[str, str]]]:
+    found: list[list[tuple[str, str]]] = []
+    for instruction in instructions(text):
+        if instruction[0] == "FROM":
+            found.append([])
+        found[-1].append(instruction)
+    return found
+
+
+def problems(text: str) -> list[str]:
+    """What is wrong with a Dockerfile, by the project's rules (empty: nothing)."""
+    found = []
+    every = stages(text)
+    if len(every) < 2:
+        return ["not multi-stage"]
+    final = every[-1]
+    users = [args for name, args in final if name == "USER"]
+    if not users or users[-1].split(":")[0] in ("root", "0"):
+        found.append("the final stage runs as root")
+    for name, args in final:
+        if name == "RUN" and BUILD_TOOLS.search(args):
+            found.append(f"build tools in the final stage: {args}")
+    names = {args.split()[-1] for stage in every for name, args in stage[:1] if " AS " in args.upper()}
+    for stage in every:
+        for name, args in stage:
+            if name != "COPY":
+                continue
+            words = shlex.split(args)
+            source_from = [w for w in words if w.startswith("--from=")]
+            paths = [w for w in words if not w.startswith("--")]
+            if source_from:
+                if source_from[0].split("=", 1)[1] not in names:
+                    found.append(f"COPY from an unknown stage: {args}")
+                continue
+            for source in paths[:-1]:
+                if not (ROOT / source).exists():
+                    found.append(f"COPY of a missing path: {source}")
+    cmds = [args for name, args in final if name == "CMD"]
+    if not cmds:
+        found.append("no CMD")
+    else:
+        try:
+            json.loads(cmds[-1])
+        except ValueError:
+            found.append("CMD is not in exec form")
+    return found
+
+
+def command(text: str) -> list[str]:
+    return json.loads([args for name, args in stages(text)[-1] if name == "CMD"][-1])
+
+
+@pytest.mark.parametrize("name", list(DOCKERFILES))
+def test_dockerfile_follows_the_rules(name):
+    assert DOCKERFILES[name].exists()
+    assert problems(DOCKERFILES[name].read_text()) == []
+
+
+@pytest.mark.parametrize("fn", FUNCTIONS)
+def test_the_image_serves_its_function_with_gunicorn(fn):
+    argv = command(DOCKERFILES[fn].read_text())
+    assert argv[:3] == ["gunicorn", "-c", "python:agentfn.shared.gunicorn_conf"]
+    module, _, factory = argv[3].partition(":")
+    assert module == f"agentfn.{fn}.app" and factory == "create_app()"
+    assert callable(getattr(importlib.import_module(module), "create_app"))
+    # gunicorn's -c module exists too
+    importlib.import_module("agentfn.shared.gunicorn_conf")
+
+
+def test_the_operator_image_runs_kopf_on_the_operator():
+    assert command(DOCKERFILES["operator"].read_text())[:4] == ["kopf", "run", "-m", "agentfn_operator"]
+    [deployment] = objects("default", "Deployment")
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["command"][:4] == ["kopf", "run", "-m", "agentfn_operator"]
+
+
+def test_memory_bakes_in_the_model_the_chart_points_at():
+    text = DOCKERFILES["memory"].read_text()
+    run = [args for stage in stages(text) for name, args in stage if name == "RUN" and "embedder download" in args]
+    assert len(run) == 1
+    target = re.search(r"download (\S+) --dir (\S+)", run[0])
+    env = env_of(knative_services()["memory"])
+    assert (target.group(1), target.group(2)) == (env["AGENTFN_EMBEDDING_MODEL"], env["AGENTFN_EMBEDDING_MODEL_DIR"])
+    assert "COPY --from=model /models /models" in text
+
+
+def test_the_user_is_the_one_the_chart_runs_as():
+    for name, path in DOCKERFILES.items():
+        user = [args for n, args in stages(path.read_text())[-1] if n == "USER"][-1]
+        assert user == "10001:10001", name
+    for service in knative_services().values():
+        assert service["spec"]["template"]["spec"]["containers"][0]["securityContext"]["runAsUser"] == 10001
+
+
+BROKEN = [
+    ("single stage", 'FROM python:3.11-slim\nUSER 10001\nCMD ["gunicorn"]\n', "not multi-stage"),
+    ("root at the end", 'FROM python:3.11-slim AS build\nFROM python:3.11-slim\nUSER root\nCMD ["x"]\n', "runs as root"),
+    ("no user at all", 'FROM python:3.11-slim AS build\nFROM python:3.11-slim\nCMD ["x"]\n', "runs as root"),
+    ("a compiler in the final stage", 'FROM a AS build\nFROM b\nRUN apt-get update && apt-get install -y gcc\nUSER 1\nCMD ["x"]\n',
+     "build tools"),
+    ("a missing source", 'FROM a AS build\nCOPY nowhere/ /src\nFROM b\nUSER 1\nCMD ["x"]\n', "missing path: nowhere/"),
+    ("an unknown stage", 'FROM a AS build\nFROM b\nCOPY --from=builder /x /x\nUSER 1\nCMD ["x"]\n', "unknown stage"),
+    ("a shell-form CMD", 'FROM a AS build\nFROM b\nUSER 1\nCMD gunicorn app\n', "exec form"),
+]
+
+
+@pytest.mark.parametrize("text, pattern", [r[1:] for r in BROKEN], ids=[r[0] for r in BROKEN])
+def test_the_dockerfile_rules_bite(text, pattern):
+    assert any(pattern in p for p in problems(text)), problems(text)
+
+
+SKAFFOLD = yaml.safe_load((ROOT / "skaffold.yaml").read_text())
+
+
+def test_skaffold_builds_every_image_from_its_dockerfile():
+    artifacts = {a["image"]: a for a in SKAFFOLD["build"]["artifacts"]}
+    assert set(artifacts) == {f"agentfn/{name.replace('_', '-')}" for name in DOCKERFILES}
+    for name, path in DOCKERFILES.items():
+        artifact = artifacts[f"agentfn/{name.replace('_', '-')}"]
+        assert artifact["context"] == "." and ROOT / artifact["docker"]["dockerfile"] == path
+
+
+@pytest.mark.parametrize("where", ["default", "local", "production"])
+def test_skaffold_hands_each_built_image_to_the_chart(where):
+    config = SKAFFOLD if where == "default" else next(p for p in SKAFFOLD["profiles"] if p["name"] == where)
+    [release] = config["deploy"]["helm"]["releases"]
+    assert release["chartPath"] == "charts/agentfn" and release["namespace"] == "agentfn"
+    allowed = set(values_schema()["properties"]["images"]["properties"]["overrides"]["properties"])
+    templates = release["setValueTemplates"]
+    assert {k.removeprefix("images.overrides.") for k in templates} == allowed == set(DOCKERFILES)
+    for key, value in templates.items():
+        name = key.removeprefix("images.overrides.")
+        # skaffold's variable: the image name with every other character as "_"
+        assert value == "{{.IMAGE_FULLY_QUALIFIED_" + re.sub(r"[^A-Za-z0-9]", "_", f"agentfn/{name.replace('_', '-')}") + "}}"
+    for values_file in release.get("valuesFiles", []):
+        assert (ROOT / values_file).exists()
+
+
+def test_dockerignore_keeps_what_the_images_copy():
+    ignored = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    copied = {"pyproject.toml", "README.md", "shared", "cli", "functions", "operator"}
+    assert not copied & set(ignored)
+    assert Path(".venv").name in ignored
