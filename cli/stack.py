@@ -8,6 +8,7 @@ everything is ready (with the stack's resident memory) and stops everything on C
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import secrets
 import signal
@@ -186,10 +187,9 @@ class Stack:
         return self.var / "logs" / f"{part.name}.log"
 
     def exited(self, part: Part) -> SystemExit:
-        """A part that died at start: its last words (a missing dependency says so there), not a traceback."""
-        lines = [line for line in self.log_of(part).read_text(errors="replace").splitlines() if line.strip()]
-        last = lines[-1].strip()[:300] if lines else "(no output)"
-        return SystemExit(f"{part.name} exited (code {part.process.returncode}): {last}\nsee {self.log_of(part)}")
+        """A part that died at start: why, in its own words (a missing dependency says so), not a traceback."""
+        return SystemExit(f"{part.name} exited (code {part.process.returncode}): {last_words(self.log_of(part))}\n"
+                          f"see {self.log_of(part)}")
 
     def wait_ready(self, part: Part, timeout: float = 180) -> float:
         started = time.monotonic()
@@ -239,15 +239,18 @@ class Stack:
     def banner(self) -> None:
         gateway = f"http://{HOST}:{PORTS['gateway']}"
         memory = self.resident()
+        biggest = ", ".join(f"{name} {size / 2**20:.0f}" for name, size in sorted(memory.items(), key=lambda kv: -kv[1])[:5])
         agentfn = os.path.relpath(BIN / "agentfn") if (BIN / "agentfn").is_relative_to(Path.cwd()) else BIN / "agentfn"
         self.console.rule(f"[bold]agentfn is up[/] in {time.monotonic() - self.started:.1f} s")
-        self.console.print(f"gateway   {gateway}   (the public doors: /v1/entries, /v1/recall, /v1/agents, /v1/tools, /mcp)")
-        self.console.print(f"token     export AGENTFN_TOKEN=$({agentfn} token alice --groups developers)")
-        self.console.print(f"chat      {agentfn} chat code-reviewer")
-        self.console.print(f"memory    {sum(memory.values()) / 2**20:.0f} MiB resident: " + ", ".join(
-            f"{name} {size / 2**20:.0f}" for name, size in sorted(memory.items(), key=lambda kv: -kv[1])[:5]) + ", ...")
-        self.console.print(f"data      {self.var}   logs: {self.var / 'logs'}   registry: examples/ (edit to update)")
-        self.console.print("stop      Ctrl-C")
+        for name, value in (
+            ("gateway", f"{gateway}   (the public doors: /v1/entries, /v1/recall, /v1/agents, /v1/tools, /mcp)"),
+            ("token", f"export AGENTFN_TOKEN=$({agentfn} token alice --groups developers)"),
+            ("chat", f"{agentfn} chat code-reviewer"),
+            ("memory", f"{sum(memory.values()) / 2**20:.0f} MiB resident (MiB: {biggest}, ...)"),
+            ("data", f"{self.var}   logs: {self.var / 'logs'}   agents: examples/ (edit to update)"),
+            ("stop", "Ctrl-C"),
+        ):
+            self.console.print(f"{name:9} {value}", soft_wrap=True, highlight=False)
 
     def down(self) -> None:
         for part in reversed(self.parts):
@@ -279,6 +282,20 @@ class Stack:
                 time.sleep(0.5)
         except KeyboardInterrupt:
             pass
+
+
+def last_words(log: Path) -> str:
+    """The error that ended a process: the last line of the last exception gunicorn logged (as JSON), else the
+    log's last line (a plain process's own message)."""
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("exc"), str):
+            return record["exc"].strip().splitlines()[-1][:300]
+    return lines[-1][:300] if lines else "(no output)"
 
 
 def process_tree(root: int) -> list[int]:

@@ -76,7 +76,7 @@ def test_killing_up_takes_every_part_with_it(stack):
     os.kill(process.pid, signal.SIGKILL)
     process.wait(10)
     deadline = time.monotonic() + 30
-    while any(_answers(base + offset) for offset in (1, 2, 3, 10)):
+    while any(_answers(base + offset) for offset in (0, 1, 2, 3, 4, 5, 10, 13)):  # gateway .. run_code
         assert time.monotonic() < deadline, "parts outlived agentfn up"
         time.sleep(0.2)
 
@@ -95,3 +95,19 @@ def test_a_taken_port_is_a_clear_message(stack, tmp_path):
                             capture_output=True, text=True, timeout=60)
     assert second.returncode != 0
     assert "port already taken" in second.stderr and "Traceback" not in second.stderr
+
+
+def test_a_part_that_cannot_start_says_why_in_one_line(tmp_path):
+    """A missing or misconfigured dependency: the part's own last words, the log to read, no traceback."""
+    base = random.randrange(20000, 32000, 100)
+    env = {**os.environ, "AGENTFN_DEV_PORT_BASE": str(base), "AGENTFN_EMBEDDING_MODEL": "no-such-model",
+           "AGENTFN_TIER_FAST_URL": "http://127.0.0.1:9/v1"}  # an engine of one's own: none is started
+    try:
+        failed = subprocess.run([str(BIN / "agentfn"), "up", "--var", str(tmp_path / "var")], env=env,
+                                capture_output=True, text=True, timeout=180)
+    finally:
+        EmbeddedPostgres(tmp_path / "var" / "postgres").stop("immediate")
+    assert failed.returncode != 0 and "Traceback" not in failed.stderr
+    assert "memory exited" in failed.stderr and "no-such-model" in failed.stderr
+    assert "memory.log" in failed.stderr and "engine ready" not in failed.stderr
+    assert not any(_answers(base + offset) for offset in (0, 1, 2, 4))  # what had started was stopped
