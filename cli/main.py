@@ -1,21 +1,67 @@
-"""`agentfn`: the command line of the local platform."""
+"""`agentfn`: the command line of the platform, the table of contents of its commands.
+
+The local platform (`up`, `token`), and a caller's view of any gateway (`chat`, `memory`, `tools`,
+`call`, `agents`) with `--url`/`AGENTFN_URL` and `--token`/`AGENTFN_TOKEN`; `audit` reads the registry.
+The work is in the modules beside this one: client (the doors, problems), chat, entries, audit, render.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import requests
 import typer
 from rich.console import Console
+from rich.text import Text
 
+from . import render
+from .client import Client, Failure, default_url
 from .stack import PORTS, Stack
 
 app = typer.Typer(help="agentfn: memory that cites, tools that run as the caller, a bounded agent loop.",
                   no_args_is_help=True, add_completion=False)
+memory = typer.Typer(help="The caller's memory: facts and preferences kept, episodes of ended sessions.",
+                     no_args_is_help=True)
+app.add_typer(memory, name="memory")
 console = Console(stderr=True)
+out = Console()
 
 ISSUER = os.environ.get("AGENTFN_ISSUER_URL", f"http://127.0.0.1:{PORTS['issuer']}")
+
+
+@dataclass
+class Connection:
+    url: str
+    token: str | None
+
+    def client(self) -> Client:
+        return Client(self.url, self.token)
+
+
+@app.callback()
+def connection(ctx: typer.Context,
+               url: str = typer.Option(None, envvar="AGENTFN_URL", show_default=False,
+                                       help="the gateway (default: the local one, port $AGENTFN_DEV_PORT_BASE or 8800)"),
+               token: str = typer.Option(None, envvar="AGENTFN_TOKEN", show_default=False,
+                                         help="the caller's token (agentfn token SUBJECT --groups ...)")):
+    ctx.obj = Connection(url or default_url(), token)
+
+
+@contextmanager
+def shown() -> Iterator[None]:
+    """A failure is its title and detail on stderr and an exit code, never a traceback."""
+    try:
+        yield
+    except Failure as failure:
+        console.print(Text(failure.title, style="bold red"))
+        if failure.detail:
+            console.print(Text(failure.detail))
+        raise typer.Exit(failure.code) from None
 
 
 @app.command()
@@ -54,3 +100,123 @@ def token(subject: str = typer.Argument(None, help="the subject (`sub`) of a cal
         console.print(f"[red]{response.json().get('error', response.text)}[/]")
         raise typer.Exit(1)
     print(response.json()["token"])
+
+
+@app.command()
+def chat(ctx: typer.Context, agent: str = typer.Argument(..., help="the agent's name (`agentfn agents` lists them)"),
+         message: str = typer.Option(None, "--message", "-m", help="send this one turn, print the answer and exit"),
+         as_json: bool = typer.Option(False, "--json", help="print the turn's events as JSON lines")):
+    """Talk with an agent: lines from the terminal or a pipe; /end keeps the session as an episode, /quit leaves."""
+    from .chat import Chat
+
+    with shown():
+        session = Chat(ctx.obj.client(), agent, out, console, as_json)
+        if message is None:
+            session.run()
+        elif not session.turn(message):
+            raise typer.Exit(1)
+
+
+@memory.command("list")
+def memory_list(ctx: typer.Context, kind: str = typer.Option(None, help="fact, preference or episode")):
+    """The caller's entries, newest first."""
+    with shown():
+        found = ctx.obj.client().entries(kind)
+    out.print(render.entries(found) if found else Text("no entries", style="dim"))
+
+
+@memory.command("add")
+def memory_add(ctx: typer.Context, text: str = typer.Argument(..., help="what to keep"),
+               kind: str = typer.Option("fact", help="fact or preference"),
+               source: str = typer.Option("agentfn cli", help="where it comes from: the source it is cited by")):
+    """Keep a fact or a preference."""
+    from . import entries
+
+    with shown():
+        out.print(render.entry(entries.add(ctx.obj.client(), kind, text, source), "kept"))
+
+
+@memory.command("edit")
+def memory_edit(ctx: typer.Context, entry_id: str = typer.Argument(..., metavar="ID", help="an id or its prefix"),
+                text: str = typer.Option(None, help="the corrected text"),
+                source: str = typer.Option(None, help="the corrected source")):
+    """Correct an entry's text or source."""
+    from . import entries
+
+    with shown():
+        out.print(render.entry(entries.edit(ctx.obj.client(), entry_id, text, source), "corrected"))
+
+
+@memory.command("forget")
+def memory_forget(ctx: typer.Context, entry_id: str = typer.Argument(..., metavar="ID", help="an id or its prefix")):
+    """Forget an entry: it and its vector are deleted."""
+    from . import entries
+
+    with shown():
+        out.print(f"forgot {entries.forget(ctx.obj.client(), entry_id)}", highlight=False)
+
+
+@app.command()
+def agents(ctx: typer.Context):
+    """The agents the caller may use, with the tools each may call for them and their limits."""
+    with shown():
+        found = ctx.obj.client().json("GET", "/v1/agents")["agents"]
+    out.print(render.agents(found) if found else Text("no agent is granted to this caller", style="dim"))
+
+
+@app.command()
+def tools(ctx: typer.Context):
+    """The tools the caller may call on their own (ListTools)."""
+    with shown():
+        found = ctx.obj.client().json("GET", "/v1/tools")["tools"]
+    out.print(render.tools(found) if found else Text("no tool is granted to this caller", style="dim"))
+
+
+def argument_value(raw: str):
+    """A value as JSON when it parses (numbers, booleans, lists), else the string itself."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+@app.command()
+def call(ctx: typer.Context, tool: str = typer.Argument(..., help="the tool's name (`agentfn tools` lists them)"),
+         arg: list[str] = typer.Option([], "--arg", "-a", help="an argument as key=value; repeat for more"),
+         as_json: str = typer.Option(None, "--json", help="the arguments as one JSON object")):
+    """Call a tool on its own, as the caller (CallTool), and print what it found."""
+    with shown():
+        arguments = {}
+        if as_json is not None:
+            try:
+                arguments = json.loads(as_json)
+            except ValueError as error:
+                raise Failure("--json is not JSON", str(error), code=2) from None
+            if not isinstance(arguments, dict):
+                raise Failure("--json must be a JSON object", code=2)
+        for pair in arg:
+            key, equals, value = pair.partition("=")
+            if not equals or not key:
+                raise Failure(f"--arg {pair}: not key=value", code=2)
+            arguments[key] = argument_value(value)
+        content = ctx.obj.client().json("POST", f"/v1/tools/{tool}/call", json={"arguments": arguments})["content"]
+    print(content if isinstance(content, str) else json.dumps(content, indent=2, ensure_ascii=False))
+
+
+@app.command()
+def audit(registry: str = typer.Argument(os.environ.get("AGENTFN_REGISTRY_FILE", "var/registry.json"),
+                                         help="the registry file, or - for standard input"),
+          kube: bool = typer.Option(False, "--kube", help="read the ConfigMap agentfn-registry through kubectl"),
+          namespace: str = typer.Option("agentfn", help="the ConfigMap's namespace (with --kube)"),
+          as_json: bool = typer.Option(False, "--json", help="rows as JSON objects")):
+    """Who may call what: one row per agent, tool and channel, from the registry."""
+    from agentfn_operator.audit import HEADER, records, rows
+
+    from .audit import registry as read
+
+    with shown():
+        found = rows(read(registry, kube, namespace))
+    if as_json:
+        print(json.dumps(records(found), indent=2))
+    else:
+        out.print(render.grants(HEADER, found))

@@ -41,6 +41,11 @@ def table(found: list[Row]) -> str:
     return "\n".join("   ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in [HEADER, *found])
 
 
+def records(found: list[Row]) -> list[dict[str, str]]:
+    """The rows as JSON objects keyed by the lower-cased header."""
+    return [dict(zip((h.lower() for h in HEADER), r, strict=True)) for r in found]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agentfn_operator.audit", description=__doc__.split("\n")[0])
     parser.add_argument("registry", nargs="?", default=os.environ.get("AGENTFN_REGISTRY_FILE", "var/registry.json"),
@@ -50,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     text = sys.stdin.read() if args.registry == "-" else open(args.registry).read()
     found = rows(json.loads(text))
     if args.json:
-        print(json.dumps([dict(zip((h.lower() for h in HEADER), r, strict=True)) for r in found], indent=2))
+        print(json.dumps(records(found), indent=2))
     else:
         print(table(found))
     return 0

@@ -12,6 +12,7 @@ import json
 import secrets
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -247,3 +248,30 @@ def take_turn(base: str, who: Person, agent_name: str, content: str, *, history=
                              json={"messages": [*history, {"role": "user", "content": content}], **body})
     events = parse_sse(response.text) if response.headers.get("Content-Type", "").startswith("text/event-stream") else None
     return response, events
+
+
+class GatewayServer(Gunicorn):
+    """The dev gateway (cli/gateway.py) under gunicorn: it has no /readyz of its own (that path is not a door)."""
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the gateway exited; see {self.log}:\n{self.log.read_text()[-3000:]}")
+            try:
+                requests.get(self.url + "/readyz", timeout=2)
+                return
+            except (requests.ConnectionError, requests.Timeout):
+                time.sleep(0.05)
+        raise RuntimeError(f"the gateway not ready in {timeout}s; see {self.log}")
+
+
+@pytest.fixture(scope="session")
+def gateway(memory, model, logs):
+    """The one public URL: the dev gateway in front of memory and the model function."""
+    server = GatewayServer("agentfn.cli.gateway:create_app()", {"AGENTFN_GATEWAY_MEMORY_URL": memory.url,
+                                                                "AGENTFN_GATEWAY_MODEL_URL": model.url},
+                           logs / "gateway.log")
+    server.start()
+    yield server
+    server.stop()

@@ -1,0 +1,114 @@
+"""How the CLI draws what the doors answer: tables of entries, agents, tools and grants; a turn's pieces."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+ID_PREFIX = 8  # characters of an entry id shown; any unambiguous prefix is accepted back
+SUMMARY = 160  # characters of a tool's result shown on its card
+
+
+def short(value: Any, width: int = SUMMARY) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def entries(found: Iterable[dict]) -> Table:
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("id", "kind", "text", "source", "updated"):
+        table.add_column(column, overflow="fold")
+    for e in found:
+        table.add_row(e["id"][:ID_PREFIX], e["kind"], e["text"], e.get("source") or "",
+                      (e.get("updated_at") or e.get("created_at") or "")[:19].replace("T", " "))
+    return table
+
+
+def entry(e: dict, title: str) -> Panel:
+    return Panel(Text(e["text"]), title=f"{title} {e['id']}",
+                 subtitle=f"{e['kind']} · {e.get('source') or ''}".rstrip(" ·"), title_align="left",
+                 subtitle_align="right")
+
+
+def agents(found: Iterable[dict]) -> Table:
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("agent", "tier", "memory", "tools", "steps", "tokens/turn", "deadline", "brief"):
+        table.add_column(column, overflow="fold")
+    for a in found:
+        limits = a.get("limits") or {}
+        table.add_row(a["name"], a["tier"], a["memory"], ", ".join(a["tools"]), str(limits.get("steps", "")),
+                      str(limits.get("tokensPerTurn", "")), f"{limits.get('deadlineSeconds', '')} s", a["brief"])
+    return table
+
+
+def tools(found: Iterable[dict]) -> Table:
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("tool", "description", "arguments"):
+        table.add_column(column, overflow="fold")
+    for t in found:
+        properties = (t.get("input_schema") or {}).get("properties") or {}
+        required = set((t.get("input_schema") or {}).get("required") or [])
+        table.add_row(t["name"], t.get("description", ""),
+                      ", ".join(f"{k}{'' if k in required else '?'}" for k in properties))
+    return table
+
+
+def grants(header: Iterable[str], found: Iterable[Iterable[str]]) -> Table:
+    table = Table(show_edge=False, header_style="bold")
+    for column in header:
+        table.add_column(column.lower(), overflow="fold")
+    for row in found:
+        table.add_row(*row)
+    return table
+
+
+STATUS_STYLE = {"started": "yellow", "ok": "green", "error": "red"}
+
+
+def step(event: dict) -> Panel:
+    """A tool step as a card: name, arguments, status (started -> ok/error), time, a short result."""
+    status = event.get("status", "")
+    lines = [Text.assemble(("arguments ", "dim"), short(event.get("arguments", {})))]
+    flow = Text.assemble(("status    ", "dim"), ("started", STATUS_STYLE["started"]))
+    if status != "started":
+        flow.append(" -> ")
+        flow.append(status, STATUS_STYLE.get(status, ""))
+        flow.append(f"  {event.get('ms', 0):g} ms", "dim")
+    lines.append(flow)
+    if "result" in event:
+        result = event["result"]
+        if status == "error" and isinstance(result, dict) and "title" in result:
+            result = f"{result['title']}: {result.get('detail', '')}".rstrip(": ")
+        lines.append(Text.assemble(("result    ", "dim"), short(result)))
+    return Panel(Group(*lines), title=f"step {event.get('n', '?')} · [bold]{event.get('tool', '?')}[/]",
+                 title_align="left", border_style=STATUS_STYLE.get(status, ""), expand=False)
+
+
+def recalled(found: list[dict], cited: Iterable[str]) -> Table:
+    """The entries recalled for the turn, the ones the answer cites marked ✓."""
+    cited = set(cited)
+    table = Table(title="recalled", title_justify="left", title_style="dim", show_edge=False, header_style="dim")
+    for column in ("", "id", "kind", "text", "similarity"):
+        table.add_column(column, overflow="fold")
+    for e in found:
+        similarity = e.get("similarity")
+        table.add_row("✓" if e["id"] in cited else "", e["id"][:ID_PREFIX], e["kind"] + (
+            f" {e['date']}" if e.get("date") else ""), short(e["text"], 200),
+            f"{similarity:.2f}" if isinstance(similarity, int | float) else "")
+    return table
+
+
+def done(event: dict) -> Text:
+    usage, timing = event.get("usage") or {}, event.get("timing") or {}
+    parts = [f"{usage.get('tokens_in', 0)} in / {usage.get('tokens_out', 0)} out tokens",
+             f"{usage.get('rounds', 0)} rounds", f"{event.get('steps', 0)} steps",
+             f"{timing.get('ms', 0) / 1000:.2f} s (engine {timing.get('engine_ms', 0) / 1000:.2f} s, "
+             f"tools {timing.get('tools_ms', 0) / 1000:.2f} s)", f"generation {event.get('generation_id', '?')}"]
+    return Text(" · ".join(parts), style="dim")

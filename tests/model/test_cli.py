@@ -1,0 +1,248 @@
+"""The `agentfn` CLI as a person runs it: a subprocess against the real gateway, memory and model function."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+from agentfn_operator.audit import records, rows
+from conftest import Person, registry_document
+
+AGENTFN = Path(sys.executable).parent / "agentfn"
+NOTE = "Prefers four spaces for indentation in Python code."
+QUESTION = "How should my Python code be formatted and indented?"
+SUMMARY = "The person asked how to indent Python code and settled on four spaces for each level."
+
+
+def agentfn(*args: str, url: str | None = None, token: str | None = None, stdin: str | None = None,
+            timeout: float = 90) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTFN_URL", "AGENTFN_TOKEN")}
+    env.update({"COLUMNS": "200", **({"AGENTFN_URL": url} if url else {}), **({"AGENTFN_TOKEN": token} if token else {})})
+    return subprocess.run([str(AGENTFN), *args], input=stdin, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.fixture
+def cli(gateway, person):
+    """The CLI as the person, against the gateway."""
+    return lambda *args, **kw: agentfn(*args, url=gateway.url, token=person.token, **kw)
+
+
+def door(gateway, who, path, **params):
+    return requests.get(gateway.url + path, params=params, headers=who.headers, timeout=30)
+
+
+def test_memory_add_list_edit_forget(cli, gateway, person):
+    added = cli("memory", "add", "Works on the ledger service.", "--kind", "fact", "--source", "onboarding notes")
+    assert added.returncode == 0, added.stderr
+    (entry,) = door(gateway, person, "/v1/entries").json()["entries"]
+    assert (entry["kind"], entry["text"], entry["source"]) == ("fact", "Works on the ledger service.", "onboarding notes")
+    assert entry["id"] in added.stdout
+
+    listed = cli("memory", "list")
+    assert listed.returncode == 0 and entry["id"][:8] in listed.stdout and "Works on the ledger service." in listed.stdout
+    assert "onboarding notes" in listed.stdout
+    assert "no entries" in cli("memory", "list", "--kind", "preference").stdout
+
+    edited = cli("memory", "edit", entry["id"][:8], "--text", "Works on the ledger and billing services.")
+    assert edited.returncode == 0, edited.stderr
+    (changed,) = door(gateway, person, "/v1/entries").json()["entries"]
+    assert (changed["id"], changed["text"], changed["source"]) == (entry["id"], "Works on the ledger and billing services.",
+                                                                    "onboarding notes")
+    assert cli("memory", "edit", entry["id"], "--source", "the team wiki").returncode == 0
+    assert door(gateway, person, "/v1/entries").json()["entries"][0]["source"] == "the team wiki"
+
+    forgot = cli("memory", "forget", entry["id"][:6])
+    assert forgot.returncode == 0 and entry["id"] in forgot.stdout
+    assert door(gateway, person, "/v1/entries").json()["entries"] == []
+    assert "no entries" in cli("memory", "list").stdout
+
+
+def test_an_id_prefix_must_name_one_entry(cli, gateway, person):
+    for text in ("First note.", "Second note.", "Third note."):
+        assert cli("memory", "add", text).returncode == 0
+    ids = [e["id"] for e in door(gateway, person, "/v1/entries").json()["entries"]]
+    unknown = next(p for p in ("0000", "ffff", "abcd", "1234") if not any(i.startswith(p) for i in ids))
+    missing = cli("memory", "forget", unknown)
+    assert missing.returncode == 1 and "no such entry" in missing.stderr
+    too_short = cli("memory", "forget", ids[0][:2])
+    assert too_short.returncode == 1 and "too short" in too_short.stderr
+    assert len(door(gateway, person, "/v1/entries").json()["entries"]) == 3
+
+
+@pytest.mark.parametrize(("args", "title", "detail"), [
+    (("memory", "forget", str(uuid.uuid4())), "Not Found", "no entry with this id"),
+    (("memory", "edit", str(uuid.uuid4()), "--text", "x"), "Not Found", "no entry with this id"),
+    (("memory", "add", "Likes tea.", "--kind", "opinion"), "Unprocessable Content", "kind"),
+    (("memory", "list", "--kind", "opinion"), "Bad Request", "kind: must be one of"),
+    (("call", "no_such_tool"), "Not Found", "no such tool"),
+    (("chat", "secret", "-m", "hello"), "Not Found", "no such agent"),
+], ids=["forget_unknown", "edit_unknown", "add_invalid_kind", "list_invalid_kind", "unknown_tool", "ungranted_agent"])
+def test_a_problem_is_shown_as_its_title_and_detail(cli, args, title, detail):
+    done = cli(*args)
+    assert done.returncode == 1, done
+    lines = done.stderr.splitlines()
+    assert lines[0] == title and detail in "\n".join(lines[1:]), done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_without_a_token_the_cli_says_how_to_get_one(gateway):
+    for args in (("memory", "list"), ("chat", "reviewer", "-m", "hi"), ("agents",), ("tools",)):
+        done = agentfn(*args, url=gateway.url)
+        assert done.returncode == 2
+        assert "export AGENTFN_TOKEN=$(agentfn token alice --groups developers)" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_an_expired_or_foreign_token_is_the_platforms_401(gateway):
+    done = agentfn("memory", "list", url=gateway.url, token="not-a-token")
+    assert done.returncode == 1 and done.stderr.splitlines()[0] == "Unauthorized"
+
+
+def test_an_unreachable_gateway_is_one_clear_line():
+    from agentfn.cli.postgres import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    for args in (("memory", "list"), ("chat", "reviewer"), ("agents",)):
+        done = agentfn(*args, url=url, token="x", stdin="hello\n")
+        assert done.returncode == 1
+        assert done.stderr.strip().splitlines() == [f"the gateway is not answering at {url}: start the platform with "
+                                                    "`agentfn up`, or give another with --url or AGENTFN_URL"]
+
+
+def first_cells(table: str) -> set[str]:
+    """The first column of a table the CLI printed (its continuation lines start blank)."""
+    return {line.split()[0] for line in table.splitlines() if line.strip() and not line.startswith(" " * 2)}
+
+
+def test_agents_shows_what_the_caller_may_use(cli, gateway, person, issuer):
+    done = cli("agents")
+    assert done.returncode == 0, done.stderr
+    granted = door(gateway, person, "/v1/agents").json()["agents"]
+    assert {a["name"] for a in granted} <= first_cells(done.stdout) and "secret" not in first_cells(done.stdout)
+    for tool in {t for a in granted for t in a["tools"]}:
+        assert tool in done.stdout
+    reviewer = next(line for line in done.stdout.splitlines() if line.split() and line.split()[0] == "reviewer")
+    assert "preferences" in reviewer and "60000" in reviewer and "30 s" in reviewer
+    stranger = agentfn("agents", url=gateway.url, token=Person(issuer, groups=()).token)
+    assert stranger.returncode == 0 and "platform_status" in stranger.stdout and "run_code" not in stranger.stdout
+
+
+def test_tools_and_call_run_as_the_caller(cli, gateway, person, issuer):
+    listed = cli("tools")
+    assert listed.returncode == 0
+    names = {t["name"] for t in door(gateway, person, "/v1/tools").json()["tools"]}
+    assert "platform_status" in names and names <= first_cells(listed.stdout)
+
+    called = cli("call", "platform_status", "--arg", "service=llm")
+    assert called.returncode == 0, called.stderr
+    def timeless(content):
+        return {k: v for k, v in content.items() if k != "taken_at"}
+
+    content = timeless(json.loads(called.stdout))
+    assert content == timeless(requests.post(gateway.url + "/v1/tools/platform_status/call", headers=person.headers,
+                                             json={"arguments": {"service": "llm"}}, timeout=30).json()["content"])
+    assert timeless(json.loads(cli("call", "platform_status", "--json", '{"service": "llm"}').stdout)) == content
+    assert timeless(json.loads(cli("call", "platform_status", "--arg", 'service="llm"').stdout)) == content
+    number = cli("call", "platform_status", "--arg", "service=42")  # 42 parses: a number, which the tool refuses
+    assert number.returncode == 1 and number.stderr.splitlines()[0] == "Unprocessable Content", number.stderr
+
+    stranger = agentfn("call", "platform_status", url=gateway.url, token=Person(issuer, groups=()).token)
+    assert stranger.returncode == 1 and "Traceback" not in stranger.stderr
+    assert stranger.stderr.splitlines()[0] == "Forbidden", stranger.stderr
+
+
+def test_call_refuses_an_argument_that_is_not_key_value(cli):
+    for args in (("--arg", "service"), ("--json", "{not json"), ("--json", "[1]")):
+        done = cli("call", "platform_status", *args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.strip(), done
+
+
+def test_audit_renders_the_grants_of_a_registry(registry_file):
+    expected = records(rows(registry_document()))
+    from_file = agentfn("audit", str(registry_file), "--json")
+    assert from_file.returncode == 0 and json.loads(from_file.stdout) == expected
+    from_stdin = agentfn("audit", "-", "--json", stdin=registry_file.read_text())
+    assert json.loads(from_stdin.stdout) == expected
+    table = agentfn("audit", "-", stdin=registry_file.read_text()).stdout.splitlines()
+    assert [c for c in table[0].split() if c.isalpha()] == ["agent", "tool", "subjects", "groups", "channel", "daily",
+                                                            "grant"]
+    assert len([line for line in table if "agentfn/" in line]) == len(expected)
+    cells = [[c for c in line.split() if c != "│"] for line in table]
+    assert ["secret", "platform_status", "nobody-else", "-", "step", "-", "agentfn/test"] in cells
+    broken = agentfn("audit", "-", stdin="{not json")
+    assert broken.returncode == 1 and broken.stderr.splitlines()[0] == "the registry in standard input is not JSON"
+
+
+def test_chat_through_a_pipe_shows_steps_recall_citations_and_ends_as_an_episode(cli, gateway, engine, person):
+    note = requests.post(gateway.url + "/v1/entries", headers=person.headers, timeout=30,
+                         json={"kind": "preference", "text": NOTE, "source": "test"}).json()
+    sid = engine.script({"call": {"name": "platform_status", "arguments": {"service": "llm"}}},
+                        {"text": f"Use four spaces for each level [{note['id']}]."},
+                        {"text": SUMMARY})
+    done = cli("chat", "reviewer", stdin=f"/help\n{QUESTION} script:{sid}\n/end Thanks, four spaces it is.\n/quit\n")
+    assert done.returncode == 0, done.stderr
+    shown = done.stdout
+    assert "/end" in shown and "/quit" in shown  # the help
+    assert "step 1 · platform_status" in shown and "started -> ok" in shown and " ms" in shown
+    assert f"agent> Use four spaces for each level [{note['id']}]." in shown
+    recalled = next(line for line in shown.splitlines() if note["id"][:8] in line and NOTE in line)
+    assert "✓" in recalled and "preference" in recalled
+    assert "tokens" in shown and "generation" in shown  # done's usage and timing
+    (episode,) = door(gateway, person, "/v1/entries", kind="episode").json()["entries"]
+    assert episode["text"] == SUMMARY
+    assert f"episode kept {episode['id']}" in shown and SUMMARY in shown
+    sent = engine.requests(sid)
+    assert len(sent) == 3 and "Thanks, four spaces it is." in sent[2]["messages"][-1]["content"]
+    assert "Use four spaces for each level" in sent[2]["messages"][-1]["content"]  # the whole conversation
+    assert shown.index("step 1") < shown.index("agent> ") < shown.index("✓") < shown.index("episode kept")
+
+
+def test_chat_keeps_the_conversation_and_sends_it_whole(cli, engine):
+    sid = engine.script({"text": "Blue."}, {"text": "You said blue."})
+    done = cli("chat", "guide", stdin=f"Pick a colour. script:{sid}\nWhat did you pick?\n")  # EOF leaves
+    assert done.returncode == 0 and "agent> Blue." in done.stdout and "agent> You said blue." in done.stdout
+    second = [m for m in engine.requests(sid)[1]["messages"] if m["role"] in ("user", "assistant")]
+    assert [(m["role"], m["content"]) for m in second] == [("user", f"Pick a colour. script:{sid}"),
+                                                           ("assistant", "Blue."), ("user", "What did you pick?")]
+
+
+def test_chat_json_prints_the_events_as_json_lines(cli, engine):
+    sid = engine.script({"call": {"name": "platform_status", "arguments": {}}}, {"text": "All fine."})
+    done = cli("chat", "reviewer", "--json", "-m", f"Is the platform up? script:{sid}")
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [e["event"] for e in events] == ["recall", "step", "step", "delta", "delta", "delta", "done"]
+    assert [e["data"]["status"] for e in events if e["event"] == "step"] == ["started", "ok"]
+    assert "".join(e["data"]["text"] for e in events if e["event"] == "delta") == "All fine."
+
+
+def test_chat_shows_a_turn_that_fails_as_its_problem(cli, engine):
+    sid = engine.script({"status": 500}, {"status": 500}, {"status": 500})
+    done = cli("chat", "guide", "-m", f"Hello. script:{sid}")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == ["Engine failed", "the engine answered HTTP 500"], done.stderr
+
+
+def test_ctrl_c_stops_a_streaming_answer_and_the_chat_goes_on(gateway, engine, person):
+    sid = engine.script({"text": "One two three four five six.", "chunks": 6, "chunk_delay": 1.5})
+    env = {**os.environ, "AGENTFN_URL": gateway.url, "AGENTFN_TOKEN": person.token, "COLUMNS": "200"}
+    process = subprocess.Popen([str(AGENTFN), "chat", "guide"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    process.stdin.write(f"Count. script:{sid}\n")
+    process.stdin.flush()
+    seen = ""
+    deadline = time.monotonic() + 30
+    while "agent> " not in seen and time.monotonic() < deadline:
+        seen += process.stdout.read(1)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate("/quit\n", timeout=30)
+    assert process.returncode == 0 and "Traceback" not in err + out
+    assert "(answer stopped)" in out and "six." not in seen + out
