@@ -105,10 +105,14 @@ def recalled(found: list[dict], cited: Iterable[str]) -> Table:
     return table
 
 
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def done(event: dict) -> Text:
     usage, timing = event.get("usage") or {}, event.get("timing") or {}
     parts = [f"{usage.get('tokens_in', 0)} in / {usage.get('tokens_out', 0)} out tokens",
-             f"{usage.get('rounds', 0)} rounds", f"{event.get('steps', 0)} steps",
+             plural(usage.get("rounds", 0), "round"), plural(event.get("steps", 0), "step"),
              f"{timing.get('ms', 0) / 1000:.2f} s (engine {timing.get('engine_ms', 0) / 1000:.2f} s, "
              f"tools {timing.get('tools_ms', 0) / 1000:.2f} s)", f"generation {event.get('generation_id', '?')}"]
     return Text(" · ".join(parts), style="dim")

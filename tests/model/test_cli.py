@@ -246,3 +246,11 @@ def test_ctrl_c_stops_a_streaming_answer_and_the_chat_goes_on(gateway, engine, p
     out, err = process.communicate("/quit\n", timeout=30)
     assert process.returncode == 0 and "Traceback" not in err + out
     assert "(answer stopped)" in out and "six." not in seen + out
+
+
+def test_audit_from_the_cluster_says_when_kubectl_cannot_read_it(tmp_path):
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "none"), "COLUMNS": "200"}
+    done = subprocess.run([str(AGENTFN), "audit", "--kube", "--namespace", "elsewhere"], capture_output=True, text=True,
+                          env=env, timeout=90)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[0] == "kubectl could not read the ConfigMap elsewhere/agentfn-registry", done.stderr
