@@ -21,6 +21,9 @@ from typing import Any
 
 import yaml
 
+# libyaml's loader where installed: the CRDs run to hundreds of kilobytes.
+Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "agentfn"
 SCHEMAS = ROOT / "tests" / "schemas"
@@ -75,7 +78,7 @@ def template_args(values: Path | None, sets: tuple[str, ...] = ()) -> list[str]:
 def render(values_set: str = "default", sets: tuple[str, ...] = ()) -> tuple[dict[str, Any], ...]:
     """The chart's objects for one values set (cached: objects are deep-copied by the callers that change them)."""
     out = helm(*template_args(VALUES_SETS[values_set], sets)).stdout
-    return tuple(d for d in yaml.safe_load_all(out) if d)
+    return tuple(d for d in yaml.load_all(out, Loader=Loader) if d)
 
 
 def objects(values_set: str = "default", kind: str | None = None, sets: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -97,7 +100,7 @@ def env_of(service: dict[str, Any]) -> dict[str, Any]:
 
 @functools.cache
 def crd(group: str, kind: str) -> dict[str, Any]:
-    return yaml.safe_load((SCHEMAS / CRD_FILES[(group, kind)]).read_text())
+    return yaml.load((SCHEMAS / CRD_FILES[(group, kind)]).read_text(), Loader=Loader)
 
 
 def strict_schema(schema: Any) -> Any:

@@ -26,7 +26,6 @@ ADDRESSES = {
     "private": "10.20.0.5",
     "cgnat": "100.64.1.1",
     "unique-local-v6": "fd00::1",
-    "mapped-v6": "::ffff:10.0.0.1",
     "api-server": "10.96.0.1",
 }
 

@@ -74,7 +74,6 @@ MATRIX = [
     ("agentfn/page", "private", 80, "TCP", D, "private 10/8"),
     ("agentfn/page", "cgnat", 80, "TCP", D, "CGNAT 100.64/10"),
     ("agentfn/page", "unique-local-v6", 80, "TCP", D, "IPv6 unique local"),
-    ("agentfn/page", "mapped-v6", 80, "TCP", D, "IPv4-mapped IPv6"),
     ("agentfn/page", "api-server", 443, "TCP", D, "the API server"),
     ("agentfn/page", "agentfn/memory", 8012, "TCP", D, "cannot read memory"),
     ("agentfn/page", "platform/platform-service", 80, "TCP", D, "no platform service"),
