@@ -185,6 +185,7 @@ def test_the_readme_shows_this_matrix(tmp_path):
     table = matrix_markdown()
     (ROOT / "var").mkdir(exist_ok=True)
     (ROOT / "var" / "policy-matrix.md").write_text(table)
+    print(table)  # shown with -s, for pasting
     readme = (ROOT / "README.md").read_text()
     section = re.search(r"## Deploying on Kubernetes\n(.*?)\n## ", readme, re.S)
     assert section, "README has no section Deploying on Kubernetes"
