@@ -137,6 +137,7 @@ class Turn:
         convo: list[dict[str, Any]] = [{"role": "system", "content": system}, *prompt.fit(self.messages, max(room, 64))]
         calls_left = min(MAX_CALLS, agent.steps) if tools else 0
         answer: list[str] = []
+        failed: set[tuple[str, str]] = set()
         first = True
         while True:
             if time.monotonic() >= self.deadline:
@@ -168,9 +169,16 @@ class Turn:
             answer.extend(round_text)
             if not offer or not requests:
                 break
-            taken = requests[:calls_left]
+            # A call the model repeats after it failed this turn would fail again (small models loop on
+            # one): it is not made, and the model answers without tools from here.
+            taken = [r for r in requests[:calls_left] if call_key(r) not in failed]
+            if not taken:
+                calls_left = 0
+                continue
             calls_left -= len(taken)
             yield from self._steps(taken, tools, shown, convo, "".join(round_text), constrained)
+            failed |= {call_key(r) for r, logged in zip(taken, self.step_log[-len(taken):], strict=True)
+                       if logged["status"] != "ok"}
         ids = [e["id"] for e in recalled]
         yield "done", {"cited": prompt.cited("".join(answer), ids), "steps": len(self.step_log),
                        "usage": {"tokens_in": self.usage.tokens_in, "tokens_out": self.usage.tokens_out,
@@ -242,3 +250,8 @@ class Turn:
         tool, access = tools[request.name]
         ctx = CallContext(self.caller, "agent", access, self.deadline, self.agent, shown)
         return self.services.tools.call(tool, request.arguments, ctx)
+
+
+def call_key(request: ToolRequest) -> tuple[str, str]:
+    """What makes two calls the same call: the tool and its arguments (as sent, when they did not parse)."""
+    return request.name, json.dumps(request.arguments, sort_keys=True) if request.parsed else str(request.raw)

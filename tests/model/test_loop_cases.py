@@ -47,6 +47,11 @@ CASES = [
     Case("four_calls_then_answer", [call()] * 4 + [ANSWER], steps=[("ok", None)] * 4, requests=5),
     Case("invalid_argument", [call(service="NOT VALID!"), ANSWER], steps=[("error", 422)]),
     Case("unknown_argument", [call(colour="red"), ANSWER], steps=[("error", 422)]),
+    # The same failed call asked again is not made; the next round offers no tools and the model answers.
+    Case("repeated_failed_call", [call(service="NOT VALID!")] * 3 + [ANSWER], steps=[("error", 422)], requests=3,
+         answer=""),
+    Case("failed_call_then_a_different_one", [call(service="NOT VALID!"), call(service="llm"), ANSWER],
+         steps=[("error", 422), ("ok", None)], requests=3),
     Case("arguments_not_json", [{"call": {"name": "platform_status", "arguments": "{not json"}}, ANSWER],
          steps=[("error", 422)], modes=("native",)),
     Case("reply_not_json", [{"call": {"name": "platform_status", "arguments": "{not json"}}],
