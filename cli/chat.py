@@ -39,7 +39,9 @@ class Chat:
             self.err.print(Text(failure.detail))
 
     def turn(self, text: str) -> bool:
-        """One turn; True when it finished. The person's message stays in the conversation only then."""
+        """One turn; True when it finished. The person's message stays in the conversation when the turn ran,
+        even if it ended early (its deadline, the engine), so /end still summarises it; not when it was
+        refused or stopped with Ctrl-C."""
         conversation = [*self.messages, {"role": "user", "content": text}]
         stream = self.client.turn(self.agent, conversation)
         try:
@@ -54,6 +56,7 @@ class Chat:
             self.failed(failure)
             return False
         if answer is None:
+            self.messages = conversation
             return False
         self.messages = conversation + ([{"role": "assistant", "content": answer}] if answer.strip() else [])
         return True

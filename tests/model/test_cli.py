@@ -231,6 +231,15 @@ def test_chat_shows_a_turn_that_fails_as_its_problem(cli, engine):
     assert done.stderr.splitlines() == ["Engine failed", "the engine answered HTTP 500"], done.stderr
 
 
+def test_a_turn_that_failed_is_still_part_of_the_session_it_ends(cli, gateway, engine, person):
+    sid = engine.script({"status": 500}, {"text": SUMMARY})
+    done = cli("chat", "reviewer", stdin=f"How should I indent Python? script:{sid}\n/end\n/quit\n")
+    assert done.returncode == 0 and "Engine failed" in done.stderr and "episode kept" in done.stdout
+    (episode,) = door(gateway, person, "/v1/entries", kind="episode").json()["entries"]
+    assert episode["text"] == SUMMARY
+    assert "How should I indent Python?" in engine.requests(sid)[-1]["messages"][-1]["content"]
+
+
 def test_ctrl_c_stops_a_streaming_answer_and_the_chat_goes_on(gateway, engine, person):
     sid = engine.script({"text": "One two three four five six.", "chunks": 6, "chunk_delay": 1.5})
     env = {**os.environ, "AGENTFN_URL": gateway.url, "AGENTFN_TOKEN": person.token, "COLUMNS": "200"}
