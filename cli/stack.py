@@ -244,7 +244,7 @@ class Stack:
         self.console.rule(f"[bold]agentfn is up[/] in {time.monotonic() - self.started:.1f} s")
         for name, value in (
             ("gateway", f"{gateway}   (the public doors: /v1/entries, /v1/recall, /v1/agents, /v1/tools, /mcp)"),
-            ("token", f"export AGENTFN_TOKEN=$({agentfn} token alice --groups developers)"),
+            ("token", f"export AGENTFN_TOKEN=$({agentfn} token alice --groups developers,platform-users)"),
             ("chat", f"{agentfn} chat code-reviewer"),
             ("memory", f"{sum(memory.values()) / 2**20:.0f} MiB resident (MiB: {biggest}, ...)"),
             ("data", f"{self.var}   logs: {self.var / 'logs'}   agents: examples/ (edit to update)"),
