@@ -83,6 +83,7 @@ class Stack:
         self.console = console
         self.postgres = EmbeddedPostgres(self.var / "postgres", port=PORTS["postgres"])
         self.parts: list[Part] = []
+        self.owns_postgres = False  # a start refused before Postgres (a port taken) leaves a running one alone
         self.service_token_file = self.var / "secrets" / "memory-token"
         self.started = time.monotonic()
 
@@ -106,6 +107,7 @@ class Stack:
         dsns = {}
         with self.console.status("starting Postgres + pgvector (embedded)"):
             self.postgres.start()
+            self.owns_postgres = True  # started or taken over: stopped with the stack
             for schema, role in ROLES.items():
                 password = self.secret(f"{schema}-db")
                 db.provision(self.postgres.admin_dsn, schema=schema, role=role, password=password)
@@ -262,7 +264,8 @@ class Stack:
                     part.process.wait(15)
                 except subprocess.TimeoutExpired:
                     os.killpg(part.process.pid, signal.SIGKILL)
-        self.postgres.stop()
+        if self.owns_postgres:
+            self.postgres.stop()
         self.console.print("[green]✓[/] stopped")
 
     def wait(self) -> None:

@@ -90,11 +90,17 @@ def _answers(port: int) -> bool:
 
 
 def test_a_taken_port_is_a_clear_message(stack, tmp_path):
+    """A second start on the same data by mistake: refused in one line, and the running platform stays whole."""
     env, base, _, _ = stack
-    second = subprocess.run([str(BIN / "agentfn"), "up", "--var", str(tmp_path / "var2")], env=env,
+    second = subprocess.run([str(BIN / "agentfn"), "up", "--var", str(tmp_path / "var")], env=env,
                             capture_output=True, text=True, timeout=60)
     assert second.returncode != 0
     assert "port already taken" in second.stderr and "Traceback" not in second.stderr
+    # The refused start left the running platform whole, its database included.
+    token = subprocess.run([str(BIN / "agentfn"), "token", "carol"], env=env, capture_output=True, text=True,
+                           check=True).stdout.strip()
+    assert requests.get(f"http://127.0.0.1:{base}/v1/entries", headers={"Authorization": f"Bearer {token}"},
+                        timeout=30).status_code == 200
 
 
 def test_a_part_that_cannot_start_says_why_in_one_line(tmp_path):
