@@ -1,0 +1,329 @@
+"""A newcomer's first hour, end to end: a fresh clone, the README's first command, the tour through the CLI.
+
+Everything is real and offline: embedded Postgres, the multilingual embedder, SmolLM2-135M on llama.cpp
+(greedy), every function under gunicorn behind the dev gateway. The small model's wording is never
+asserted; the events, the records and the entries are. The dev upstreams behind the read tools are the
+one test double (the platform services), as in `agentfn up` itself.
+
+The tests of this module run in order and share one platform (it is started, stopped and restarted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+FIRST_COMMAND = re.search(r"```\w*\n(.*?)```", README, re.S).group(1).splitlines()[0]
+BANNER = "agentfn is up"
+PROBLEM = "application/problem+json"
+
+
+def fresh_clone(into: Path) -> Path:
+    """A clone of this repository, with the working tree's uncommitted changes laid over it (so a change is
+    tried as it will land)."""
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(into)], check=True)
+    changed = subprocess.run(["git", "ls-files", "-m", "-o", "--exclude-standard"], cwd=ROOT, check=True,
+                             capture_output=True, text=True).stdout.split()
+    for name in changed:
+        if (ROOT / name).is_file():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, into / name)
+    return into
+
+
+class Platform:
+    """`./dev up` in a clone, in the background, as a newcomer runs it in a second terminal."""
+
+    def __init__(self, clone: Path):
+        self.clone = clone
+        self.base = random.randrange(20000, 32000, 100)
+        self.url = f"http://127.0.0.1:{self.base}"
+        self.env = {**os.environ, "AGENTFN_DEV_PORT_BASE": str(self.base)}
+        for name in [n for n in self.env if n.startswith(("AGENTFN_TIER", "AGENTFN_URL", "AGENTFN_TOKEN"))]:
+            del self.env[name]
+        self.process: subprocess.Popen | None = None
+        self.starts: list[float] = []
+        self.log = clone / "up.log"
+
+    def start(self, timeout: float = 900) -> str:
+        offset = self.log.stat().st_size if self.log.exists() else 0
+        started = time.monotonic()
+        out = open(self.log, "a")
+        self.process = subprocess.Popen(["bash", "-c", FIRST_COMMAND], cwd=self.clone, env=self.env, stdout=out,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        while BANNER not in (text := self.log.read_text()[offset:]):
+            assert self.process.poll() is None, text[-3000:]
+            assert time.monotonic() - started < timeout, f"no banner in {timeout} s:\n{text[-3000:]}"
+            time.sleep(0.25)
+        time.sleep(0.5)  # the rest of the banner
+        self.starts.append(time.monotonic() - started)
+        return self.log.read_text()[offset:]
+
+    def stop(self) -> str:
+        offset = self.log.stat().st_size
+        assert self.process.poll() is None, f"the platform stopped by itself:\n{self.log.read_text()[-3000:]}"
+        os.killpg(self.process.pid, signal.SIGINT)  # Ctrl-C in its terminal reaches the whole group
+        assert self.process.wait(90) == 0
+        return self.log.read_text()[offset:]
+
+    def cli(self, *args: str, token: str | None = None, stdin: str | None = None, timeout: float = 600,
+            check: bool = True) -> subprocess.CompletedProcess:
+        env = {**self.env, **({"AGENTFN_TOKEN": token} if token else {}), "COLUMNS": "160"}
+        done = subprocess.run([str(self.clone / ".venv/bin/agentfn"), *args], cwd=self.clone, env=env, input=stdin,
+                              capture_output=True, text=True, timeout=timeout)
+        assert not check or done.returncode == 0, done.stdout + done.stderr
+        assert "Traceback" not in done.stderr, done.stderr
+        return done
+
+    def token(self, subject: str, groups: str = "developers,platform-users") -> str:
+        return self.cli("token", subject, "--groups", groups).stdout.strip()
+
+    def get(self, path: str, token: str, **params) -> requests.Response:
+        return requests.get(self.url + path, headers={"Authorization": f"Bearer {token}"}, params=params, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def platform():
+    # Not in pytest's temp tree: another pytest run on the machine prunes old trees, and Postgres (its own
+    # user) must reach its data directory and the venv's pgvector inside.
+    home = Path(tempfile.mkdtemp(prefix="agentfn-newcomer-"))
+    home.chmod(0o755)
+    clone = fresh_clone(home / "agentfn")
+    up = Platform(clone)
+    up.first = up.start()
+    yield up
+    if up.process.poll() is None:
+        up.stop()
+    subprocess.run([str(clone / ".venv/bin/python"), "-c", "from agentfn.cli.postgres import EmbeddedPostgres as P; "
+                    "P('var/postgres').stop('immediate')"], cwd=clone, check=False)
+    shutil.rmtree(home, ignore_errors=True)
+    timings = {"first_start_s": round(up.starts[0], 1), "later_starts_s": [round(s, 1) for s in up.starts[1:]]}
+    (ROOT / "var").mkdir(exist_ok=True)
+    (ROOT / "var" / "newcomer-timings.json").write_text(json.dumps(timings))
+
+
+def events(output: str) -> list[tuple[str, dict]]:
+    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    return [(e["event"], e["data"]) for e in lines]
+
+
+def steps_of(found: list[tuple[str, dict]]) -> list[dict]:
+    return [d for n, d in found if n == "step"]
+
+
+def check_turn(found: list[tuple[str, dict]], tools: set[str]) -> dict:
+    """The shape every turn has, whatever the model chose: recall first, steps in started/ended pairs of the
+    agent's own tools, deltas, then `done` with the citations among what was recalled, or, when the small
+    model on a busy machine runs out the agent's deadline, the deadline's problem (the loop's bound)."""
+    names = [n for n, _ in found]
+    assert names[0] == "recall" and names[-1] in ("done", "error"), names
+    steps = steps_of(found)
+    pairs = len(steps) // 2 + len(steps) % 2
+    assert [s["status"] == "started" for s in steps] == [True, False] * (len(steps) // 2) + [True] * (len(steps) % 2)
+    assert all(s["tool"] in tools for s in steps) and pairs <= 4  # at most 4 calls a turn
+    end = found[-1][1]
+    if names[-1] == "error":
+        assert end["status"] == 504 and end["type"].endswith("/deadline") and "generation_id" in end, end
+        return end
+    recalled = {e["id"] for e in found[0][1]["entries"]}
+    assert set(end["cited"]) <= recalled and end["steps"] == pairs and len(steps) % 2 == 0
+    return end
+
+
+def chat_turn(platform: Platform, token: str, ask: str) -> list[tuple[str, dict]]:
+    said = platform.cli("chat", "code-reviewer", "--json", "-m", ask, token=token, check=False)
+    found = events(said.stdout)
+    assert said.returncode == (0 if found and found[-1][0] == "done" else 1), said.stdout + said.stderr
+    check_turn(found, REVIEWER_TOOLS)
+    return found
+
+
+REVIEWER_TOOLS = {"run_code", "platform_status", "open_page", "remember", "forget"}
+
+
+def test_the_first_command_shows_progress_then_one_banner(platform):
+    shown = platform.first
+    for progress in ("installing agentfn", "Postgres on", "engine ready", "memory ready", "page ready",
+                     "run_code ready", "model ready", "gateway ready"):
+        assert progress in shown, progress
+    assert shown.count(BANNER) == 1
+    banner = shown[shown.index(BANNER):]
+    assert platform.url in banner and "agentfn token alice --groups developers,platform-users" in banner
+    assert "agentfn chat code-reviewer" in banner
+    resident = int(re.search(r"(\d+) MiB resident", banner).group(1))
+    assert 100 < resident < 2048, resident
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("POST", "/internal/v1/episodes"),
+    ("GET", "/internal/v1/episodes"),
+    ("PUT", "/internal/anything"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/openapi.json"),
+    ("POST", "/v1/open"),  # the page fetcher
+    ("POST", "/v1/call"),  # a tool function
+    ("GET", "/v1/tool"),
+    ("DELETE", "/"),
+    ("POST", "/v1/agents/../../internal/v1/episodes"),
+    ("POST", "/v1/agents/%2e%2e/%2e%2e/internal/v1/episodes"),
+    ("GET", "/v1/entriesx"),
+    ("PATCH", "/v1/recall/x"),
+    ("OPTIONS", "/mcpx"),
+    ("GET", "/.well-known/jwks.json"),  # the dev issuer is not behind the gateway
+])
+def test_the_gateway_answers_404_for_every_door_that_is_not_public(platform, method, path):
+    answer = requests.request(method, platform.url + path, timeout=10)
+    assert answer.status_code == 404 and answer.headers["Content-Type"] == PROBLEM
+
+
+@pytest.mark.parametrize("path", ["/v1/entries", "/v1/agents", "/v1/tools"])
+def test_the_public_doors_reach_their_function_which_checks_the_token(platform, path):
+    answer = requests.get(platform.url + path, timeout=10)
+    assert answer.status_code == 401 and answer.headers["Content-Type"] == PROBLEM
+
+
+def test_the_tour(platform):
+    """README's five-minute tour, step by step, through the CLI."""
+    alice = platform.token("alice")
+    # Keep a preference.
+    kept = platform.cli("memory", "add", "Answer me in one short sentence.", "--kind", "preference", "--source", "tour",
+                        token=alice)
+    entries = platform.get("/v1/entries", alice).json()["entries"]
+    assert [(e["kind"], e["text"], e["source"]) for e in entries] == [
+        ("preference", "Answer me in one short sentence.", "tour")]
+    preference = entries[0]["id"]
+    assert preference[:8] in kept.stdout
+
+    # Ask something that recalls it; the citation, when the model gives one, is among the recalled.
+    asked = chat_turn(platform, alice, "How long should your answers be?")
+    assert preference in [e["id"] for e in asked[0][1]["entries"]]
+
+    # Run code and open a page: the model chooses; whatever it chose ran as alice and was reported.
+    for ask in ("Run this Python code in the sandbox: print(6 * 7)", "Open the page https://example.com and read it"):
+        turn = chat_turn(platform, alice, ask)
+        for step in steps_of(turn)[1::2]:
+            assert step["status"] in ("ok", "error") and step["ms"] >= 0
+            if step["status"] == "error":
+                assert {"title", "status"} <= set(step["result"])  # a problem, never a traceback
+
+    # The same tools, on their own where the table allows it: a reviewed read, as alice.
+    assert "platform_status" in platform.cli("tools", token=alice).stdout
+    assert "services" in platform.cli("call", "platform_status", token=alice).stdout
+    refused = platform.cli("call", "run_code", "--arg", "code=print(1)", token=alice, check=False)
+    assert refused.returncode != 0 and "Not Found" in refused.stderr  # never callable on its own
+
+    # End the session: the summary is written on the fast tier and kept by the model function, as itself,
+    # for alice, or, when it breaks the episode rules twice (the 135M model often writes "I" or too much),
+    # refused with the rules it broke and nothing kept. Either way the screen and memory agree.
+    ended = platform.cli("chat", "code-reviewer", token=alice,
+                         stdin="Remember that I review Python code on Fridays.\n/end\n/quit\n")
+    episodes = platform.get("/v1/entries", alice, kind="episode").json()["entries"]
+    if "episode kept" in ended.stdout:
+        assert len(episodes) == 1 and episodes[0]["source"] == "session"
+        assert episodes[0]["id"] in ended.stdout.replace("\n", "")
+    else:
+        assert "the summary broke the episode rules twice" in ended.stderr and "nothing was kept" in ended.stderr
+        assert episodes == []
+    # Nobody else sees alice's entries; she forgets one and it is gone.
+    bob = platform.token("bob")
+    assert platform.get("/v1/entries", bob).json()["entries"] == []
+    mine = platform.get("/v1/entries", alice).json()["entries"]
+    platform.cli("memory", "forget", mine[0]["id"], token=alice)
+    assert mine[0]["id"] not in json.dumps(platform.get("/v1/entries", alice).json())
+
+    # Who may call what, from the registry the operator's local mode wrote from examples/.
+    audit = platform.cli("audit", "var/registry.json").stdout
+    assert "code-reviewer-runs-code" in audit and "platform-status-for-everyone" in audit
+
+
+def test_editing_an_example_updates_the_agents_while_it_runs(platform):
+    alice = platform.token("alice")
+    agents = platform.clone / "examples" / "agents.yaml"
+    agents.write_text(agents.read_text().replace("Guides visitors of the site:", "Greets visitors of the site:"))
+    deadline = time.monotonic() + 30
+    while "Greets visitors" not in json.dumps(platform.get("/v1/agents", alice).json()):
+        assert time.monotonic() < deadline, "the registry did not follow examples/"
+        time.sleep(0.5)
+
+
+def test_chat_in_a_terminal(platform, tmp_path):
+    """`agentfn chat` as a person sees it, in tmux: the prompt, the answer, the recalled entries, /end."""
+    alice = platform.token("alice")
+    preference = "Answer me in one short sentence."
+    if preference not in json.dumps(platform.get("/v1/entries", alice).json()):  # the small model may have forgotten it
+        platform.cli("memory", "add", preference, "--kind", "preference", "--source", "tour", token=alice)
+    session = f"agentfn-chat-{platform.base}"
+    command = f"cd {platform.clone} && AGENTFN_TOKEN={alice} .venv/bin/agentfn chat code-reviewer"
+    env = {k: v for k, v in platform.env.items() if k != "TMUX"}
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "150", "-y", "60", command], env=env, check=True)
+
+    def screen() -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", session, "-S", "-200"], capture_output=True,
+                              text=True, check=True).stdout
+
+    def until(predicate, timeout: float = 600) -> str:
+        deadline = time.monotonic() + timeout
+        while not predicate(text := screen()):
+            assert time.monotonic() < deadline, text
+            time.sleep(0.5)
+        return text
+
+    try:
+        until(lambda s: "you>" in s, 60)
+        subprocess.run(["tmux", "send-keys", "-t", session, "How short should your answers be?", "Enter"], check=True)
+        answered = until(lambda s: s.count("you>") >= 2)
+        assert "tokens" in answered  # done's usage line
+        assert preference in answered  # the recalled preference, shown beside the answer
+        subprocess.run(["tmux", "send-keys", "-t", session, "/end", "Enter"], check=True)
+        ended = until(lambda s: "episode" in s.split("/end", 1)[-1] and s.count("you>") >= 3)
+        (tmp_path / "chat-screen.txt").write_text(ended)
+        (ROOT / "var").mkdir(exist_ok=True)
+        (ROOT / "var" / "chat-screen.txt").write_text(ended)  # kept for the README and the closing note
+        subprocess.run(["tmux", "send-keys", "-t", session, "/quit", "Enter"], check=True)
+        deadline = time.monotonic() + 20
+        while subprocess.run(["tmux", "has-session", "-t", session], capture_output=True).returncode == 0:
+            assert time.monotonic() < deadline, "chat did not leave on /quit"
+            time.sleep(0.2)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_a_restart_keeps_entries_and_a_forgotten_one_stays_gone(platform):
+    alice = platform.token("alice")
+    for text in ("The ledger's facts are append-only.", "The staging cluster is named kestrel."):
+        platform.cli("memory", "add", text, "--kind", "fact", "--source", "tour", token=alice)
+    before = {e["id"]: e["text"] for e in platform.get("/v1/entries", alice).json()["entries"]}
+    assert "stopped" in platform.stop()
+
+    platform.start()
+    alice = platform.token("alice")  # the dev issuer keeps its key pair in var/: old tokens stay valid too
+    after = {e["id"]: e["text"] for e in platform.get("/v1/entries", alice).json()["entries"]}
+    assert after == before
+    gone = next(i for i, t in after.items() if "kestrel" in t)
+    platform.cli("memory", "forget", gone, token=alice)
+    platform.stop()
+
+    platform.start()
+    alice = platform.token("alice")
+    final = {e["id"] for e in platform.get("/v1/entries", alice).json()["entries"]}
+    assert final == set(before) - {gone}
+    recalled = requests.post(platform.url + "/v1/recall", headers={"Authorization": f"Bearer {alice}"},
+                             json={"query": "What is the staging cluster called?"}, timeout=30).json()["entries"]
+    assert gone not in [e["id"] for e in recalled]
+    assert platform.starts[-1] < platform.starts[0]  # a second start reuses the install and the data
