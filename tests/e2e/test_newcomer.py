@@ -66,20 +66,24 @@ class Platform:
         out = open(self.log, "a")
         self.process = subprocess.Popen(["bash", "-c", FIRST_COMMAND], cwd=self.clone, env=self.env, stdout=out,
                                         stderr=subprocess.STDOUT, start_new_session=True)
-        while BANNER not in (text := self.log.read_text()[offset:]):
+        while BANNER not in (text := self.since(offset)):
             assert self.process.poll() is None, text[-3000:]
             assert time.monotonic() - started < timeout, f"no banner in {timeout} s:\n{text[-3000:]}"
             time.sleep(0.25)
         time.sleep(0.5)  # the rest of the banner
         self.starts.append(time.monotonic() - started)
-        return self.log.read_text()[offset:]
+        return self.since(offset)
 
     def stop(self) -> str:
         offset = self.log.stat().st_size
         assert self.process.poll() is None, f"the platform stopped by itself:\n{self.log.read_text()[-3000:]}"
         os.killpg(self.process.pid, signal.SIGINT)  # Ctrl-C in its terminal reaches the whole group
         assert self.process.wait(90) == 0
-        return self.log.read_text()[offset:]
+        return self.since(offset)
+
+    def since(self, offset: int) -> str:
+        """The log from a byte offset on (its lines hold characters of several bytes: ✓, ─)."""
+        return self.log.read_bytes()[offset:].decode(errors="replace")
 
     def cli(self, *args: str, token: str | None = None, stdin: str | None = None, timeout: float = 600,
             check: bool = True) -> subprocess.CompletedProcess:
