@@ -22,7 +22,7 @@ from werkzeug.datastructures import Headers
 from werkzeug.http import is_hop_by_hop_header
 from werkzeug.wrappers import Request, Response
 
-from agentfn.shared.problems import PROBLEM_JSON
+from agentfn.shared.problems import PROBLEM_JSON, ProblemError
 
 # The public doors (DESIGN section 9), matched against the whole decoded path: path -> upstream.
 ROUTES = (
@@ -51,8 +51,7 @@ def route(path: str) -> str | None:
 
 
 def problem(status: int, title: str, detail: str) -> Response:
-    return Response(json.dumps({"type": "about:blank", "title": title, "status": status, "detail": detail}),
-                    status=status, mimetype=PROBLEM_JSON)
+    return Response(json.dumps(ProblemError(status, title, detail).to_dict()), status=status, mimetype=PROBLEM_JSON)
 
 
 class Gateway:
