@@ -19,8 +19,9 @@ Configuration (environment), besides identity's (`agentfn.shared.identity`):
 | `AGENTFN_RUN_CODE_PRLIMIT` | `prlimit` on PATH | util-linux prlimit, which sets the limits before bubblewrap starts |
 | `AGENTFN_RUN_CODE_WALL_SECONDS` | `10` | wall-clock deadline of a run |
 | `AGENTFN_RUN_CODE_CPU_SECONDS` | `5` | CPU time of each process of a run |
-| `AGENTFN_RUN_CODE_MEMORY_MB` | `256` | address space of each process |
-| `AGENTFN_RUN_CODE_PROCESSES` | `16` | processes and threads of a run |
+| `AGENTFN_RUN_CODE_MEMORY_MB` | `256` | memory of a run (all its processes together), and address space of each process |
+| `AGENTFN_RUN_CODE_PROCESSES` | `16` | processes and threads of a run (all its processes together) |
+| `AGENTFN_RUN_CODE_CGROUP` | `auto` | what bounds a run as a whole: `auto` a cgroup v2 per run where this process's cgroup is delegated and writable, else rlimits and a memory sample; `required` refuses to start without the cgroup; `off` never tries |
 | `AGENTFN_RUN_CODE_FILE_MB` | `8` | largest file a run may write |
 | `AGENTFN_RUN_CODE_OPEN_FILES` | `64` | open files of each process |
 | `AGENTFN_RUN_CODE_TMPFS_MB` | `16` | size of the scratch tmpfs (`/tmp`, the working directory) |
@@ -48,6 +49,7 @@ from agentfn.shared.tools import PROBLEM_BASE, doors, load_descriptor, openapi
 from flask import Flask
 from psycopg_pool import PoolTimeout
 
+from .bounds import Bounds
 from .bubblewrap import Bubblewrap
 from .rootfs import LazyRoot, default_python
 from .sandbox import Limits, Sandbox, SandboxError, SelfTest, Uids
@@ -59,7 +61,7 @@ LIMITS = ["wall_time", "cpu_time", "memory", "processes", "file_size", "open_fil
 CONTENT = {
     "type": "object",
     "required": ["stdout", "stderr", "exit_status", "signal", "wall_ms", "cpu_ms", "limit", "truncated",
-                 "runs_left", "backend"],
+                 "runs_left", "backend", "bounds"],
     "properties": {
         "stdout": {"type": "string"}, "stderr": {"type": "string"},
         "exit_status": {"type": ["integer", "null"], "description": "128 + N when signal N ended it; null when killed"},
@@ -69,6 +71,9 @@ CONTENT = {
         "truncated": {"type": "object", "required": ["stdout", "stderr"],
                       "properties": {"stdout": {"type": "boolean"}, "stderr": {"type": "boolean"}}},
         "runs_left": {"type": "integer", "minimum": 0}, "backend": {"type": "string"},
+        "bounds": {"enum": ["cgroup", "rlimit"],
+                   "description": "what held the run's memory and processes as a whole: a cgroup of its own, or "
+                                  "the process limit counted in its own user namespace and its memory sampled"},
     },
 }
 
@@ -84,16 +89,23 @@ class RunsSpent(ProblemError):
 
 def open_sandbox(env: Mapping[str, str], limits: Limits) -> Sandbox:
     backend = env.get("AGENTFN_RUN_CODE_BACKEND", "bubblewrap")
+    if backend not in ("bubblewrap", "runsc"):
+        raise RuntimeError("AGENTFN_RUN_CODE_BACKEND must be bubblewrap or runsc")
     root = LazyRoot(env.get("AGENTFN_RUN_CODE_PYTHON") or default_python())
     slots = int(env.get("AGENTFN_RUN_CODE_CONCURRENCY", "4"))
     uids = Uids(int(env.get("AGENTFN_RUN_CODE_UID_BASE", "2000000")), slots) if os.geteuid() == 0 else None
+    mode = env.get("AGENTFN_RUN_CODE_CGROUP", "auto")
+    if backend == "runsc" and mode == "required":
+        raise RuntimeError("AGENTFN_RUN_CODE_CGROUP=required: the runsc backend has no cgroup per run")
+    bounds = Bounds("off" if backend == "runsc" else mode, limits)
+    # Which mechanism holds a run, and why: an operator reads it here, a caller in each call's `bounds`.
+    log.info("run bounds", extra={"event": "run_bounds", "where": f"{backend}: {bounds.name} ({bounds.why}); "
+                                                                  f"runs as {'uids of their own' if uids else 'the service uid'}"})
     if backend == "bubblewrap":
-        return Bubblewrap(env, limits, root, uids)
-    if backend == "runsc":
-        from .runsc import Runsc
+        return Bubblewrap(env, limits, root, uids, bounds)
+    from .runsc import Runsc
 
-        return Runsc(env, limits, root, uids)
-    raise RuntimeError("AGENTFN_RUN_CODE_BACKEND must be bubblewrap or runsc")
+    return Runsc(env, limits, root, uids, bounds)
 
 
 def create_app(env: Mapping[str, str] | None = None) -> Flask:
@@ -137,7 +149,8 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
                                "subject_hash": subject_hash(caller.subject)})
         return {"stdout": result.stdout, "stderr": result.stderr, "exit_status": result.exit_status,
                 "signal": result.signal, "wall_ms": result.wall_ms, "cpu_ms": result.cpu_ms, "limit": result.limit,
-                "truncated": result.truncated, "runs_left": taken.runs_left, "backend": sandbox.name}
+                "truncated": result.truncated, "runs_left": taken.runs_left, "backend": sandbox.name,
+                "bounds": sandbox.bounds.name}
 
     @app.errorhandler(RunsSpent)
     def runs_spent(problem: RunsSpent):

@@ -3,7 +3,8 @@
 Every namespace is unshared (user, pid, net with only its own `lo`, ipc, uts, cgroup, mount), no
 capabilities, no further user namespaces, a fresh /proc of its own pid namespace, a minimal read-only
 /dev, a size-capped tmpfs for work (the only writable place), no environment but PATH, HOME and LANG,
-and the sandbox dies with its parent. The limits are set by prlimit just before bwrap starts.
+and the sandbox dies with its parent. The per-process limits are set by prlimit just before bwrap starts;
+the run's bound (`bounds`) while bwrap's first process inside waits on --block-fd, before the program runs.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import shutil
 from collections.abc import Mapping
 
+from .bounds import Bounds
 from .rootfs import LazyRoot
 from .sandbox import Launch, Limits, Result, SandboxError, Uids, find_prlimit, supervise
 
@@ -33,21 +35,21 @@ def find_bwrap(env: Mapping[str, str]) -> str:
 class Bubblewrap:
     name = "bubblewrap"
 
-    def __init__(self, env: Mapping[str, str], limits: Limits, root: LazyRoot, uids: Uids | None):
+    def __init__(self, env: Mapping[str, str], limits: Limits, root: LazyRoot, uids: Uids | None, bounds: Bounds):
         self.bwrap = find_bwrap(env)
         self.prlimit = find_prlimit(env)
-        self.limits, self.root, self.uids = limits, root, uids
+        self.limits, self.root, self.uids, self.bounds = limits, root, uids, bounds
 
     def ready(self) -> bool:
         return os.access(self.bwrap, os.X_OK) and os.access(self.prlimit, os.X_OK)
 
-    def argv(self, program_fd: int, status_fd: int) -> list[str]:
+    def argv(self, program_fd: int, status_fd: int, block_fd: int) -> list[str]:
         root = self.root.get()
         # --as-pid-1: the program is its namespace's init, so bwrap's exit status and CPU time are its own,
         # and its children die with it.
         argv = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
                 "--new-session", "--as-pid-1", "--cap-drop", "ALL", "--uid", "1000", "--gid", "1000",
-                "--hostname", "sandbox", "--json-status-fd", str(status_fd),
+                "--hostname", "sandbox", "--json-status-fd", str(status_fd), "--block-fd", str(block_fd),
                 "--clearenv", "--setenv", "PATH", os.path.dirname(root.python), "--setenv", "HOME", WORK,
                 "--setenv", "LANG", "C.UTF-8"]
         for source, target in root.binds:
@@ -64,7 +66,13 @@ class Bubblewrap:
     def run(self, program: str) -> Result:
         uid = self.uids.acquire(self.limits.wall_seconds + 5) if self.uids else None
         try:
-            return supervise(self._launch(program), self.limits, prlimit=self.prlimit, uid=uid)
+            bound = self.bounds.for_run()
+            try:
+                launch = self._launch(program)
+            except BaseException:
+                bound.close()
+                raise
+            return supervise(launch, self.limits, prlimit=self.prlimit, uid=uid, bound=bound)
         finally:
             if uid is not None:
                 self.uids.release(uid)
@@ -73,14 +81,16 @@ class Bubblewrap:
         """The program in a memfd (it never touches a disk), copied by bwrap into the tmpfs."""
         program_fd = os.memfd_create("program", os.MFD_CLOEXEC)
         status_read, status_write = os.pipe()
+        block_read, block_write = os.pipe()
         try:
             # surrogatepass: a lone surrogate becomes the interpreter's SyntaxError, not our crash
             os.write(program_fd, program.encode("utf-8", "surrogatepass"))
             os.lseek(program_fd, 0, os.SEEK_SET)
-            return Launch(self.argv(program_fd, status_write), pass_fds=(program_fd, status_write),
-                          status_read=status_read)
+            return Launch(self.argv(program_fd, status_write, block_read),
+                          pass_fds=(program_fd, status_write, block_read), status_read=status_read,
+                          block_write=block_write)
         except BaseException:
-            for fd in (program_fd, status_read, status_write):
+            for fd in (program_fd, status_read, status_write, block_read, block_write):
                 os.close(fd)
             raise
 

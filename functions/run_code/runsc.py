@@ -3,6 +3,8 @@
 Each run is an OCI bundle in memory (/dev/shm): a read-only root of empty mount points, the same read-only
 binds of the interpreter as bubblewrap's, a size-capped tmpfs for work, a /proc of gVisor's own, no network
 (`--network=none`: not even the host's loopback), the limits as the process's rlimits, no capabilities.
+The run's bound: gVisor is a kernel of the run's own, so the process limit it enforces counts this run only;
+the memory of the whole tree of runsc (the run's pages and gVisor's own) is sampled (`bounds.Sampled`).
 runsc needs root (or its rootless mode); the cluster uses gVisor as a RuntimeClass instead.
 """
 
@@ -17,6 +19,7 @@ import tempfile
 import uuid
 from collections.abc import Mapping
 
+from .bounds import Bounds
 from .rootfs import LazyRoot, Root
 from .sandbox import Launch, Limits, Result, SandboxError, Uids, supervise
 
@@ -31,12 +34,12 @@ def find_runsc(env: Mapping[str, str]) -> str | None:
 class Runsc:
     name = "runsc"
 
-    def __init__(self, env: Mapping[str, str], limits: Limits, root: LazyRoot, uids: Uids | None):
+    def __init__(self, env: Mapping[str, str], limits: Limits, root: LazyRoot, uids: Uids | None, bounds: Bounds):
         self.runsc = find_runsc(env)
         if not self.runsc:
             raise RuntimeError("AGENTFN_RUN_CODE_BACKEND=runsc, but runsc is not installed")
         self.platform = env.get("AGENTFN_RUN_CODE_RUNSC_PLATFORM", "ptrace")
-        self.limits, self.root = limits, root
+        self.limits, self.root, self.bounds = limits, root, bounds
         self.state = tempfile.mkdtemp(prefix="agentfn-runsc-state-")
         atexit.register(shutil.rmtree, self.state, True)
         self.scratch = "/dev/shm" if os.path.isdir("/dev/shm") else None  # bundles hold the program: memory only
@@ -52,7 +55,8 @@ class Runsc:
             write_bundle(bundle, self.root.get(), self.limits, program)
             argv = [self.runsc, "--root", self.state, "--network=none", f"--platform={self.platform}",
                     "run", "--bundle", bundle, container]
-            result = supervise(Launch(argv, rlimits=False), self.limits, prlimit="", uid=None)
+            result = supervise(Launch(argv, rlimits=False), self.limits, prlimit="", uid=None,
+                               bound=self.bounds.for_run())
             killed = result.exit_status is None
             return result
         finally:

@@ -3,8 +3,8 @@
 A backend (`bubblewrap`, `runsc`) builds the command that isolates the program; `supervise` here runs that
 command under the resource limits, reads its output up to the caps, kills it at the deadline and says which
 limit was hit. Nothing of the service reaches the program: no environment, no open files but the
-program's own pipes, and (when the service runs as root) an unprivileged host uid of the run's own, so that
-the process limit counts this run's processes only.
+program's own pipes, and (when the service runs as root) an unprivileged host uid of the run's own. What
+bounds the run as a whole (its memory and processes, all children included) is `bounds`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from .bounds import RunBound
     from .rootfs import LazyRoot
 
 MB = 1024 * 1024
@@ -38,8 +39,8 @@ class SandboxError(Exception):
 class Limits:
     wall_seconds: float = 10.0
     cpu_seconds: int = 5
-    memory_bytes: int = 256 * MB   # address space of each process
-    processes: int = 16            # processes and threads of the run (the sandbox's own two included)
+    memory_bytes: int = 256 * MB   # memory of the run (all its processes), and address space of each process
+    processes: int = 16            # processes and threads of the run
     file_bytes: int = 8 * MB       # the largest file it may write
     open_files: int = 64
     output_bytes: int = 64 * 1024  # kept of stdout, and of stderr; more ends the run
@@ -95,6 +96,7 @@ class Launch:
     pass_fds: tuple[int, ...] = ()  # handed to the command; `supervise` closes them once it started
     rlimits: bool = True            # apply the limits with prlimit (bubblewrap); runsc applies them itself
     status_read: int | None = None  # read end of bwrap's --json-status-fd: a setup failure has no exit-code
+    block_write: int | None = None  # write end of bwrap's --block-fd: the program starts once the run's bound holds
 
 
 class Uids:
@@ -148,12 +150,16 @@ class SelfTest:
         return self.failed is None
 
 
-def prlimit_prefix(limits: Limits, prlimit: str) -> list[str]:
+def prlimit_prefix(limits: Limits, prlimit: str, *, nproc: bool) -> list[str]:
     """Soft and hard limits set before the sandbox starts, inherited by everything in it, never raised.
 
-    CPU: soft = hard, so SIGKILL at the limit; the program is pid 1 of its namespace, which ignores SIGXCPU."""
-    return [prlimit, f"--as={limits.memory_bytes}", f"--nproc={limits.processes}", f"--fsize={limits.file_bytes}",
-            f"--nofile={limits.open_files}", f"--cpu={limits.cpu_seconds}", "--core=0", "--"]
+    CPU: soft = hard, so SIGKILL at the limit; the program is pid 1 of its namespace, which ignores SIGXCPU.
+    The process limit only for a run with a host uid of its own: set before the run's user namespace exists,
+    the kernel counts it against that uid, which would be the service's own (shared by every run) otherwise;
+    `RunBound.enter` sets it inside the namespace instead."""
+    return [prlimit, f"--as={limits.memory_bytes}", *([f"--nproc={limits.processes}"] if nproc else []),
+            f"--fsize={limits.file_bytes}", f"--nofile={limits.open_files}", f"--cpu={limits.cpu_seconds}",
+            "--core=0", "--"]
 
 
 def find_prlimit(env: Mapping[str, str]) -> str:
@@ -161,9 +167,10 @@ def find_prlimit(env: Mapping[str, str]) -> str:
     return found
 
 
-def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None) -> Result:
-    """Run the launch under the limits; collect capped output; kill at the deadline or on a flood."""
-    argv = (prlimit_prefix(limits, prlimit) if launch.rlimits else []) + launch.argv
+def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None, bound: RunBound | None = None) -> Result:
+    """Run the launch under the limits and the run's bound; collect capped output; kill at the deadline, on a
+    flood, or when the bound says the run is over it."""
+    argv = (prlimit_prefix(limits, prlimit, nproc=uid is not None) if launch.rlimits else []) + launch.argv
     ids = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
     status = Status(launch.status_read)
     started = time.monotonic()
@@ -173,14 +180,21 @@ def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None) 
                                 env={}, pass_fds=launch.pass_fds, start_new_session=True, close_fds=True, **ids)
     except OSError as e:
         _close(launch.pass_fds)
+        _close([launch.block_write] if launch.block_write is not None else [])
         status.close()
+        if bound is not None:
+            bound.close()
         raise SandboxError(f"cannot start {os.path.basename(argv[0])}: {e.strerror}") from None
     _close(launch.pass_fds)
     out = {"stdout": bytearray(), "stderr": bytearray()}
     truncated = {"stdout": False, "stderr": False}
-    killed_for, exited = None, False
+    killed_for, exited, first = None, False, None
     pidfd = os.pidfd_open(proc.pid)
     try:
+        # The tree the bound watches: from the sandbox's first process, or the whole command (runsc's kernel)
+        first = _start(launch.block_write, status, bound, deadline, nproc=uid is None) if launch.block_write is not None else proc.pid
+        watch = bound.poll if bound is not None and first is not None else None
+        checked = 0.0
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
             sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
@@ -191,7 +205,12 @@ def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None) 
                 if left <= 0:
                     killed_for = "wall_time"
                     break
-                for key, _ in sel.select(left):
+                if watch and not exited and time.monotonic() - checked >= watch:
+                    checked = time.monotonic()
+                    killed_for = bound.check(first)
+                    if killed_for:
+                        break
+                for key, _ in sel.select(min(left, watch) if watch else left):
                     if key.data == "exit":
                         exited = True
                         sel.unregister(pidfd)
@@ -218,6 +237,9 @@ def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None) 
         proc.stdout.close()
         proc.stderr.close()
         report = status.rest()
+        kernel_stopped = bound.limit() if bound is not None else None
+        if bound is not None:
+            bound.close()
     if launch.status_read is not None and not killed_for and b'"exit-code"' not in report:
         # bwrap failed before the program ran: its own message (never the program's) says why.
         first = bytes(out["stderr"]).decode("utf-8", "replace").strip().splitlines()[:1]
@@ -234,7 +256,28 @@ def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None) 
     stderr = out["stderr"].decode("utf-8", "replace")
     return Result(stdout=out["stdout"].decode("utf-8", "replace"), stderr=stderr, exit_status=exit_status,
                   signal=sig, wall_ms=wall_ms, cpu_ms=cpu_ms,
-                  limit=killed_for or classify(exit_status, cpu_ms, stderr, limits), truncated=truncated)
+                  limit=killed_for or kernel_stopped or classify(exit_status, cpu_ms, stderr, limits),
+                  truncated=truncated)
+
+
+def _start(block_write: int, status: Status, bound: RunBound | None, deadline: float, *, nproc: bool) -> int | None:
+    """Put the run under its bound while bwrap's first process inside waits on --block-fd, then let it start.
+    None when bwrap never got that far (it says why on stderr)."""
+    try:
+        first = status.wait_child_pid(deadline)
+        if first is not None and bound is not None:
+            bound.enter(first, nproc=nproc)
+    except ProcessLookupError:
+        first = None  # bwrap ended meanwhile
+    except OSError as e:
+        os.close(block_write)  # bwrap goes on at EOF: the caller kills it before it gets far
+        raise SandboxError(f"the run's bound cannot be set: {e.strerror}") from None
+    try:
+        os.write(block_write, b"go")
+    except OSError:
+        pass  # bwrap already gone
+    os.close(block_write)
+    return first
 
 
 class Status:
@@ -251,6 +294,21 @@ class Status:
         self._read()
         match = self.CHILD_PID.search(self.data)
         return int(match.group(1)) if match else None
+
+    def wait_child_pid(self, deadline: float) -> int | None:
+        """The sandbox's first process, once bwrap made it; None if bwrap ended (or the deadline came) first."""
+        while self.fd is not None:
+            found = self.child_pid()
+            if found is not None:
+                return found
+            ready, _, _ = select.select([self.fd], [], [], max(deadline - time.monotonic(), 0))
+            if not ready:
+                return None
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                return None
+            self.data += chunk
+        return None
 
     def rest(self) -> bytes:
         """Everything written, once the sandbox is gone (every writer has exited)."""
