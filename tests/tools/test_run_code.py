@@ -11,8 +11,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import requests
+from support import BIN, Client, Gunicorn
 
 from .conftest import CANARY, RUN_LIMITS
 
@@ -293,8 +296,10 @@ def test_the_sandbox_dies_with_the_service(tmp_path):
     service.write_text(f"""
 from agentfn.run_code.bubblewrap import Bubblewrap
 from agentfn.run_code.rootfs import LazyRoot, default_python
+from agentfn.run_code.bounds import Bounds
 from agentfn.run_code.sandbox import Limits, Uids
-sandbox = Bubblewrap({{}}, Limits(wall_seconds=60), LazyRoot(default_python()), Uids({base}, 1))
+limits = Limits(wall_seconds=60)
+sandbox = Bubblewrap({{}}, limits, LazyRoot(default_python()), Uids({base}, 1), Bounds("auto", limits))
 sandbox.run("import time\\ntime.sleep(60)")
 """)
     process = subprocess.Popen([sys.executable, str(service)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -323,3 +328,124 @@ def uids() -> list[tuple[int, int]]:
         except (OSError, AttributeError):
             continue
     return found
+
+
+# What bounds a run as a whole: its processes' memory together, and its processes, whatever uid the service has.
+
+SERVICE_UID = 10001  # the chart's runAsUser
+MEMORY_MB = int(RUN_LIMITS["AGENTFN_RUN_CODE_MEMORY_MB"])
+PROCESSES = int(RUN_LIMITS["AGENTFN_RUN_CODE_PROCESSES"])
+
+
+class NonRootGunicorn(Gunicorn):
+    """The service as the chart runs it: uid and gid 10001, no supplementary groups, no capabilities."""
+
+    def start(self, timeout: float = 60) -> float:
+        started = time.monotonic()
+        self._out = open(self.log, "ab")
+        self.process = subprocess.Popen(
+            ["setpriv", f"--reuid={SERVICE_UID}", f"--regid={SERVICE_UID}", "--clear-groups", "--inh-caps=-all",
+             str(BIN / "gunicorn"), "-c", "python:agentfn.shared.gunicorn_conf", "agentfn.run_code.app:create_app()"],
+            env=self.env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.wait_ready(timeout)
+        return time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def non_root(run_code_env, tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("starting the service as another uid needs root")
+    server = NonRootGunicorn("agentfn.run_code.app:create_app()", run_code_env,
+                             tmp_path_factory.mktemp("run-code-non-root") / "run_code.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["root", "uid 10001"])
+def service(request):
+    """run_code as root (runs get host uids of their own) and as the chart's non-root uid (they share it)."""
+    if request.param == "root":
+        if os.geteuid() != 0:
+            pytest.skip("we are not root")
+        return request.getfixturevalue("run_code")
+    return request.getfixturevalue("non_root")
+
+
+def caller(service, issuer, who: str) -> Client:
+    return Client(service.url, issuer.headers(f"{who}-{secrets.token_hex(4)}"))
+
+
+def test_the_service_says_what_bounds_its_runs(service, issuer):
+    """A call and the start log name the mechanism in force; the service's uid is the one asked for."""
+    content = run(caller(service, issuer, "coder"), "print('hi')")
+    assert content["stdout"] == "hi\n" and content["bounds"] in ("cgroup", "rlimit")
+    log = service.log.read_text()
+    assert f'"event": "run_bounds", "where": "bubblewrap: {content["bounds"]} (' in log
+    uid = 0 if service.process.args[0] != "setpriv" else SERVICE_UID
+    assert os.stat(f"/proc/{service.process.pid}").st_uid == uid
+    assert ("runs as uids of their own" in log) == (uid == 0)
+
+
+# Six children, each within the per-process limit, together far over the run's memory.
+SIX_CHILDREN = f"""
+import os, time
+for i in range(6):
+    if os.fork() == 0:
+        hold = b"x" * ({MEMORY_MB // 2} << 20)  # written, so resident
+        time.sleep(1.5)
+        os._exit(0)
+for _ in range(6):
+    os.wait()
+print("all six held their share")
+"""
+
+
+def test_a_runs_children_together_are_held_to_its_memory(service, issuer):
+    content = run(caller(service, issuer, "hoarder"), SIX_CHILDREN)
+    assert content["limit"] == "memory", content
+    assert "all six" not in content["stdout"] and content["wall_ms"] < WALL_MS + 1500
+    assert requests.get(service.url + "/healthz", timeout=2).status_code == 200
+    assert run(caller(service, issuer, "after"), "print(6 * 7)")["stdout"] == "42\n"
+
+
+# Forks until refused and keeps every child: the run sits at its process limit until the deadline.
+HOLDING_BOMB = """
+import os, time
+while True:
+    try:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+    except OSError:
+        time.sleep(0.005)
+"""
+
+
+def bomb_processes() -> int:
+    """Host processes running a sandboxed program (every run's program is /tmp/main.py inside)."""
+    return len(with_marker("/tmp/main.py"))
+
+
+def test_a_fork_bomb_does_not_keep_another_callers_run_from_starting(service, issuer):
+    before = bomb_processes()
+    with ThreadPoolExecutor(1) as pool:
+        bomb = pool.submit(run, caller(service, issuer, "bomber"), HOLDING_BOMB)
+        deadline = time.monotonic() + WALL_MS / 1000
+        while bomb_processes() < before + PROCESSES - 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert bomb_processes() >= before + PROCESSES - 2, "the bomb never reached its limit"
+        other = run(caller(service, issuer, "bystander"), """
+import os
+pids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    pids.append(pid)
+print([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids])
+""")
+        assert not bomb.done(), "the bomb ended before the other run: the test proved nothing"
+        bombed = bomb.result()
+    assert other["exit_status"] == 0 and other["stdout"] == "[7, 7, 7]\n", other
+    assert bombed["limit"] == "wall_time" and bombed["stderr"] == ""
