@@ -15,7 +15,11 @@ ports, embedded Postgres in a fresh /tmp directory (run_code's schema and role p
    against bare `python3 -I -c` of the same program with the same interpreter, alternating in rounds so
    that other load on the machine hits both alike: p50/p90, the ratio and the added milliseconds; the
    same program through run_code's door (HTTP, token check, the daily-runs count, the sandbox); and the
-   runsc backend where runsc is installed (fewer rounds: it takes about half a second a run).
+   runsc backend where runsc is installed (fewer rounds: it takes about half a second a run); each with
+   the run bound the machine allows (`bounds`: a cgroup per run, or the process limit in the run's own user
+   namespace and its memory sampled);
+3. the sampled memory bound's overshoot: four children writing 8 MB chunks as fast as they can, each chunk
+   reported on stdout, under a per-run memory of 256 MB: how much the run held when it was stopped.
 It writes benchmarks/results/tools.json and tools.md, then stops everything it started.
 """
 
@@ -42,6 +46,7 @@ from werkzeug.serving import make_server
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from agentfn.cli.postgres import free_port  # noqa: E402
+from agentfn.run_code.bounds import Bounds  # noqa: E402
 from agentfn.run_code.bubblewrap import Bubblewrap  # noqa: E402
 from agentfn.run_code.rootfs import LazyRoot, default_python  # noqa: E402
 from agentfn.run_code.sandbox import Limits, Uids  # noqa: E402
@@ -169,6 +174,29 @@ def sandbox_overhead(backend, python: str, rounds: int, door=None) -> dict:
     return figures
 
 
+GREEDY = """
+import os, sys
+for _ in range(4):
+    if os.fork() == 0:
+        break
+hoard = []
+while True:
+    hoard.append(b"x" * (8 << 20))
+    os.write(1, b"+")
+"""
+
+
+def memory_overshoot(backend, rounds: int) -> dict:
+    """MB held (as reported chunk by chunk) when the run was stopped, against the run's bound."""
+    held = []
+    for _ in range(rounds):
+        result = backend.run(GREEDY)
+        assert result.limit == "memory", result
+        held.append(result.stdout.count("+") * 8)
+    return {"bound_mb": backend.limits.memory_bytes >> 20, "held_mb_max": max(held),
+            "held_mb_median": statistics.median(held), "rounds": rounds}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--starts", type=int, default=7)
@@ -211,7 +239,9 @@ def main() -> None:
 
         python = default_python()
         uids = Uids(3900000, 2) if os.geteuid() == 0 else None
-        bubblewrap = Bubblewrap({}, Limits(), LazyRoot(python), uids)
+        limits = Limits(memory_bytes=256 << 20, processes=16)
+        bounds = Bounds("auto", limits)
+        bubblewrap = Bubblewrap({}, limits, LazyRoot(python), uids, bounds)
         door_server = ColdStart("agentfn.run_code.app:create_app()", run_env, logs / "run_code-door.log")
         door_server.start()
         session = requests.Session()
@@ -221,15 +251,18 @@ def main() -> None:
                 return session.post(door_server.url + "/v1/call", json={"arguments": {"code": HELLO}}, timeout=30)
 
             door()
-            sandbox = {"bubblewrap": sandbox_overhead(bubblewrap, python, args.runs, door)}
+            sandbox = {"bubblewrap": {**sandbox_overhead(bubblewrap, python, args.runs, door), "bounds": bounds.name}}
         finally:
             door_server.stop()
         print("bubblewrap", sandbox["bubblewrap"], flush=True)
+        overshoot = memory_overshoot(bubblewrap, 10) if bounds.name == "rlimit" else "a cgroup per run: the kernel's bound"
+        print("memory overshoot", overshoot, flush=True)
         if shutil.which("runsc") and os.geteuid() == 0:
             from agentfn.run_code.runsc import Runsc
 
-            sandbox["runsc"] = sandbox_overhead(Runsc({}, Limits(), LazyRoot(python), None), python,
-                                                max(5, args.runs // 8))
+            runsc_bounds = Bounds("off", limits)
+            sandbox["runsc"] = {**sandbox_overhead(Runsc({}, limits, LazyRoot(python), None, runsc_bounds), python,
+                                                   max(5, args.runs // 8)), "bounds": runsc_bounds.name}
             print("runsc", sandbox["runsc"], flush=True)
         else:
             sandbox["runsc"] = "runsc is not installed on this machine"
@@ -245,7 +278,7 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
                     "load_average_1m": round(os.getloadavg()[0], 2)},
         "command": "benchmarks/bench_tools.py " + " ".join(sys.argv[1:]),
-        "start": starts, "sandbox": sandbox,
+        "start": starts, "sandbox": sandbox, "memory_overshoot": overshoot,
         "goals": {"start_to_ready_s": GOAL_START_S, "added_ms_bubblewrap": GOAL_ADDED_MS},
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -276,7 +309,7 @@ def markdown(r: dict) -> str:
     lines += ["", "CPU to ready: user + system time of gunicorn's master and worker when /readyz first answered; "
               "on an idle core start-to-ready is about this plus the waits (sockets, Postgres)."]
     lines += ["", "## run_code: hello world, sandboxed against bare `python3 -I -c`, side by side", "",
-              "| backend | bare p50 (ms) | sandboxed p50 (ms) | sandboxed p90 (ms) | ratio | added (ms) "
+              "| backend (run bound) | bare p50 (ms) | sandboxed p50 (ms) | sandboxed p90 (ms) | ratio | added (ms) "
               "| through the door p50 (ms) |",
               "|---|---|---|---|---|---|---|"]
     for name, s in r["sandbox"].items():
@@ -284,12 +317,20 @@ def markdown(r: dict) -> str:
             lines.append(f"| {name} | {s} | | | | | |")
             continue
         door = s.get("through_the_door", {}).get("p50_ms", "")
-        lines.append(f"| {name} | {s['bare_python']['p50_ms']} | {s['sandboxed']['p50_ms']} | {s['sandboxed']['p90_ms']} | "
+        lines.append(f"| {name} ({s['bounds']}) | {s['bare_python']['p50_ms']} | {s['sandboxed']['p50_ms']} | {s['sandboxed']['p90_ms']} | "
                      f"{s['ratio']} | {s['added_ms']} | {door} |")
     b = r["sandbox"]["bubblewrap"]
     lines += ["", f"Goal: bubblewrap adds <= {GOAL_ADDED_MS} ms: {ok(b['added_ms'] <= GOAL_ADDED_MS)}. "
               "\"Through the door\" is POST /v1/call on a warm run_code (token check, the daily-runs count in "
               "Postgres, the sandbox, JSON).", ""]
+    o = r["memory_overshoot"]
+    lines += ["## The sampled memory bound (no cgroup per run): what a greedy run held when stopped", ""]
+    if isinstance(o, str):
+        lines += [o, ""]
+    else:
+        lines += [f"Four children writing 8 MB chunks as fast as they can, per-run memory {o['bound_mb']} MB, "
+                  f"{o['rounds']} runs: held at most **{o['held_mb_max']} MB** (median {o['held_mb_median']} MB) "
+                  "when stopped, counted from the chunks each reported.", ""]
     return "\n".join(lines)
 
 

@@ -449,3 +449,24 @@ print([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids])
         bombed = bomb.result()
     assert other["exit_status"] == 0 and other["stdout"] == "[7, 7, 7]\n", other
     assert bombed["limit"] == "wall_time" and bombed["stderr"] == ""
+
+
+@pytest.mark.parametrize(("mode", "refusal"), [
+    ("required", "AGENTFN_RUN_CODE_CGROUP=required, but "),
+    ("sometimes", "AGENTFN_RUN_CODE_CGROUP must be one of auto, required, off"),
+])
+def test_a_cgroup_setting_it_cannot_honour_stops_the_start_saying_why(run_code_env, issuer, tmp_path, mode, refusal):
+    """`required` runs with a cgroup per run where the machine delegates one, and refuses to start elsewhere."""
+    server = Gunicorn("agentfn.run_code.app:create_app()", {**run_code_env, "AGENTFN_RUN_CODE_CGROUP": mode,
+                                                            "AGENTFN_WORKERS": "1"}, tmp_path / "run_code.log")
+    try:
+        server.start(timeout=30)
+    except RuntimeError:
+        server.stop()
+        assert refusal in server.log.read_text()
+        return
+    try:
+        assert mode == "required", "a setting that is no mode was accepted"
+        assert run(caller(server, issuer, "coder"), "print('hi')")["bounds"] == "cgroup"
+    finally:
+        server.stop()

@@ -8,7 +8,7 @@ import pytest
 import requests
 from support import Gunicorn
 
-from .conftest import CANARY
+from .conftest import CANARY, RUN_LIMITS
 
 pytestmark = pytest.mark.skipif(
     shutil.which("runsc") is None or os.geteuid() != 0,
@@ -60,3 +60,23 @@ def test_gvisor_contains_a_fork_bomb_and_a_sleeper(gvisor, issuer):
     sleeper = run(gvisor, issuer, "import time\ntime.sleep(60)")
     assert sleeper["limit"] == "wall_time" and sleeper["wall_ms"] < 6000
     assert requests.get(gvisor.url + "/healthz", timeout=2).status_code == 200
+
+
+def test_gvisor_holds_a_runs_children_to_its_memory_together(gvisor, issuer):
+    """Six children, each within the per-process limit, together far over the run's memory: the sampled
+    memory of runsc's whole tree (the run's pages live in gVisor's own) stops the run."""
+    share = int(RUN_LIMITS["AGENTFN_RUN_CODE_MEMORY_MB"]) // 2
+    content = run(gvisor, issuer, f"""
+import os, time
+for i in range(6):
+    if os.fork() == 0:
+        hold = b"x" * ({share} << 20)
+        time.sleep(2)
+        os._exit(0)
+for _ in range(6):
+    os.wait()
+print("all six held their share")
+""")
+    assert content["limit"] == "memory" and "all six" not in content["stdout"], content
+    assert content["bounds"] == "rlimit"
+    assert run(gvisor, issuer, "print(6 * 7)")["stdout"] == "42\n"
