@@ -317,8 +317,8 @@ def markdown(r: dict) -> str:
             lines.append(f"| {name} | {s} | | | | | |")
             continue
         door = s.get("through_the_door", {}).get("p50_ms", "")
-        lines.append(f"| {name} ({s['bounds']}) | {s['bare_python']['p50_ms']} | {s['sandboxed']['p50_ms']} | {s['sandboxed']['p90_ms']} | "
-                     f"{s['ratio']} | {s['added_ms']} | {door} |")
+        lines.append(f"| {name} ({s['bounds']}) | {s['bare_python']['p50_ms']} | {s['sandboxed']['p50_ms']} | "
+                     f"{s['sandboxed']['p90_ms']} | {s['ratio']} | {s['added_ms']} | {door} |")
     b = r["sandbox"]["bubblewrap"]
     lines += ["", f"Goal: bubblewrap adds <= {GOAL_ADDED_MS} ms: {ok(b['added_ms'] <= GOAL_ADDED_MS)}. "
               "\"Through the door\" is POST /v1/call on a warm run_code (token check, the daily-runs count in "

@@ -21,7 +21,7 @@ Configuration (environment), besides identity's (`agentfn.shared.identity`):
 | `AGENTFN_RUN_CODE_CPU_SECONDS` | `5` | CPU time of each process of a run |
 | `AGENTFN_RUN_CODE_MEMORY_MB` | `256` | memory of a run (all its processes together), and address space of each process |
 | `AGENTFN_RUN_CODE_PROCESSES` | `16` | processes and threads of a run (all its processes together) |
-| `AGENTFN_RUN_CODE_CGROUP` | `auto` | what bounds a run as a whole: `auto` a cgroup v2 per run where this process's cgroup is delegated and writable, else rlimits and a memory sample; `required` refuses to start without the cgroup; `off` never tries |
+| `AGENTFN_RUN_CODE_CGROUP` | `auto` | a cgroup v2 per run where delegated, else rlimits (README); `required`, `off` |
 | `AGENTFN_RUN_CODE_FILE_MB` | `8` | largest file a run may write |
 | `AGENTFN_RUN_CODE_OPEN_FILES` | `64` | open files of each process |
 | `AGENTFN_RUN_CODE_TMPFS_MB` | `16` | size of the scratch tmpfs (`/tmp`, the working directory) |
@@ -49,7 +49,7 @@ from agentfn.shared.tools import PROBLEM_BASE, doors, load_descriptor, openapi
 from flask import Flask
 from psycopg_pool import PoolTimeout
 
-from .bounds import Bounds
+from .bounds import MODES, Bounds
 from .bubblewrap import Bubblewrap
 from .rootfs import LazyRoot, default_python
 from .sandbox import Limits, Sandbox, SandboxError, SelfTest, Uids
@@ -95,12 +95,15 @@ def open_sandbox(env: Mapping[str, str], limits: Limits) -> Sandbox:
     slots = int(env.get("AGENTFN_RUN_CODE_CONCURRENCY", "4"))
     uids = Uids(int(env.get("AGENTFN_RUN_CODE_UID_BASE", "2000000")), slots) if os.geteuid() == 0 else None
     mode = env.get("AGENTFN_RUN_CODE_CGROUP", "auto")
+    if mode not in MODES:
+        raise RuntimeError(f"AGENTFN_RUN_CODE_CGROUP must be one of {', '.join(MODES)}")
     if backend == "runsc" and mode == "required":
         raise RuntimeError("AGENTFN_RUN_CODE_CGROUP=required: the runsc backend has no cgroup per run")
     bounds = Bounds("off" if backend == "runsc" else mode, limits)
     # Which mechanism holds a run, and why: an operator reads it here, a caller in each call's `bounds`.
-    log.info("run bounds", extra={"event": "run_bounds", "where": f"{backend}: {bounds.name} ({bounds.why}); "
-                                                                  f"runs as {'uids of their own' if uids else 'the service uid'}"})
+    runs_as = "uids of their own" if uids else "the service uid"
+    log.info("run bounds", extra={"event": "run_bounds",
+                                  "where": f"{backend}: {bounds.name} ({bounds.why}); runs as {runs_as}"})
     if backend == "bubblewrap":
         return Bubblewrap(env, limits, root, uids, bounds)
     from .runsc import Runsc

@@ -167,7 +167,8 @@ def find_prlimit(env: Mapping[str, str]) -> str:
     return found
 
 
-def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None, bound: RunBound | None = None) -> Result:
+def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None,
+              bound: RunBound | None = None) -> Result:
     """Run the launch under the limits and the run's bound; collect capped output; kill at the deadline, on a
     flood, or when the bound says the run is over it."""
     argv = (prlimit_prefix(limits, prlimit, nproc=uid is not None) if launch.rlimits else []) + launch.argv
@@ -188,12 +189,14 @@ def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None, 
     _close(launch.pass_fds)
     out = {"stdout": bytearray(), "stderr": bytearray()}
     truncated = {"stdout": False, "stderr": False}
-    killed_for, exited, first = None, False, None
+    killed_for, exited = None, False
     pidfd = os.pidfd_open(proc.pid)
     try:
         # The tree the bound watches: from the sandbox's first process, or the whole command (runsc's kernel)
-        first = _start(launch.block_write, status, bound, deadline, nproc=uid is None) if launch.block_write is not None else proc.pid
-        watch = bound.poll if bound is not None and first is not None else None
+        watched = proc.pid
+        if launch.block_write is not None:
+            watched = _start(launch.block_write, status, bound, deadline, nproc=uid is None)
+        watch = bound.poll if bound is not None and watched is not None else None
         checked = 0.0
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
@@ -207,7 +210,7 @@ def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None, 
                     break
                 if watch and not exited and time.monotonic() - checked >= watch:
                     checked = time.monotonic()
-                    killed_for = bound.check(first)
+                    killed_for = bound.check(watched)
                     if killed_for:
                         break
                 for key, _ in sel.select(min(left, watch) if watch else left):
