@@ -82,7 +82,7 @@ class Context:
 
 
 @pytest.fixture
-def context(run_code):
+def context(service):
     """A loopback TCP server and an abstract unix socket of the test's own, counting whoever reaches them."""
     hits = []
     tcp = socket.create_server(("127.0.0.1", 0))
@@ -104,7 +104,7 @@ def context(run_code):
     threads = [threading.Thread(target=accept, args=(s,), daemon=True) for s in (tcp, unix)]
     for t in threads:
         t.start()
-    yield Context(tcp.getsockname()[1], abstract, f"agentfn-orphan-{secrets.token_hex(6)}", run_code.process.pid, hits)
+    yield Context(tcp.getsockname()[1], abstract, f"agentfn-orphan-{secrets.token_hex(6)}", service.process.pid, hits)
     stop.set()
     for t in threads:
         t.join()
@@ -113,8 +113,9 @@ def context(run_code):
 
 
 def sandbox_processes() -> list[int]:
-    """Host processes running under the runs' uids (there should be none once a call has returned)."""
-    return [pid for pid, uid in uids() if UID_BASE <= uid < UID_BASE + 1_000_000]
+    """Host processes under the runs' uids, or running a sandboxed program (whose path inside is /tmp/main.py):
+    there should be none once a call has returned."""
+    return sorted({pid for pid, uid in uids() if UID_BASE <= uid < UID_BASE + 1_000_000} | set(with_marker("/tmp/main.py")))
 
 
 def with_marker(cmdline_marker: str) -> list[int]:
@@ -273,9 +274,10 @@ print("spawned")
 
 
 @pytest.mark.parametrize(("program", "contained"), [e[1:] for e in ESCAPES], ids=[e[0] for e in ESCAPES])
-def test_an_escape_attempt_is_contained(run_code, coder, context, program, contained):
+def test_an_escape_attempt_is_contained(service, issuer, context, program, contained):
+    """Each attempt, with the service as root and as the chart's uid 10001."""
     started = time.monotonic()
-    content = run(coder, program(context))
+    content = run(caller(service, issuer, "escaper"), program(context))
     assert time.monotonic() - started < WALL_MS / 1000 + 3
     assert contained(content, context), content
     leftovers = sandbox_processes()
@@ -285,7 +287,7 @@ def test_an_escape_attempt_is_contained(run_code, coder, context, program, conta
         time.sleep(0.05)
         leftovers = sandbox_processes()
     assert not leftovers, f"sandbox processes outlived the run: {leftovers}"
-    assert requests.get(run_code.url + "/healthz", timeout=2).status_code == 200
+    assert requests.get(service.url + "/healthz", timeout=2).status_code == 200
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs get uids of their own only when the service is root")
