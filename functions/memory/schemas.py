@@ -12,7 +12,9 @@ KINDS = ["fact", "preference", "episode"]
 PUBLIC_KINDS = ["fact", "preference"]
 
 # Not blank, and no NUL (Postgres text cannot hold it). Spelled out, not \S: ECMA and Python disagree on \S.
-NOT_BLANK = "^[^\\u0000]*[^\\u0000 \\t\\n\\r\\f\\v][^\\u0000]*$"
+# Linear in a backtracking engine: leading blanks, the first other character, then anything but NUL (the form
+# `[^NUL]*[^blank][^NUL]*` backtracks quadratically on a long text ending in NUL).
+NOT_BLANK = "^[ \\t\\n\\r\\f\\v]*[^\\u0000 \\t\\n\\r\\f\\v][^\\u0000]*$"
 text = {"type": "string", "minLength": 1, "maxLength": MAX_TEXT, "pattern": NOT_BLANK}
 source = {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE, "pattern": NOT_BLANK}
 

@@ -13,7 +13,8 @@ CALLER_TOOL_KEYS = frozenset({"tools", "functions", "tool_choice", "function_cal
 CALLER_TOOL_MESSAGE_KEYS = frozenset({"tool_calls", "function_call", "tool_call_id", "name"})
 CALLER_TOOL_ROLES = frozenset({"tool", "function"})
 
-NOT_BLANK = "^[^\\u0000]*[^\\u0000 \\t\\n\\r\\f\\v][^\\u0000]*$"
+# Not blank, no NUL; linear in a backtracking engine (the same pattern as memory's, which says why).
+NOT_BLANK = "^[ \\t\\n\\r\\f\\v]*[^\\u0000 \\t\\n\\r\\f\\v][^\\u0000]*$"
 MESSAGE = {
     "type": "object", "additionalProperties": False, "required": ["role", "content"],
     "properties": {"role": {"type": "string", "enum": ["user", "assistant"]},

@@ -1,6 +1,7 @@
 """Bad input gets a 4xx problem with a useful detail, and changes nothing."""
 
 import json
+import time
 
 import pytest
 
@@ -62,3 +63,40 @@ def test_a_problem_never_quotes_the_callers_text(caller):
     response = caller.post("/v1/entries", json={**OK, "text": secret})
     assert response.status_code == 422
     assert "hunter2" not in response.text
+
+
+# Bodies that make a backtracking regex engine work quadratically (a long text the pattern almost matches),
+# each just under the body limit. Refused at once: a pattern is never tried on a text over its maxLength,
+# and every pattern is linear.
+HOSTILE_LIMIT_SECONDS = 1.5  # generous for a loaded 2-core machine; the quadratic pattern took ~20 s here
+LONG = 60_000
+ENTRY = "/v1/entries/00000000-0000-4000-8000-000000000000"
+HOSTILE = [
+    # (name, method, path, body, the field the detail names)
+    ("text of letters ending in NUL", "post", "/v1/entries", {**OK, "text": "a" * LONG + "\0"}, "text"),
+    ("text of spaces ending in NUL", "post", "/v1/entries", {**OK, "text": " " * LONG + "\0"}, "text"),
+    ("text of letters and spaces ending in NUL", "post", "/v1/entries", {**OK, "text": "a " * (LONG // 2) + "\0"},
+     "text"),
+    ("source ending in NUL", "post", "/v1/entries", {**OK, "source": "a" * LONG + "\0"}, "source"),
+    ("text and source ending in NUL", "post", "/v1/entries",
+     {**OK, "text": "a" * (LONG // 2) + "\0", "source": "b" * (LONG // 2) + "\0"}, "text"),
+    ("text within its length ending in NUL", "post", "/v1/entries", {**OK, "text": "a" * 999 + "\0"}, "text"),
+    ("correction ending in NUL", "patch", ENTRY, {"text": "a" * LONG + "\0"}, "text"),
+    ("query ending in NUL", "post", "/v1/recall", {"query": "a" * LONG + "\0"}, "query"),
+    ("query within its length ending in NUL", "post", "/v1/recall", {"query": "a" * 3999 + "\0"}, "query"),
+    ("query of spaces within its length ending in NUL", "post", "/v1/recall", {"query": " " * 3999 + "\0"}, "query"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "field"), [c[1:] for c in HOSTILE], ids=[c[0] for c in HOSTILE])
+def test_a_hostile_pattern_body_is_refused_at_once(caller, method, path, body, field):
+    assert caller.get("/v1/entries").status_code == 200  # warm: the token's keys fetched
+    data = json.dumps(body).encode()
+    assert len(data) < 65536  # under the body limit: the schema, not the size check, must refuse it
+    started = time.perf_counter()
+    response = getattr(caller, method)(path, data=data, headers={"Content-Type": "application/json"})
+    took = time.perf_counter() - started
+    assert response.status_code == 422, response.text
+    assert response.headers["Content-Type"] == "application/problem+json"
+    assert response.json()["detail"].startswith(f"{field}:")
+    assert took < HOSTILE_LIMIT_SECONDS, f"{took:.2f} s"
