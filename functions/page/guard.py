@@ -47,6 +47,7 @@ class Verdict(enum.Enum):
     SHARED = "shared (carrier-grade NAT)"
     LINK_LOCAL = "link-local"
     METADATA = "cloud metadata"
+    PLATFORM = "cloud platform-internal"
     MULTICAST = "multicast"
     BROADCAST = "broadcast"
     DOCUMENTATION = "documentation"
@@ -62,11 +63,47 @@ def _table(rows: list[tuple[str, Verdict]]) -> list[tuple[ipaddress.IPv4Network 
     return [(ipaddress.ip_network(net), verdict) for net, verdict in rows]
 
 
-# First match wins, so the narrow, better-named entries (metadata) come before their ranges.
+# The addresses clouds publish for their platform's own services on the instance: metadata (credentials,
+# user data), the host agent, DNS and time. All but one lie in ranges refused below anyway; they are named
+# here so the refusal says what they are, and so one list says where each comes from:
+# - 169.254.169.254, fd00:ec2::254: EC2 instance metadata (IMDS), IPv4 and IPv6
+#   https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-data-retrieval.html
+#   the same address serves GCP (also as metadata.google.internal: see `private_use_name`),
+#   https://cloud.google.com/compute/docs/metadata/querying-metadata ;
+#   Azure IMDS https://learn.microsoft.com/en-us/azure/virtual-machines/instance-metadata-service ;
+#   Oracle https://docs.oracle.com/en-us/iaas/Content/Compute/Tasks/gettingmetadata.htm ;
+#   DigitalOcean https://docs.digitalocean.com/reference/api/metadata/ ;
+#   Hetzner https://docs.hetzner.cloud/#server-metadata ; OpenStack (and Huawei Cloud's, built on it)
+#   https://docs.openstack.org/nova/latest/user/metadata.html
+# - 169.254.170.2: ECS task metadata and credentials
+#   https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-metadata-endpoint-v2.html
+# - 169.254.170.23, fd00:ec2::23: the EKS Pod Identity agent (credentials)
+#   https://docs.aws.amazon.com/eks/latest/userguide/pod-id-agent-setup.html
+# - 169.254.169.253, fd00:ec2::253: the Amazon VPC DNS server
+#   https://docs.aws.amazon.com/vpc/latest/userguide/AmazonDNS-concepts.html
+# - 169.254.169.123, fd00:ec2::123: the Amazon Time Sync Service
+#   https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/set-time.html
+# - 168.63.129.16: Azure's WireServer (the VM agent's channel, extension settings, DNS, DHCP, health
+#   probes), a public address that answers only inside Azure: the one entry no range below covers
+#   https://learn.microsoft.com/en-us/azure/virtual-network/what-is-ip-address-168-63-129-16
+# - 192.0.0.192: Oracle Cloud Infrastructure Classic's metadata address (inside 192.0.0.0/24, IETF
+#   protocol assignments)
+# - 100.100.100.200: Alibaba Cloud metadata (inside CGNAT)
+#   https://www.alibabacloud.com/help/en/ecs/user-guide/view-instance-metadata
+# - 169.254.0.23: Tencent Cloud metadata (metadata.tencentyun.com)
+#   https://www.tencentcloud.com/document/product/213/4934
+# The chart's egress policy for the page fetcher refuses the same addresses (networkpolicies.yaml).
+# First match wins, so these narrow, better-named entries come before their ranges.
 IPV4_DENY = _table([
-    ("169.254.169.254/32", Verdict.METADATA),   # AWS, GCP, Azure, OpenStack, Oracle
-    ("169.254.170.2/32", Verdict.METADATA),     # ECS task credentials
-    ("100.100.100.200/32", Verdict.METADATA),   # Alibaba Cloud
+    ("169.254.169.254/32", Verdict.METADATA),
+    ("169.254.170.2/32", Verdict.METADATA),
+    ("169.254.170.23/32", Verdict.METADATA),
+    ("100.100.100.200/32", Verdict.METADATA),
+    ("192.0.0.192/32", Verdict.METADATA),
+    ("169.254.0.23/32", Verdict.METADATA),
+    ("168.63.129.16/32", Verdict.PLATFORM),
+    ("169.254.169.253/32", Verdict.PLATFORM),
+    ("169.254.169.123/32", Verdict.PLATFORM),
     ("0.0.0.0/8", Verdict.UNSPECIFIED),         # "this network"; Linux connects 0.0.0.0 to the local host
     ("10.0.0.0/8", Verdict.PRIVATE),
     ("100.64.0.0/10", Verdict.SHARED),
@@ -85,7 +122,10 @@ IPV4_DENY = _table([
     ("240.0.0.0/4", Verdict.RESERVED),
 ])
 IPV6_DENY = _table([
-    ("fd00:ec2::254/128", Verdict.METADATA),    # AWS instance metadata over IPv6
+    ("fd00:ec2::254/128", Verdict.METADATA),
+    ("fd00:ec2::23/128", Verdict.METADATA),
+    ("fd00:ec2::253/128", Verdict.PLATFORM),
+    ("fd00:ec2::123/128", Verdict.PLATFORM),
     ("::/128", Verdict.UNSPECIFIED),
     ("::1/128", Verdict.LOOPBACK),
     ("ff00::/8", Verdict.MULTICAST),
@@ -97,6 +137,7 @@ IPV6_DENY = _table([
     ("2001:2::/48", Verdict.BENCHMARKING),
     ("2001::/23", Verdict.RESERVED),            # IETF protocol assignments (Teredo is unwrapped before)
 ])
+EXACT_V6 = 6  # the single addresses at the head of IPV6_DENY
 GLOBAL_UNICAST = ipaddress.ip_network("2000::/3")  # IPv6 outside it is not allocated for public hosts
 
 # IPv6 forms that carry an IPv4 address: the embedded address is classified first.
@@ -115,7 +156,7 @@ def classify(address: IPAddress | str) -> Verdict:
         address = ipaddress.ip_address(address)
     if address.version == 4:
         return _first(address, IPV4_DENY) or Verdict.ALLOWED
-    exact = _first(address, IPV6_DENY[:3])  # metadata, ::, ::1 before the embedded forms
+    exact = _first(address, IPV6_DENY[:EXACT_V6])  # the platform's, ::, ::1 before the embedded forms
     if exact:
         return exact
     embedded, otherwise = _embedded(address)
@@ -372,6 +413,12 @@ class Resolver:
         return found
 
 
+def private_use_name(host: str) -> bool:
+    """A name in `.internal`, the top-level domain ICANN reserved for private use (2024): never public, and
+    the clouds' own (metadata.google.internal, *.compute.internal, *.ec2.internal) are platform-internal."""
+    return host == "internal" or host.endswith(".internal")
+
+
 def check_target(target: Target, resolver: Resolver, lifetime: float, *, redirected: bool = False) -> list[IPAddress]:
     """The addresses to connect to for `target`, every one of them public; otherwise refuse.
 
@@ -383,6 +430,9 @@ def check_target(target: Target, resolver: Resolver, lifetime: float, *, redirec
         addresses = [target.literal]
     elif target.host == "localhost" or target.host.endswith(".localhost"):
         raise refusal_for(Verdict.LOOPBACK)  # RFC 6761: localhost names are loopback, whatever DNS says
+    elif private_use_name(target.host):
+        raise Refusal("blocked_address", "The URL's host is a private-use name (.internal); only public hosts can be "
+                                         "opened. Use a public URL.", reason=Verdict.PRIVATE.name.lower())
     else:
         subject = "The page redirected to a host that resolves to" if redirected else "The URL's host resolves to"
         addresses = resolver.addresses(target.host, lifetime)

@@ -23,6 +23,7 @@ ADDRESSES = {
     "internet": "93.184.215.14",
     "internet-v6": "2606:2800:21f:cb07:6820:80da:af6b:8b2c",
     "metadata": "169.254.169.254",
+    "wireserver": "168.63.129.16",
     "private": "10.20.0.5",
     "cgnat": "100.64.1.1",
     "unique-local-v6": "fd00::1",

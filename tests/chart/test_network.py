@@ -71,6 +71,7 @@ MATRIX = [
     ("agentfn/page", "internet-v6", 443, "TCP", A, "public web over IPv6"),
     ("agentfn/page", "internet", 22, "TCP", D, "ports 80 and 443 only"),
     ("agentfn/page", "metadata", 80, "TCP", D, "cloud metadata 169.254.169.254"),
+    ("agentfn/page", "wireserver", 80, "TCP", D, "Azure WireServer, a public address inside the cloud"),
     ("agentfn/page", "private", 80, "TCP", D, "private 10/8"),
     ("agentfn/page", "cgnat", 80, "TCP", D, "CGNAT 100.64/10"),
     ("agentfn/page", "unique-local-v6", 80, "TCP", D, "IPv6 unique local"),

@@ -52,8 +52,10 @@ REBOUND = "44.0.0.11"         # where the rebinding name answers first
 PUBLIC6 = "2600:44::10"
 TEREDO_LOOPBACK = "2001:0:4136:e378:8000:63bf:80ff:fffe"  # Teredo, client 127.0.0.1 (stored inverted)
 # Internal addresses put on the namespace's loopback, so that a bypass would really land on a recorder.
+WIRESERVER = "168.63.129.16"  # Azure's platform address: public, answers only inside the cloud
 INTERNAL = ["10.0.0.5", "172.16.0.5", "192.168.0.5", "100.64.0.5", "100.100.100.200", "169.254.169.254",
-            "169.254.170.2", "198.18.0.5", "192.0.2.5", "192.0.0.170", "240.0.0.5",
+            "169.254.170.2", "198.18.0.5", "192.0.2.5", "192.0.0.170", "240.0.0.5", WIRESERVER,
+            "64:ff9b::a83f:8110", "2002:a83f:8110::1",
             "fd00:ec2::254", "fc00::5", "fec0::5", "64:ff9b::7f00:1", "64:ff9b::a00:5", "64:ff9b:1:7f00:0:100::",
             "2002:7f00:1::1", "2002:a00:5::1", TEREDO_LOOPBACK, "::7f00:1", "2001:db8::5", "100::5", "3fff::5"]
 INTERNAL_PORTS = [80, 443, 8080, 8443, 22, 25, 3128, 6379, 11211, 2375, 9200]
@@ -71,6 +73,8 @@ ZONE: dict[str, list[tuple[str, str]]] = {
     "loop6.evil.test": [("AAAA", "::1")],
     "private.evil.test": [("A", "10.0.0.5")],
     "meta.evil.test": [("A", "169.254.169.254")],
+    "wireserver.evil.test": [("A", WIRESERVER)],
+    "metadata.google.internal": [("A", PUBLIC)],  # a private-use name is refused whatever DNS answers
     "cgnat.evil.test": [("A", "100.64.0.5")],
     "zero.evil.test": [("A", "0.0.0.0")],
     "mixed.evil.test": [("A", PUBLIC), ("A", "127.0.0.1")],

@@ -51,6 +51,9 @@ ATTACKS = [
     ("metadata", "http://169.254.169.254/latest/meta-data/", "blocked_address"),
     ("metadata, ECS", "http://169.254.170.2/v2/credentials", "blocked_address"),
     ("metadata, Alibaba", "http://100.100.100.200/latest/meta-data/", "blocked_address"),
+    ("Azure WireServer, a public address", "http://168.63.129.16/machine/?comp=goalstate", "blocked_address"),
+    ("Azure WireServer in NAT64", "http://[64:ff9b::a83f:8110]/", "blocked_address"),
+    ("Azure WireServer in 6to4", "http://[2002:a83f:8110::1]/", "blocked_address"),
     ("benchmarking", "http://198.18.0.5/", "blocked_address"),
     ("documentation", "http://192.0.2.5/", "blocked_address"),
     ("reserved class E", "http://240.0.0.5/", "blocked_address"),
@@ -89,6 +92,9 @@ ATTACKS = [
     ("AAAA to loopback", "http://loop6.evil.test/", "blocked_address"),
     ("name to private", "http://private.evil.test/", "blocked_address"),
     ("name to metadata", "http://meta.evil.test/latest/meta-data/", "blocked_address"),
+    ("name to the Azure WireServer", "http://wireserver.evil.test/machine/", "blocked_address"),
+    ("GCP's metadata name, whatever DNS answers", "http://metadata.google.internal/computeMetadata/v1/",
+     "blocked_address"),
     ("name to CGNAT", "http://cgnat.evil.test/", "blocked_address"),
     ("name to 0.0.0.0", "http://zero.evil.test/", "blocked_address"),
     ("one good A, one bad A", "http://mixed.evil.test/article", "blocked_address"),
@@ -110,6 +116,7 @@ ATTACKS = [
     ("redirect 307 to loopback", via("http://127.0.0.1/", 307), "blocked_address"),
     ("redirect 308 to metadata", via("http://169.254.169.254/latest/meta-data/", 308), "blocked_address"),
     ("redirect to decimal loopback", via("http://2130706433/"), "blocked_address"),
+    ("redirect to the Azure WireServer", via("http://168.63.129.16/machine/"), "blocked_address"),
     ("redirect to IPv6 loopback", via("http://[::1]/"), "blocked_address"),
     ("redirect to a name to loopback", via("http://loop.evil.test/"), "blocked_address"),
     ("redirect, scheme-relative", via("//127.0.0.1/"), "blocked_address"),
@@ -168,7 +175,7 @@ ATTACKS = [
     ("an error page", f"{PUB}/status/500", "upstream_error"),
 ]
 INTERNAL_MARKS = ["127.0", "169.254", "10.0.0", "172.16", "192.168", "100.64", "100.100", "::1", "ffff", "fd00",
-                  "fc00", "fe80", "fec0", "64:ff9b", "2002:", "0.0.0.0", "evil.test"]
+                  "fc00", "fe80", "fec0", "64:ff9b", "2002:", "0.0.0.0", "evil.test", "168.63", "a83f"]
 
 
 def test_the_table_is_large():
