@@ -17,6 +17,8 @@ from __future__ import annotations
 import enum
 import ipaddress
 import re
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -380,6 +382,10 @@ def parse_servers(text: str) -> list[tuple[str, int]]:
     return servers
 
 
+# The AAAA lookups, beside the A lookup each fetch makes in its own thread; each ends by its deadline.
+_LOOKUPS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="page-dns")
+
+
 class Resolver:
     """Every A and AAAA record of a name, from the configured DNS servers, within a time limit."""
 
@@ -394,23 +400,29 @@ class Resolver:
             name = dns.name.from_text(host)  # absolute: no search domains
         except dns.exception.DNSException:
             raise bad_url("the host is not a valid domain name") from None
-        found: list[IPAddress] = []
-        for rdtype in ("A", "AAAA"):
-            try:
-                answer = self._resolver.resolve(name, rdtype, search=False, lifetime=lifetime,
-                                                raise_on_no_answer=False)
-            except dns.resolver.NXDOMAIN:
-                raise Refusal("dns_failure", "the host name does not exist (NXDOMAIN); check the URL") from None
-            except dns.resolver.LifetimeTimeout:
-                raise Refusal("timeout", "the DNS server did not answer in time") from None
-            except dns.exception.DNSException:
-                raise Refusal("dns_failure", "the DNS server could not resolve the host; try again later",
-                              status=502) from None
-            if answer.rrset is not None:
-                found.extend(ipaddress.ip_address(r.address) for r in answer.rrset)
+        # A and AAAA at once, under one deadline: a slow resolver costs the fetch one wait, not one per type.
+        deadline = time.monotonic() + lifetime
+        aaaa = _LOOKUPS.submit(self._records, name, "AAAA", deadline)
+        found = self._records(name, "A", deadline)  # a failure refuses at once; the AAAA ends by the deadline
+        found += aaaa.result()
         if not found:
             raise Refusal("dns_failure", "the host name has no address records; check the URL")
         return found
+
+    def _records(self, name: dns.name.Name, rdtype: str, deadline: float) -> list[IPAddress]:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise Refusal("timeout", "the DNS server did not answer in time")
+        try:
+            answer = self._resolver.resolve(name, rdtype, search=False, lifetime=left, raise_on_no_answer=False)
+        except dns.resolver.NXDOMAIN:
+            raise Refusal("dns_failure", "the host name does not exist (NXDOMAIN); check the URL") from None
+        except dns.resolver.LifetimeTimeout:
+            raise Refusal("timeout", "the DNS server did not answer in time") from None
+        except dns.exception.DNSException:
+            raise Refusal("dns_failure", "the DNS server could not resolve the host; try again later",
+                          status=502) from None
+        return [ipaddress.ip_address(r.address) for r in answer.rrset] if answer.rrset is not None else []
 
 
 def private_use_name(host: str) -> bool:

@@ -29,6 +29,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -91,6 +92,13 @@ ZONE: dict[str, list[tuple[str, str]]] = {
 }
 REBIND = "rebind.evil.test"   # first A answer REBOUND, every later one 127.0.0.1, TTL 0
 BLACKHOLE = "blackhole.test"  # never answered
+# A slow resolver: these names' answers wait this long (TTL 0, so every lookup waits); an AAAA of a name
+# in SILENT_AAAA is never answered.
+SLOW_SECONDS = 1.2
+ZONE["slow.pub.test"] = [("A", PUBLIC), ("AAAA", PUBLIC6)]
+ZONE["slow-silent.pub.test"] = [("A", PUBLIC)]
+SLOW = {"slow.pub.test", "slow-silent.pub.test"}
+SILENT_AAAA = {"slow-silent.pub.test"}
 
 
 def main() -> None:
@@ -239,8 +247,10 @@ class Zone(BaseResolver):
         name, qtype = str(request.q.qname).rstrip(".").lower(), QTYPE[request.q.qtype]
         with self.lock, open(self.log_path, "a") as f:
             f.write(json.dumps({"name": name, "type": qtype}) + "\n")
-        if name == BLACKHOLE:
+        if name == BLACKHOLE or (name in SILENT_AAAA and qtype == "AAAA"):
             raise DNSError("dropped")  # dnslib sends no reply
+        if name in SLOW:
+            time.sleep(SLOW_SECONDS)  # each query in its own thread (dnslib's servers are threading)
         reply = request.reply()
         current, seen = name, []
         while current not in seen and (current in ZONE or current == REBIND):
@@ -253,7 +263,7 @@ class Zone(BaseResolver):
                 continue
             for kind, value in entries:
                 if kind == qtype and kind in ("A", "AAAA"):
-                    ttl = 0 if current == REBIND else 300
+                    ttl = 0 if current == REBIND or current in SLOW else 300
                     rdata = A(value) if kind == "A" else AAAA(list(ipaddress.IPv6Address(value).packed))
                     reply.add_answer(RR(current, getattr(QTYPE, kind), rdata=rdata, ttl=ttl))
             break

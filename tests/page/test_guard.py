@@ -227,6 +227,26 @@ def test_public_pages_open_at_the_checked_address(opener, lab, url, server, host
     assert lab.internal_hits()[before_internal:] == []
 
 
+SLOW_DNS = [
+    # (id, url, status): the lab's resolver answers these names 1.2 s late; the deadline is 2 s
+    ("A and AAAA each answered late", "http://slow.pub.test/article", 200),
+    ("A answered late, AAAA never", "http://slow-silent.pub.test/article", 504),
+]
+
+
+@pytest.mark.parametrize(("url", "status"), [s[1:] for s in SLOW_DNS], ids=[s[0] for s in SLOW_DNS])
+def test_one_deadline_covers_both_dns_lookups(opener, lab, url, status):
+    """A slow resolver costs the fetch one wait, not one per record type: the page deadline holds."""
+    queries = len(lab.dns_queries())
+    started = time.monotonic()
+    response = opener(url)
+    elapsed = time.monotonic() - started
+    assert response.status_code == status, response.text
+    name = url.split("/")[2]
+    assert {q["type"] for q in lab.dns_queries()[queries:] if q["name"] == name} == {"A", "AAAA"}
+    assert elapsed < 2 + 0.5, f"{elapsed:.2f} s: the 2 s deadline covers DNS too"
+
+
 def test_rebinding_cannot_reach_loopback(opener, lab):
     """The name answers a public address first and loopback after: the one lookup is the one connected to."""
     queries, public = len(lab.dns_queries()), len(lab.public_hits())
