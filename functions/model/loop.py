@@ -132,9 +132,12 @@ class Turn:
         system = prompt.system(agent.brief, self.day.isoformat(), tools=[t for t, _ in tools.values()],
                                constrained=constrained, recalled=recalled,
                                memory_tools=bool(MEMORY_TOOLS & set(tools)))
-        room = tier.context_tokens - tier.max_tokens - prompt.estimate(system) - prompt.estimate(
-            [t.listing() for t, _ in tools.values()])
-        convo: list[dict[str, Any]] = [{"role": "system", "content": system}, *prompt.fit(self.messages, max(room, 64))]
+        listings = [t.listing() for t, _ in tools.values()]
+        room = tier.context_tokens - tier.max_tokens - prompt.likely(system) - prompt.likely(listings)
+        # Older messages are dropped to fit the context, and the turn's budget as the hold counts it.
+        affordable = self.agent.tokens_per_turn - tier.max_tokens - prompt.estimate(system) - prompt.estimate(listings)
+        convo: list[dict[str, Any]] = [{"role": "system", "content": system},
+                                       *prompt.fit(self.messages, max(room, 64), max(affordable, 64))]
         calls_left = min(MAX_CALLS, agent.steps) if tools else 0
         answer: list[str] = []
         failed: set[tuple[str, str]] = set()
@@ -143,7 +146,9 @@ class Turn:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed()
             offer = [t for t, _ in tools.values()] if calls_left > 0 else None
-            cost = prompt.estimate(convo) + (prompt.estimate([t.listing() for t in offer]) if offer else 0)
+            # Constrained mode lists the tools in the system text, already in the conversation.
+            listed = prompt.estimate([t.listing() for t in offer]) if offer and not constrained else 0
+            cost = prompt.estimate(convo) + listed
             max_tokens = self._hold(cost, first)
             first = False
             round_text: list[str] = []

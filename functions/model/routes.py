@@ -117,12 +117,13 @@ def take_turn(name: str):
     seconds = min(tier.deadline, agent.deadline_seconds)
     deadline, day = time.monotonic() + seconds, today()
     messages = body["messages"]
-    if prompt.estimate(messages[-1]["content"]) > tier.context_tokens - tier.max_tokens - TOOL_OVERHEAD:
+    if prompt.likely(messages[-1]["content"]) > tier.context_tokens - tier.max_tokens - TOOL_OVERHEAD:
         raise ProblemError(413, "Content Too Large", "the last message does not fit the tier's context")
     generation = s.store.open(kind="turn", channel="agent", subject=caller.subject, agent=agent.name, tier=tier.name,
                               hold_seconds=seconds + 30, day=day)
     # The first round's hold, taken before the stream so that a spent day is a plain 429.
-    cost = prompt.estimate(prompt.fit(messages, tier.context_tokens)) + prompt.estimate(agent.brief) + TOOL_OVERHEAD
+    fitted = prompt.fit(messages, tier.context_tokens, max(agent.tokens_per_turn - tier.max_tokens - TOOL_OVERHEAD, 64))
+    cost = prompt.estimate(fitted) + prompt.estimate(agent.brief) + TOOL_OVERHEAD
     if agent.memory != "none":
         cost += s.limits.recall_max_tokens
     least = cost + s.limits.min_completion

@@ -194,7 +194,7 @@ def model(model_env, logs):
     server.stop()
 
 
-SMALL_DAILY = 2000
+SMALL_DAILY = 5000  # a round of an agent with six tools holds about 3,500 (the listings' bytes)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,9 @@ each engine request of that turn plays the next round. A round is a dict:
   JSON); sent as native `tool_calls` when the request offered `tools`, and as the constrained JSON reply
   (`{"tool": ..., "arguments": ...}`) when it asked for a `response_format`; text otherwise is what
   a misbehaving engine would do and is sent as native `tool_calls` all the same
-- `usage`: `{prompt_tokens, completion_tokens}` (default: estimated from the sizes)
+- `usage`: `{prompt_tokens, completion_tokens}` (default: estimated from the sizes), or `"bytes"`: counted
+  the way the worst byte-level tokenizer would, one token per UTF-8 byte of every message, tool and reply,
+  plus 4 per message for the chat template
 - `delay`: seconds before answering; `chunk_delay`: seconds between chunks
 - `status`: answer this HTTP status (an error) instead
 - `disconnect_after`: send this many chunks, then drop the connection without finishing
@@ -95,6 +97,25 @@ def _pieces(text: str, n: int) -> list[str]:
     return [text[i:i + size] for i in range(0, len(text), size)] or [""]
 
 
+def _bytes_read(body: dict) -> int:
+    messages = body.get("messages") or []
+    text = [m.get("content") or "" for m in messages]
+    text += [json.dumps(c, ensure_ascii=False) for m in messages for c in m.get("tool_calls") or []]
+    text += [json.dumps(t.get("function", t), ensure_ascii=False) for t in body.get("tools") or []]
+    return sum(len(t.encode()) for t in text) + 4 * len(messages)
+
+
+def _written(chunks: list[str]) -> str:
+    """What the chunks say: their content and their tool calls' arguments."""
+    said = []
+    for chunk in chunks:
+        for choice in json.loads(chunk[len("data: "):]).get("choices", []):
+            delta = choice.get("delta") or {}
+            said.append(delta.get("content") or "")
+            said += [(c.get("function") or {}).get("arguments") or "" for c in delta.get("tool_calls") or []]
+    return "".join(said)
+
+
 def stream(body: dict, step: dict, cid: str):
     calls = step.get("calls") or ([step["call"]] if "call" in step else [])
     constrained = "response_format" in body
@@ -125,6 +146,8 @@ def stream(body: dict, step: dict, cid: str):
     out.append(_chunk(cid, {}, finish))
     usage = step.get("usage") or {"prompt_tokens": len(json.dumps(body.get("messages"))) // 4,
                                   "completion_tokens": max(1, sum(len(c) for c in out) // 40)}
+    if usage == "bytes":
+        usage = {"prompt_tokens": _bytes_read(body), "completion_tokens": max(1, len(_written(out).encode()))}
     usage = {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]}
     if (body.get("stream_options") or {}).get("include_usage"):
         out.append(_chunk(cid, None, usage=usage))

@@ -50,7 +50,7 @@ def test_twenty_concurrent_turns_never_overspend_a_small_budget(frugal_model, en
         results = list(pool.map(one, range(20)))
     done = [r for r, events in results if r.status_code == 200 and events[-1][0] == "done"]
     refused = [r for r, events in results if r.status_code == 429 or (events and events[-1][0] == "error")]
-    assert len(done) + len(refused) == 20
+    assert len(done) + len(refused) == 20, [(r.status_code, e[-1][0] if e else r.text[:90]) for r, e in results]
     assert done and refused, (len(done), len(refused))
     budget, rows = spent(model_env, person.subject)
     # Held before the round, so the day's limit holds even with twenty turns in two processes at once.
@@ -63,3 +63,25 @@ def test_a_turn_whose_agent_allows_fewer_tokens_than_a_round_is_refused(frugal_m
     # frugal's tokensPerTurn (1500) covers a round; here the caller's message alone does not fit it.
     response, _ = take_turn(frugal_model.url, person, "frugal", "word " * 2000)
     assert response.status_code == 429 and response.json()["type"].endswith("/turn-tokens")
+
+
+def test_concurrent_turns_of_emoji_never_overspend_a_small_budget(frugal_model, engine, person, model_env):
+    # An engine counts emoji as several tokens each (SmolLM2: 300 emoji are 899 tokens); this one counts
+    # a token per UTF-8 byte, the most any byte-level tokenizer may. The hold must never be below it.
+    emoji = "\U0001F642" * 250  # 1,000 bytes: a third of the budget held at 3 characters a token would cover it
+
+    def one(i):
+        sid = engine.script({"text": "\U0001F44D" * 20, "usage": "bytes"})
+        return take_turn(frugal_model.url, person, "guide", f"{emoji} Question {i}. script:{sid}")
+
+    with ThreadPoolExecutor(20) as pool:
+        results = list(pool.map(one, range(20)))
+    done = [r for r, events in results if r.status_code == 200 and events[-1][0] == "done"]
+    refused = [r for r, events in results if r.status_code == 429 or (events and events[-1][0] == "error")]
+    assert len(done) + len(refused) == 20, [(r.status_code, e[-1][0] if e else r.text[:90]) for r, e in results]
+    assert done and refused, (len(done), len(refused))
+    budget, rows = spent(model_env, person.subject)
+    assert budget == sum(tokens for _, tokens, _ in rows)
+    per_turn = budget // len(done)
+    assert per_turn > 1000  # the engine's count, not the old estimate's (about 100 for these 250 emoji)
+    assert budget <= SMALL_DAILY + MAX_ROUND, (budget, len(done))
