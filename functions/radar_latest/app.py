@@ -28,7 +28,7 @@ from flask import Flask
 SERVICE = "Radar"
 DEFAULT_COUNT, MAX_TITLE, MAX_SUMMARY, MAX_URL = 3, 160, 300, 500
 DAY = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ]")
-LINK = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
+LINK = re.compile(r"^https?://[^\s/?#]+(?:[/?#]\S*)?$")  # unambiguous: linear
 
 DIGEST = {
     "type": "object",
@@ -70,7 +70,7 @@ def _digest(item: Any) -> dict | None:
     if not (isinstance(title, str) and title.strip() and isinstance(published, str) and isinstance(url, str)):
         return None
     day = DAY.match(published)
-    if not day or not LINK.match(url) or len(url) > MAX_URL:
+    if not day or len(url) > MAX_URL or not LINK.match(url):
         return None
     summary = item.get("summary")
     return {"title": clip(title, MAX_TITLE), "date": day.group(1), "url": url,

@@ -39,6 +39,9 @@ ROWS = [
     ("an admission action nobody knows", {"admissionPolicies": {"validationActions": ["Block"]}}, r"'Block' is not one of"),
     ("max scale zero", {"functions": {"memory": {"maxScale": 0}}}, r"less than the minimum of 1"),
     ("a port out of range", {"database": {"external": {"port": 70000}}}, r"greater than the maximum"),
+    ("a registry with a port and a path", {"images": {"registry": "registry.example.com:5000/team/agentfn"}}, None),
+    # Refused at once: the pattern's path segments cannot overlap (a backtracking engine once took hours here).
+    ("a registry of forty slashed segments and a space", {"images": {"registry": "a/" * 40 + " "}}, r"does not match"),
 ]
 
 
