@@ -46,7 +46,7 @@ EPISODE = {
     "additionalProperties": False,
     "required": ["subject", "text"],
     "properties": {
-        "subject": {"type": "string", "minLength": 1, "maxLength": 255},
+        "subject": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": NOT_BLANK},
         "text": {"type": "string", "minLength": 1, "maxLength": EPISODE_MAX_CHARS, "pattern": NOT_BLANK},
         "session_id": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": r"^[A-Za-z0-9._:-]+$"},
     },

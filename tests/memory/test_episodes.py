@@ -65,3 +65,9 @@ def test_episode_rules_are_checked_again(episode_for, memory, issuer, text, word
 
 def test_an_episode_of_exactly_80_words_is_kept(episode_for):
     assert episode_for(f"ana-{secrets.token_hex(3)}", " ".join(["ok"] * 80)).status_code == 201
+
+
+@pytest.mark.parametrize("subject", ["\0", "ana\0", "   "], ids=["NUL", "ending in NUL", "blank"])
+def test_a_subject_postgres_cannot_hold_is_a_422(episode_for, subject):
+    response = episode_for(subject)
+    assert response.status_code == 422 and response.json()["detail"].startswith("subject:"), response.text
