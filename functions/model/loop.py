@@ -132,12 +132,9 @@ class Turn:
         system = prompt.system(agent.brief, self.day.isoformat(), tools=[t for t, _ in tools.values()],
                                constrained=constrained, recalled=recalled,
                                memory_tools=bool(MEMORY_TOOLS & set(tools)))
-        listings = [t.listing() for t, _ in tools.values()]
-        room = tier.context_tokens - tier.max_tokens - prompt.likely(system) - prompt.likely(listings)
-        # Older messages are dropped to fit the context, and the turn's budget as the hold counts it.
-        affordable = self.agent.tokens_per_turn - tier.max_tokens - prompt.estimate(system) - prompt.estimate(listings)
-        convo: list[dict[str, Any]] = [{"role": "system", "content": system},
-                                       *prompt.fit(self.messages, max(room, 64), max(affordable, 64))]
+        room = tier.context_tokens - tier.max_tokens - prompt.likely(system) - prompt.likely(
+            [t.listing() for t, _ in tools.values()])
+        convo: list[dict[str, Any]] = [{"role": "system", "content": system}, *prompt.fit(self.messages, max(room, 64))]
         calls_left = min(MAX_CALLS, agent.steps) if tools else 0
         answer: list[str] = []
         failed: set[tuple[str, str]] = set()
@@ -147,9 +144,9 @@ class Turn:
                 raise DeadlinePassed()
             offer = [t for t, _ in tools.values()] if calls_left > 0 else None
             # Constrained mode lists the tools in the system text, already in the conversation.
-            listed = prompt.estimate([t.listing() for t in offer]) if offer and not constrained else 0
-            cost = prompt.estimate(convo) + listed
-            max_tokens = self._hold(cost, first)
+            listed = [t.listing() for t in offer] if offer and not constrained else []
+            cost = prompt.estimate(convo) + (prompt.estimate(listed) if listed else 0)
+            max_tokens = self._hold(cost, prompt.likely(convo) + (prompt.likely(listed) if listed else 0), first)
             first = False
             round_text: list[str] = []
             requests: list[ToolRequest] = []
@@ -198,20 +195,25 @@ class Turn:
         self.rounds += 1
         self.unsettled = Spent(usage.tokens_in, usage.tokens_out, 1)
 
-    def _hold(self, cost: int, first: bool) -> int:
-        """Hold this round's tokens (settling the last round's); the completion tokens the round may write."""
-        s, least = self.services, cost + self.services.limits.min_completion
+    def _hold(self, cost: int, likely: int, first: bool) -> int:
+        """Hold this round's tokens (settling the last round's); the completion tokens the round may write.
+
+        The caller's day is held at `cost`, a bound on what the engine may count; the agent's tokens per
+        turn are checked at the `likely` count, as a turn's cap is passed by at most one round anyway.
+        """
+        s = self.services
         per_turn_left = self.agent.tokens_per_turn - self.usage.tokens_in - self.usage.tokens_out
-        if per_turn_left < least:
+        completion = min(self.tier.max_tokens, per_turn_left - likely)
+        if completion < s.limits.min_completion:
             raise budget_problem(per_turn=True)
-        want = min(cost + self.tier.max_tokens, per_turn_left)
+        least = cost + s.limits.min_completion
         if not (first and self.held >= least):
             self.held = s.store.round(self.generation, self.caller.subject, self.day, limit=s.limits.daily_tokens,
-                                      settle=self.unsettled, want=want, least=least)
+                                      settle=self.unsettled, want=cost + completion, least=least)
             self.unsettled = None
             if not self.held:
                 raise budget_problem(per_turn=False)
-        return max(s.limits.min_completion, min(self.tier.max_tokens, self.held - cost))
+        return max(s.limits.min_completion, min(completion, self.held - cost))
 
     def _recall(self) -> list[dict[str, Any]] | None:
         """The entries recalled for the person's last message (as the caller), None if memory did not answer."""

@@ -66,17 +66,16 @@ def system(brief: str, today: str, *, tools: list, constrained: bool, recalled: 
     return "\n\n".join(parts)
 
 
-def fit(messages: list[dict[str, str]], tokens: int, bound: int | None = None) -> list[dict[str, str]]:
-    """The newest messages that fit in `tokens` of context (counted as `likely`) and, when given, in `bound`
-    tokens of budget (counted as `estimate`): older messages are dropped rather than the turn refused.
-    The last one is always kept: the route refused it if it cannot fit."""
-    kept, used, held = [], 0, 0
+def fit(messages: list[dict[str, str]], tokens: int) -> list[dict[str, str]]:
+    """The newest messages that fit in `tokens` of context, counted as `likely` (the last one always: the
+    route refused it if it cannot fit)."""
+    kept, used = [], 0
     for message in reversed(messages):
-        cost, hold = likely(message["content"]) + 4, estimate(message["content"]) + 4
-        if kept and (used + cost > tokens or (bound is not None and held + hold > bound)):
+        cost = likely(message["content"]) + 4
+        if kept and used + cost > tokens:
             break
         kept.append(message)
-        used, held = used + cost, held + hold
+        used += cost
     kept.reverse()
     while kept and kept[0]["role"] != "user" and len(kept) > 1:  # a conversation the engine reads starts with the person
         kept.pop(0)

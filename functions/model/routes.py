@@ -122,17 +122,19 @@ def take_turn(name: str):
     generation = s.store.open(kind="turn", channel="agent", subject=caller.subject, agent=agent.name, tier=tier.name,
                               hold_seconds=seconds + 30, day=day)
     # The first round's hold, taken before the stream so that a spent day is a plain 429.
-    fitted = prompt.fit(messages, tier.context_tokens, max(agent.tokens_per_turn - tier.max_tokens - TOOL_OVERHEAD, 64))
-    cost = prompt.estimate(fitted) + prompt.estimate(agent.brief) + TOOL_OVERHEAD
+    # The day is held at a bound on what the engine may count; the agent's tokens per turn checked at the likely count.
+    fitted, overhead = prompt.fit(messages, tier.context_tokens), TOOL_OVERHEAD
     if agent.memory != "none":
-        cost += s.limits.recall_max_tokens
+        overhead += s.limits.recall_max_tokens
+    cost = prompt.estimate(fitted) + prompt.estimate(agent.brief) + overhead
+    completion = min(tier.max_tokens, agent.tokens_per_turn - prompt.likely(fitted) - prompt.likely(agent.brief) - overhead)
     least = cost + s.limits.min_completion
-    want = min(cost + tier.max_tokens, agent.tokens_per_turn)
-    held = s.store.round(generation, caller.subject, day, limit=s.limits.daily_tokens, want=want, least=least) \
-        if agent.tokens_per_turn >= least else 0
+    turn_fits = completion >= s.limits.min_completion
+    held = s.store.round(generation, caller.subject, day, limit=s.limits.daily_tokens, want=cost + completion,
+                         least=least) if turn_fits else 0
     if not held:
         s.store.finish(generation, caller.subject, day, status="budget", problem=429, step_log=[], duration_ms=0)
-        response = http.problem_response(budget_problem(per_turn=agent.tokens_per_turn < least))
+        response = http.problem_response(budget_problem(per_turn=not turn_fits))
         response.headers["Retry-After"] = str(seconds_to_midnight())
         return response
     turn = Turn(s, caller, agent, tier, messages, generation, day, deadline, held)

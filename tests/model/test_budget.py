@@ -85,3 +85,12 @@ def test_concurrent_turns_of_emoji_never_overspend_a_small_budget(frugal_model, 
     per_turn = budget // len(done)
     assert per_turn > 1000  # the engine's count, not the old estimate's (about 100 for these 250 emoji)
     assert budget <= SMALL_DAILY + MAX_ROUND, (budget, len(done))
+
+
+def test_a_turn_is_checked_against_its_agent_at_the_likely_count(frugal_model, engine, person):
+    # 1,200 characters of prose: held from the day as 1,200 tokens, but about 400 to the engine, well within
+    # frugal's 1,500 a turn; the turn runs (holding bytes against the turn too would refuse it).
+    sid = engine.script({"text": "Short answer.", "usage": {"prompt_tokens": 450, "completion_tokens": 5}})
+    response, events = take_turn(frugal_model.url, person, "frugal", "word " * 235 + f"script:{sid}")
+    assert response.status_code == 200, response.text
+    assert events[-1][0] == "done", events[-1]
