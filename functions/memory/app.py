@@ -9,6 +9,8 @@ Configuration (environment), besides identity's (`agentfn.shared.identity`) and 
 | `AGENTFN_RECALL_MAX_TOKENS` | `1000` | token cap of one recall, counted with the model's tokenizer |
 | `AGENTFN_MAX_REQUEST_BYTES` | `65536` | larger bodies get 413 |
 | `AGENTFN_DB_POOL_SIZE` | `4` | connections per process |
+| `AGENTFN_MEMORY_MAX_ENTRIES` | `2000` | entries a subject keeps, of every kind; then 429 until some are forgotten |
+| `AGENTFN_MEMORY_WRITES_PER_MINUTE` | `60` | writes (POST, PATCH) per subject per minute, in bursts of as many; then 429 |
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from psycopg_pool import PoolTimeout
 
 from . import embedder as embedding
 from .memory import Memory
+from .quotas import Limits, QuotaSpent
 from .routes import bp
 from .schemas import openapi
 from .store import Store
@@ -47,7 +50,14 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         identity=Identity.from_env(env),
         max_request_bytes=int(env.get("AGENTFN_MAX_REQUEST_BYTES", str(http.DEFAULT_MAX_BYTES))),
     )
-    app.extensions["agentfn.memory"] = Memory(store, model, max_tokens=int(env.get("AGENTFN_RECALL_MAX_TOKENS", "1000")))
+    app.extensions["agentfn.memory"] = Memory(store, model, max_tokens=int(env.get("AGENTFN_RECALL_MAX_TOKENS", "1000")),
+                                              limits=Limits.from_env(env))
+
+    @app.errorhandler(QuotaSpent)
+    def quota_spent(problem: QuotaSpent):
+        response = http.problem_response(problem)
+        response.headers["Retry-After"] = str(problem.retry_after)
+        return response
 
     @app.errorhandler(psycopg.OperationalError)
     @app.errorhandler(PoolTimeout)

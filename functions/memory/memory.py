@@ -6,10 +6,14 @@ import re
 import uuid
 from typing import Any
 
-from agentfn.shared.problems import not_found, unprocessable
+from agentfn.shared.problems import ProblemError, not_found, unprocessable
 
+from . import notes, quotas
+from .quotas import Limits, Survey
 from .schemas import EPISODE_MAX_CHARS, EPISODE_MAX_WORDS, MAX_RECALL
 from .store import Store
+
+PROBLEMS = "https://agentfn.dev/problems/"
 
 
 def _entry(row: dict[str, Any]) -> dict[str, Any]:
@@ -34,13 +38,21 @@ def parse_id(value: str) -> uuid.UUID:
         raise not_found("no entry with this id") from None
 
 
+def check_note(text: str) -> None:
+    """Memory keeps notes, not junk: every writer's text passes the one guard."""
+    reason = notes.refusal(text)
+    if reason:
+        raise ProblemError(422, "Not a note", f"text: {reason}", type=notes.PROBLEM_TYPE)
+
+
 class Memory:
-    def __init__(self, store: Store, embedder, *, max_tokens: int):
+    def __init__(self, store: Store, embedder, *, max_tokens: int, limits: Limits | None = None):
         self.store = store
         self.embedder = embedder
         self.model = embedder.config.name
         self.threshold = embedder.config.threshold
         self.max_tokens = max_tokens
+        self.limits = limits or Limits()
 
     def _document(self, text: str):
         return self.embedder.embed_documents([text])[0]
@@ -48,8 +60,23 @@ class Memory:
     def list(self, subject: str, kind: str | None, limit: int, offset: int) -> list[dict]:
         return [_entry(r) for r in self.store.list(subject, kind, limit, offset)]
 
-    def create(self, subject: str, kind: str, text: str, source: str) -> dict:
-        return _entry(self.store.insert(subject, kind, text, source, self.model, self._document(text)))
+    def create(self, subject: str, kind: str, text: str, source: str) -> tuple[dict, bool]:
+        """(the entry, whether it was already kept): a note the subject already has is not kept twice."""
+        check_note(text)
+
+        def admit(survey: Survey) -> dict | None:
+            if survey.duplicate:
+                return survey.duplicate
+            quotas.check_cap(survey, self.limits)
+            quotas.check_rate(survey, self.limits)
+            return None
+
+        # Checked before the embedding is spent, and again under the subject's lock before the row is written.
+        if (existing := admit(self.store.survey(subject, text, self.limits))) is not None:
+            return _entry(existing), True
+        row, existing = self.store.insert(subject, kind, text, source, self.model, self._document(text),
+                                          limits=self.limits, cost=1, check=admit)
+        return _entry(row), existing
 
     def correct(self, subject: str, entry_id: uuid.UUID, text: str | None, source: str | None) -> dict:
         current = self.store.get(subject, entry_id)
@@ -57,9 +84,23 @@ class Memory:
             raise not_found("no entry with this id")
         if current["kind"] == "episode" and text is not None:
             raise unprocessable("text: an episode's text is the session's summary; forget it instead")
-        text = current["text"] if text is None else text
-        row = self.store.correct(subject, entry_id, text, source or current["source"], self.model,
-                                 self._document(text))
+        if text is not None:
+            check_note(text)
+
+        def admit(survey: Survey) -> None:
+            # Two entries saying the same note is what keeping notes once prevents; a correction that would
+            # make one is most likely aimed at the wrong entry, so it is refused, not merged.
+            if survey.duplicate:
+                raise ProblemError(409, "Conflict", f"entry {survey.duplicate['id']} already says this; forget this "
+                                   "entry instead, or correct it to say something else",
+                                   type=PROBLEMS + "duplicate-note", entry_id=str(survey.duplicate["id"]))
+            quotas.check_rate(survey, self.limits)
+
+        # Only a new text is compared with the subject's other notes (None: the source alone changes).
+        admit(self.store.survey(subject, text, self.limits, exclude=entry_id))
+        kept = current["text"] if text is None else text
+        row = self.store.correct(subject, entry_id, kept, source or current["source"], self.model,
+                                 self._document(kept), limits=self.limits, compare=text, check=admit)
         if row is None:  # forgotten meanwhile
             raise not_found("no entry with this id")
         return _entry(row)
@@ -95,9 +136,17 @@ class Memory:
             raise unprocessable(f"text: an episode has at most {EPISODE_MAX_WORDS} words, this has {words}")
         if len(text) > EPISODE_MAX_CHARS:
             raise unprocessable(f"text: an episode has at most {EPISODE_MAX_CHARS} characters")
+        check_note(text)
+
+        # An episode counts against the entry cap; not against the write rate: a session's end comes once per
+        # session, and the summary it keeps was already paid for in the caller's model tokens.
+        def admit(survey: Survey) -> None:
+            quotas.check_cap(survey, self.limits)
+
+        admit(self.store.survey(subject, None, self.limits))
         source = f"session:{session_id}" if session_id else "session"
-        row = self.store.insert(subject, "episode", text.strip(), source, self.model, self._document(text),
-                                session_id=session_id)
+        row, _ = self.store.insert(subject, "episode", text.strip(), source, self.model, self._document(text),
+                                   limits=self.limits, cost=0, check=admit, session_id=session_id)
         return _entry(row)
 
     def reembed(self, subject: str, batch: int = 64) -> int:

@@ -46,9 +46,10 @@ def list_entries():
 @bp.post("/v1/entries")
 @caller_required
 def create_entry():
-    """Keep a fact or a preference for the caller."""
+    """Keep a fact or a preference for the caller: 201, or 200 with the entry that already says this note."""
     body = json_body(CREATE)
-    return jsonify(memory().create(g.caller.subject, body["kind"], body["text"], body["source"])), 201
+    entry, existing = memory().create(g.caller.subject, body["kind"], body["text"], body["source"])
+    return jsonify(entry | {"existing": existing}), 200 if existing else 201
 
 
 @bp.patch("/v1/entries/<entry_id>")

@@ -66,6 +66,16 @@ ENTRY = {
         "model": {"type": "string", "description": "the embedding model of the stored vector"},
     },
 }
+KEPT = {
+    "allOf": [{"$ref": "#/components/schemas/Entry"}],
+    "type": "object",
+    "required": ["existing"],
+    "properties": {
+        "existing": {"type": "boolean",
+                     "description": "true: the subject already had this note (the same text once folded), and this is "
+                                    "that entry; nothing new was kept"},
+    },
+}
 RECALLED = {
     "allOf": [{"$ref": "#/components/schemas/Entry"}],
     "type": "object",
@@ -93,9 +103,17 @@ PROBLEM = {
 
 def _problems(*codes: int) -> dict:
     names = {400: "Bad request", 401: "No valid caller token", 403: "Not allowed", 404: "Not found",
-             413: "Body too large", 415: "Not JSON", 422: "Invalid field", 503: "Database or model unavailable"}
-    return {str(c): {"description": names[c], "content": {"application/problem+json": {
-        "schema": {"$ref": "#/components/schemas/Problem"}}}} for c in codes}
+             409: "Another entry already says this note (type .../duplicate-note, its id in entry_id)",
+             413: "Body too large", 415: "Not JSON",
+             422: "Invalid field, or a text that is not a note: only an id, a number or code (type .../not-a-note)",
+             429: "The subject's entry cap (type .../entry-cap: forget some) or write rate (type .../write-rate) "
+                  "is spent; Retry-After says when to try again",
+             503: "Database or model unavailable"}
+    retry_after = {"Retry-After": {"description": "seconds to wait before trying again",
+                                   "schema": {"type": "integer", "minimum": 1}}}
+    return {str(c): {"description": names[c], **({"headers": retry_after} if c == 429 else {}),
+                     "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+            for c in codes}
 
 
 def _json(schema: dict) -> dict:
@@ -108,6 +126,7 @@ def _ok(description: str, schema: dict) -> dict:
 
 ENTRY_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
 entry_ref = {"$ref": "#/components/schemas/Entry"}
+kept_ref = {"$ref": "#/components/schemas/Kept"}
 entries_list = {"type": "object", "required": ["entries"], "properties": {"entries": {"type": "array", "items": entry_ref}}}
 
 
@@ -125,7 +144,7 @@ def openapi(model: str) -> dict:
                 "service": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
                             "description": "a projected ServiceAccount token of a trusted service"},
             },
-            "schemas": {"Entry": ENTRY, "Recalled": RECALLED, "Problem": PROBLEM},
+            "schemas": {"Entry": ENTRY, "Kept": KEPT, "Recalled": RECALLED, "Problem": PROBLEM},
         },
         "paths": {
             "/v1/entries": {
@@ -141,10 +160,13 @@ def openapi(model: str) -> dict:
                     "responses": {"200": _ok("entries", entries_list), **_problems(400, 401, 422, 503)},
                 },
                 "post": {
-                    "operationId": "createEntry", "summary": "Keep a fact or a preference.",
+                    "operationId": "createEntry",
+                    "summary": "Keep a fact or a preference; a note the caller already has is answered, not kept twice.",
                     "security": caller, "requestBody": _json(CREATE),
-                    "responses": {"201": _ok("the entry kept", entry_ref),
-                                  **_problems(400, 401, 413, 415, 422, 503)},
+                    "responses": {"201": _ok("the entry kept (existing: false)", kept_ref),
+                                  "200": _ok("the entry that already says this note (existing: true); nothing new "
+                                             "was kept", kept_ref),
+                                  **_problems(400, 401, 413, 415, 422, 429, 503)},
                 },
             },
             "/v1/entries/{id}": {
@@ -153,7 +175,7 @@ def openapi(model: str) -> dict:
                     "operationId": "correctEntry", "summary": "Correct an entry's text or source (embedded again).",
                     "security": caller, "requestBody": _json(CORRECT),
                     "responses": {"200": _ok("the corrected entry", entry_ref),
-                                  **_problems(400, 401, 404, 413, 415, 422, 503)},
+                                  **_problems(400, 401, 404, 409, 413, 415, 422, 429, 503)},
                 },
                 "delete": {
                     "operationId": "forgetEntry", "summary": "Forget an entry: the row and its vector are deleted.",
@@ -178,7 +200,7 @@ def openapi(model: str) -> dict:
                     "summary": "WriteEpisode: keep a session's summary for a subject (trusted services only; no route).",
                     "security": [{"service": []}], "requestBody": _json(EPISODE),
                     "responses": {"201": _ok("the episode kept", entry_ref),
-                                  **_problems(400, 401, 403, 413, 415, 422, 503)},
+                                  **_problems(400, 401, 403, 413, 415, 422, 429, 503)},
                 },
             },
         },

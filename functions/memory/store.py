@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -13,6 +13,7 @@ from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
 
 from . import terms
+from .quotas import Limits, Survey
 
 SCHEMA = "memory"
 
@@ -41,6 +42,33 @@ RETURNING {COLUMNS}
 """
 
 FORGET = "DELETE FROM entries WHERE subject = %(subject)s AND id = %(id)s"
+
+# Writes. Each write locks its subject's quota row first (created on the first write, with a full bucket),
+# refilling the bucket to now; statements after the lock see every write committed before it.
+AVAILABLE = ("least(%(rate)s::float8, q.tokens + %(rate)s / 60.0 * "
+             "greatest(0, extract(epoch FROM clock_timestamp() - q.refreshed_at))::float8)")
+LOCK = f"""
+INSERT INTO quotas AS q (subject, tokens, refreshed_at) VALUES (%(subject)s, %(rate)s, clock_timestamp())
+ON CONFLICT (subject) DO UPDATE SET tokens = {AVAILABLE}, refreshed_at = clock_timestamp()
+RETURNING tokens AS available
+"""
+# The subject's entries (counting stops at the cap), and the oldest entry that is the same note as the text
+# (a lookup in entries_notes; none for a NULL text). `exclude`: the entry being corrected.
+SURVEY = f"""
+SELECT n.entries, d.*
+FROM (SELECT count(*) AS entries FROM (SELECT 1 FROM entries WHERE subject = %(subject)s LIMIT %(cap)s) e) n
+LEFT JOIN LATERAL (
+    SELECT {COLUMNS} FROM entries
+    WHERE subject = %(subject)s AND kind <> 'episode' AND md5(note_key(text)) = md5(note_key(%(text)s::text))
+      AND note_key(text) = note_key(%(text)s::text) AND id IS DISTINCT FROM %(exclude)s::uuid
+    ORDER BY created_at, id LIMIT 1
+) d ON true
+"""
+PRESURVEY = f"""
+SELECT s.*, coalesce((SELECT {AVAILABLE} FROM quotas q WHERE q.subject = %(subject)s), %(rate)s) AS available
+FROM ({SURVEY}) s
+"""
+CHARGE = "UPDATE quotas SET tokens = tokens - %(cost)s WHERE subject = %(subject)s AND %(cost)s > 0"
 
 KINDS = "(%(kinds)s::text[] IS NULL OR e.kind = ANY(%(kinds)s))"
 
@@ -109,6 +137,11 @@ WHERE subject = %(subject)s AND id = %(id)s
 """
 
 
+def _survey(row: dict) -> Survey:
+    duplicate = {c: row[c] for c in COLUMNS.split(", ")} if row["id"] is not None else None
+    return Survey(entries=row["entries"], available=float(row["available"]), duplicate=duplicate)
+
+
 def _configure(conn: psycopg.Connection) -> None:
     register_vector(conn)
     conn.commit()
@@ -136,15 +169,39 @@ class Store(db.SchemaStore):
         with self.subject(subject) as cur:
             return cur.execute(GET, dict(subject=subject, id=entry_id)).fetchone()
 
-    def insert(self, subject: str, kind: str, text: str, source: str, model: str, embedding: np.ndarray,
-               session_id: str | None = None) -> dict:
+    def survey(self, subject: str, text: str | None, limits: Limits, exclude: uuid.UUID | None = None) -> Survey:
+        """The subject's quota and duplicate, read without the lock: the check before an embedding is spent."""
+        params = dict(subject=subject, text=text, exclude=exclude, cap=limits.max_entries, rate=limits.writes_per_minute)
         with self.subject(subject) as cur:
-            return cur.execute(INSERT, dict(id=uuid.uuid4(), subject=subject, kind=kind, text=text, source=source,
-                                            session_id=session_id, model=model, embedding=embedding)).fetchone()
+            return _survey(cur.execute(PRESURVEY, params).fetchone())
 
-    def correct(self, subject: str, entry_id: uuid.UUID, text: str, source: str, model: str,
-                embedding: np.ndarray) -> dict | None:
+    @contextmanager
+    def _locked(self, subject: str, text: str | None, limits: Limits, exclude: uuid.UUID | None,
+                check: Callable[[Survey], dict | None]) -> Iterator[tuple[psycopg.Cursor, dict | None]]:
+        """A write's transaction: the subject's quota row locked, the survey read after it and checked.
+        `check` raises to refuse (nothing is written) or returns an entry to answer with instead of writing."""
+        params = dict(subject=subject, text=text, exclude=exclude, cap=limits.max_entries, rate=limits.writes_per_minute)
         with self.subject(subject) as cur:
+            available = cur.execute(LOCK, params).fetchone()["available"]
+            survey = cur.execute(SURVEY, params).fetchone()
+            yield cur, check(_survey(survey | {"available": available}))
+
+    def insert(self, subject: str, kind: str, text: str, source: str, model: str, embedding: np.ndarray, *,
+               limits: Limits, cost: int, check: Callable[[Survey], dict | None],
+               session_id: str | None = None) -> tuple[dict, bool]:
+        """(the new row, False), or (an entry `check` answered with, True): then nothing is written."""
+        with self._locked(subject, text if kind != "episode" else None, limits, None, check) as (cur, answer):
+            if answer is not None:
+                return answer, True
+            cur.execute(CHARGE, dict(subject=subject, cost=cost))
+            return cur.execute(INSERT, dict(id=uuid.uuid4(), subject=subject, kind=kind, text=text, source=source,
+                                            session_id=session_id, model=model, embedding=embedding)).fetchone(), False
+
+    def correct(self, subject: str, entry_id: uuid.UUID, text: str, source: str, model: str, embedding: np.ndarray, *,
+                limits: Limits, compare: str | None, check: Callable[[Survey], dict | None]) -> dict | None:
+        """The corrected row (None if it is gone); `compare`: the text looked up as a duplicate, if any."""
+        with self._locked(subject, compare, limits, entry_id, check) as (cur, _):
+            cur.execute(CHARGE, dict(subject=subject, cost=1))
             return cur.execute(CORRECT, dict(subject=subject, id=entry_id, text=text, source=source, model=model,
                                              embedding=embedding)).fetchone()
 

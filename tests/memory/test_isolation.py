@@ -29,21 +29,32 @@ def machine(memory, issuer):
             self.clients = [Client(memory.url, issuer.headers(name)) for name in names]
             self.owned = {s: {} for s in subjects}  # subject -> id -> text
 
+        def same_note(self, subject, text, but=None):
+            """The subject's entry that already says this note (the texts here differ only in case), if any."""
+            return next((i for i, t in self.owned[subject].items() if t.casefold() == text.casefold() and i != but), None)
+
         @rule(target=entries, subject=st.sampled_from(subjects), text=TEXTS)
         def keep(self, subject, text):
-            entry = self.clients[subject].post("/v1/entries", json={"kind": "fact", "text": text, "source": "p"}).json()
-            self.owned[subject][entry["id"]] = text
+            known = self.same_note(subject, text)
+            response = self.clients[subject].post("/v1/entries", json={"kind": "fact", "text": text, "source": "p"})
+            assert response.status_code == (200 if known else 201)
+            entry = response.json()
+            if known:
+                assert entry["id"] == known and entry["existing"] is True
+            self.owned[subject][entry["id"]] = entry["text"]
             return (subject, entry["id"])
 
         @rule(entry=entries, actor=st.sampled_from(subjects), text=TEXTS)
         def correct(self, entry, actor, text):
             owner, entry_id = entry
             response = self.clients[actor].patch(f"/v1/entries/{entry_id}", json={"text": text})
-            if actor == owner and entry_id in self.owned[owner]:
+            if actor != owner or entry_id not in self.owned[owner]:
+                assert response.status_code == 404
+            elif self.same_note(owner, text, but=entry_id):
+                assert response.status_code == 409  # it would repeat another entry's note
+            else:
                 assert response.status_code == 200
                 self.owned[owner][entry_id] = text
-            else:
-                assert response.status_code == 404
 
         @rule(entry=consumes(entries), actor=st.sampled_from(subjects))
         def forget(self, entry, actor):

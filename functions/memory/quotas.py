@@ -1,0 +1,61 @@
+"""A subject's quotas: how many entries it keeps, and how fast it writes (each write costs an embedding).
+
+The rate is a bucket per subject holding up to the per-minute rate of writes, refilled evenly (one write
+every 60/rate seconds): a burst of a minute's writes, then the steady rate. The state lives in Postgres
+(memory.quotas) and every write locks its subject's row, so the limits hold across processes and replicas.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from agentfn.shared.problems import ProblemError
+
+PROBLEMS = "https://agentfn.dev/problems/"
+CAP_RETRY_SECONDS = 3600  # the cap does not lift by itself: a client is told to come back much later
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_entries: int = 2000
+    writes_per_minute: int = 60
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Limits:
+        limits = cls(int(env.get("AGENTFN_MEMORY_MAX_ENTRIES", cls.max_entries)),
+                     int(env.get("AGENTFN_MEMORY_WRITES_PER_MINUTE", cls.writes_per_minute)))
+        if limits.max_entries < 1 or limits.writes_per_minute < 1:
+            raise ValueError("AGENTFN_MEMORY_MAX_ENTRIES and AGENTFN_MEMORY_WRITES_PER_MINUTE must be at least 1")
+        return limits
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What a write must know of its subject: read under the subject's lock, or before it as a pre-check."""
+
+    entries: int                  # the subject's entries of every kind (counted up to the cap)
+    available: float              # writes the bucket holds now
+    duplicate: dict | None        # an entry (not an episode) whose text is the same note
+
+
+class QuotaSpent(ProblemError):
+    """429 with the seconds to wait, which the door sends as Retry-After."""
+
+    def __init__(self, detail: str, kind: str, limit: int, retry_after: int):
+        super().__init__(429, "Too Many Requests", detail, type=PROBLEMS + kind, limit=limit)
+        self.retry_after = retry_after
+
+
+def check_cap(survey: Survey, limits: Limits) -> None:
+    if survey.entries >= limits.max_entries:
+        raise QuotaSpent(f"this memory holds its {limits.max_entries} entries, the most it keeps; "
+                         "forget some entries to keep new ones", "entry-cap", limits.max_entries, CAP_RETRY_SECONDS)
+
+
+def check_rate(survey: Survey, limits: Limits) -> None:
+    if survey.available < 1:
+        wait = max(1, math.ceil((1 - survey.available) * 60 / limits.writes_per_minute))
+        raise QuotaSpent(f"at most {limits.writes_per_minute} writes a minute; try again in {wait} s",
+                         "write-rate", limits.writes_per_minute, wait)
