@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import http.client
+import itertools
 import json
 import logging
 import os
@@ -56,6 +57,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # for support: the tests' Postgres and 
 from agentfn.cli.postgres import free_port  # noqa: E402
 from agentfn.memory.embedder import DEFAULT_MODEL, load_models, model_config, open_embedder  # noqa: E402
 from agentfn.memory.memory import Memory  # noqa: E402
+from agentfn.memory.quotas import Limits  # noqa: E402
 from agentfn.memory.store import Store  # noqa: E402
 from agentfn.shared.dev_issuer import DevIssuer  # noqa: E402
 from agentfn.shared.dev_issuer import create_app as issuer_app  # noqa: E402
@@ -65,6 +67,7 @@ APP, THREADS, DIMS, SMALL_MAX = "agentfn.memory.app:create_app()", 2, 384, 200
 MEASURED = {"1k": 1_000, "10k": 10_000}
 CORPUS = json.loads((ROOT / "studies/recall/corpus.json").read_text())
 NOTES = [(n["kind"], n["text"]) for n in CORPUS["notes"]]
+UNLIMITED = Limits(max_entries=10**9, writes_per_minute=10**9)  # the write figures measure writes, not the quotas
 QUERIES = [q["text"] for q in CORPUS["questions"]]
 WHAT_IFS = {  # covering indexes tried beside the shipped one, one at a time
     "with_id": "CREATE INDEX bench_with_id ON memory.entries (subject, model) INCLUDE (id, kind, embedding)",
@@ -318,7 +321,8 @@ def concurrent_writes(ctx, clients: int, seconds: float) -> dict:
         door = Door(ctx.port, ctx.issuer.caller_token(f"bench-writer-{k}"))
         barrier.wait()
         while (start := time.perf_counter()) < stop:
-            text = NOTES[(len(latencies[k]) * clients + k) % len(NOTES)][1]
+            n = len(latencies[k]) * clients + k
+            text = f"{NOTES[n % len(NOTES)][1]} (write {n})"  # each a new note: memory keeps a note once
             try:
                 door.post("/v1/entries", {"kind": "fact", "text": text, "source": "bench"}, 201)
                 latencies[k].append(time.perf_counter() - start)
@@ -338,8 +342,10 @@ def concurrent_writes(ctx, clients: int, seconds: float) -> dict:
 
 
 def write_phase(ctx, count: int, block: int, seconds: float) -> dict:
-    door, memory = Door(ctx.port, ctx.issuer.caller_token("bench-writer")), Memory(ctx.store, ctx.embedder, max_tokens=1000)
-    text = lambda i: NOTES[i % len(NOTES)][1]  # noqa: E731
+    door = Door(ctx.port, ctx.issuer.caller_token("bench-writer"))
+    memory = Memory(ctx.store, ctx.embedder, max_tokens=1000, limits=UNLIMITED)
+    writes = itertools.count()
+    text = lambda i: f"{NOTES[i % len(NOTES)][1]} (write {next(writes)})"  # noqa: E731  each a new note
     sides = {"door": lambda i: door.post("/v1/entries", {"kind": "fact", "text": text(i), "source": "bench"}, 201),
              "in_process": lambda i: memory.create("bench-writer-here", "fact", text(i), "bench"),
              "bare": lambda i: ctx.embedder.embed_documents([text(i)])}
@@ -376,6 +382,8 @@ def run(args, ctx, root: Path) -> dict:
     threading.Thread(target=ctx.issuer_server.serve_forever, daemon=True).start()
     dsn = pg.provision("memory", "agentfn_memory")
     ctx.env = {"AGENTFN_JWT_ISSUER": ctx.issuer.url, "AGENTFN_JWKS_URL": ctx.issuer.jwks_url, "AGENTFN_DATABASE_URL": dsn,
+               "AGENTFN_MEMORY_MAX_ENTRIES": str(UNLIMITED.max_entries),
+               "AGENTFN_MEMORY_WRITES_PER_MINUTE": str(UNLIMITED.writes_per_minute),
                "AGENTFN_EMBEDDING_MODEL": args.model, "AGENTFN_EMBEDDING_THREADS": str(THREADS), "AGENTFN_LOG_LEVEL": "INFO",
                **({"OMP_WAIT_POLICY": args.omp_wait_policy} if args.omp_wait_policy else {})}
     ctx.server = Server(APP, ctx.env, root / "memory.log")

@@ -59,7 +59,7 @@ SELECT n.entries, d.*
 FROM (SELECT count(*) AS entries FROM (SELECT 1 FROM entries WHERE subject = %(subject)s LIMIT %(cap)s) e) n
 LEFT JOIN LATERAL (
     SELECT {COLUMNS} FROM entries
-    WHERE subject = %(subject)s AND kind <> 'episode' AND md5(note_key(text)) = md5(note_key(%(text)s::text))
+    WHERE subject = %(subject)s AND kind <> 'episode' AND note_digest = md5(note_key(%(text)s::text))
       AND note_key(text) = note_key(%(text)s::text) AND id IS DISTINCT FROM %(exclude)s::uuid
     ORDER BY created_at, id LIMIT 1
 ) d ON true
@@ -68,7 +68,8 @@ PRESURVEY = f"""
 SELECT s.*, coalesce((SELECT {AVAILABLE} FROM quotas q WHERE q.subject = %(subject)s), %(rate)s) AS available
 FROM ({SURVEY}) s
 """
-CHARGE = "UPDATE quotas SET tokens = tokens - %(cost)s WHERE subject = %(subject)s AND %(cost)s > 0"
+# A write statement, preceded by taking its cost from the bucket (in the same round trip).
+CHARGE = "WITH charge AS (UPDATE quotas SET tokens = tokens - %(cost)s WHERE subject = %(subject)s AND %(cost)s > 0) "
 
 KINDS = "(%(kinds)s::text[] IS NULL OR e.kind = ANY(%(kinds)s))"
 
@@ -193,17 +194,16 @@ class Store(db.SchemaStore):
         with self._locked(subject, text if kind != "episode" else None, limits, None, check) as (cur, answer):
             if answer is not None:
                 return answer, True
-            cur.execute(CHARGE, dict(subject=subject, cost=cost))
-            return cur.execute(INSERT, dict(id=uuid.uuid4(), subject=subject, kind=kind, text=text, source=source,
-                                            session_id=session_id, model=model, embedding=embedding)).fetchone(), False
+            return cur.execute(CHARGE + INSERT, dict(id=uuid.uuid4(), subject=subject, kind=kind, text=text, source=source,
+                                                     session_id=session_id, model=model, embedding=embedding,
+                                                     cost=cost)).fetchone(), False
 
     def correct(self, subject: str, entry_id: uuid.UUID, text: str, source: str, model: str, embedding: np.ndarray, *,
                 limits: Limits, compare: str | None, check: Callable[[Survey], dict | None]) -> dict | None:
         """The corrected row (None if it is gone); `compare`: the text looked up as a duplicate, if any."""
         with self._locked(subject, compare, limits, entry_id, check) as (cur, _):
-            cur.execute(CHARGE, dict(subject=subject, cost=1))
-            return cur.execute(CORRECT, dict(subject=subject, id=entry_id, text=text, source=source, model=model,
-                                             embedding=embedding)).fetchone()
+            return cur.execute(CHARGE + CORRECT, dict(subject=subject, id=entry_id, text=text, source=source, model=model,
+                                                      embedding=embedding, cost=1)).fetchone()
 
     def forget(self, subject: str, entry_id: uuid.UUID) -> bool:
         with self.subject(subject) as cur:
