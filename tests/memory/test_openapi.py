@@ -25,6 +25,8 @@ def test_every_door_answers_as_documented(case, issuer):
         token = issuer.caller_token("schemathesis-caller")
     response = case.call(headers={"Authorization": f"Bearer {token}"})
     assert response.status_code < 500, response.text
+    if response.status_code == 414:
+        return  # a request line over gunicorn's cap (4094 bytes) is refused before any door reads it
     # "A sentence a person could have said" has no JSON Schema keyword: a schema-valid text may not be a note.
     not_a_note = response.status_code == 422 and "/problems/not-a-note" in response.text
     case.validate_response(response, excluded_checks=[positive_data_acceptance] if not_a_note else [])
