@@ -133,7 +133,8 @@ def memory_add(ctx: typer.Context, text: str = typer.Argument(..., help="what to
     from . import entries
 
     with shown():
-        out.print(render.entry(entries.add(ctx.obj.client(), kind, text, source), "kept"))
+        kept = entries.add(ctx.obj.client(), kind, text, source)
+        out.print(render.entry(kept, "already kept" if kept.get("existing") else "kept"))
 
 
 @memory.command("edit")

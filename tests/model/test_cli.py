@@ -65,6 +65,15 @@ def test_memory_add_list_edit_forget(cli, gateway, person):
     assert "no entries" in cli("memory", "list").stdout
 
 
+def test_memory_add_of_a_note_already_kept_says_so_and_keeps_one(cli, gateway, person):
+    first = cli("memory", "add", "Prefers tabs over spaces.")
+    again = cli("memory", "add", "prefers tabs  over spaces")
+    assert first.returncode == again.returncode == 0, again.stderr
+    (entry,) = door(gateway, person, "/v1/entries").json()["entries"]
+    assert "already kept" not in first.stdout and "kept" in first.stdout
+    assert "already kept" in again.stdout and entry["id"] in again.stdout
+
+
 def test_an_id_prefix_must_name_one_entry(cli, gateway, person):
     for text in ("First note.", "Second note.", "Third note."):
         assert cli("memory", "add", text).returncode == 0
