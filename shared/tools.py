@@ -33,6 +33,9 @@ from .problems import ProblemError, forbidden
 
 DESCRIPTOR_FILE = "tool.json"
 DESCRIPTOR_KEYS = {"name": str, "description": str, "input_schema": dict, "callable_alone": bool, "mcp": bool}
+# Optional: whether a call changes state or spends the person's quota (then the person approves it, unless
+# a grant waives that). A descriptor without it is taken to change state: an older tool is not trusted to be a read.
+OPTIONAL_KEYS = {"changes_state": bool}
 PROBLEM_BASE = "https://agentfn.dev/problems/"
 
 
@@ -45,15 +48,21 @@ def load_descriptor(package: str) -> dict[str, Any]:
 
 
 def check_descriptor(descriptor: Any) -> dict[str, Any]:
-    if not isinstance(descriptor, dict) or set(descriptor) != set(DESCRIPTOR_KEYS):
-        raise ValueError(f"a tool descriptor has exactly the keys {sorted(DESCRIPTOR_KEYS)}")
-    for key, kind in DESCRIPTOR_KEYS.items():
-        if not isinstance(descriptor[key], kind):
+    if not isinstance(descriptor, dict) or not set(DESCRIPTOR_KEYS) <= set(descriptor) <= set(DESCRIPTOR_KEYS) | set(
+            OPTIONAL_KEYS):
+        raise ValueError(f"a tool descriptor has the keys {sorted(DESCRIPTOR_KEYS)} and may have {sorted(OPTIONAL_KEYS)}")
+    for key, kind in {**DESCRIPTOR_KEYS, **OPTIONAL_KEYS}.items():
+        if key in descriptor and not isinstance(descriptor[key], kind):
             raise ValueError(f"the descriptor's {key} must be a {kind.__name__}")
     schema = descriptor["input_schema"]
     if schema.get("type") != "object" or schema.get("additionalProperties") is not False:
         raise ValueError("input_schema must be a strict object schema (additionalProperties: false)")
     return descriptor
+
+
+def changes_state(descriptor: Mapping[str, Any]) -> bool:
+    """Whether a call of the tool changes state (a descriptor that does not say is taken to)."""
+    return descriptor.get("changes_state", True) is not False
 
 
 def call_schema(descriptor: Mapping[str, Any]) -> dict[str, Any]:
@@ -129,7 +138,9 @@ def openapi(descriptor: Mapping[str, Any], content_schema: dict[str, Any], *, ca
         "type": "object", "required": list(DESCRIPTOR_KEYS), "additionalProperties": False,
         "properties": {"name": {"const": descriptor["name"]}, "description": {"type": "string"},
                        "input_schema": {"type": "object"}, "callable_alone": {"type": "boolean"},
-                       "mcp": {"type": "boolean"}},
+                       "mcp": {"type": "boolean"},
+                       "changes_state": {"type": "boolean", "description": "a call changes state or spends the "
+                                         "person's quota (absent: taken as true); the person approves such a call"}},
     }
     caller = [{"caller": []}]
     return {

@@ -14,6 +14,8 @@ Configuration (environment), besides identity's (`agentfn.shared.identity`) and 
 | `AGENTFN_MEMORY_URL` | (none) | memory's base URL: recall, `remember`/`forget`, WriteEpisode; unset: no memory |
 | `AGENTFN_PAGE_URL` | (none) | the page fetcher's base URL (`open_page`); unset: no `open_page` |
 | `AGENTFN_TOOL_<NAME>_URL` | (none) | a tool function's base URL, e.g. `AGENTFN_TOOL_PLATFORM_STATUS_URL` |
+| `AGENTFN_APPROVAL_KEY_FILE` | (none) | the HS256 key (32+ bytes) approval tokens are signed with; unset: calls needing approval fail |
+| `AGENTFN_APPROVAL_SECONDS` | `300` | how long an approval token is good for |
 | `AGENTFN_SERVICE_TOKEN_FILE` | `/var/run/secrets/agentfn/memory-token` | its own token for WriteEpisode (read each use) |
 | `AGENTFN_DAILY_TOKENS` | `200000` | tokens per caller per UTC day, all turns and session ends together |
 | `AGENTFN_TOOL_TIMEOUT_SECONDS` | `15` | one tool call's bound (the turn's deadline may cut it shorter) |
@@ -45,6 +47,7 @@ from flask import Flask
 from psycopg_pool import PoolTimeout
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
+from .approvals import Approvals
 from .clients import Http
 from .engines import tiers_from_env
 from .mcp_server import LazyMCP, build
@@ -77,8 +80,9 @@ def services_from_env(env: Mapping[str, str]) -> Services:
                     recall_limit=int(env.get("AGENTFN_RECALL_LIMIT", "5")),
                     recall_max_tokens=int(env.get("AGENTFN_RECALL_MAX_TOKENS", "800")),
                     episode_tier=env.get("AGENTFN_EPISODE_TIER", "fast"))
+    approvals = Approvals(env.get("AGENTFN_APPROVAL_KEY_FILE") or None, int(env.get("AGENTFN_APPROVAL_SECONDS", "300")))
     return Services(Registry(env.get("AGENTFN_REGISTRY_FILE", "var/registry.json")), store, tools, tiers_from_env(env),
-                    memory, limits)
+                    memory, limits, approvals)
 
 
 def create_app(env: Mapping[str, str] | None = None) -> Flask:

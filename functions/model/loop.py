@@ -25,11 +25,14 @@ from .engines import DeadlinePassed, EngineFailed, Text, Tier, ToolRequest, Usag
 from .registry import Agent
 from .services import Services
 from .store import Usage as Spent
+from .approvals import Approval, canonical
+from .offered import Offered, written
 from .tools import MEMORY_TOOLS, CallContext, Outcome, problem
 
 log = logging.getLogger("agentfn.model.turn")
 
 MAX_CALLS = 4
+ONCE_PER_TURN = frozenset({"remember", "forget"})
 PROBLEMS = "https://agentfn.dev/problems/"
 
 
@@ -73,6 +76,7 @@ class Turn:
     usage: Usage = field(default_factory=lambda: Usage(0, 0))
     rounds: int = 0
     unsettled: Spent | None = None  # the last round's tokens, settled with the next hold or the record
+    approvals: list[Approval] = field(default_factory=list)  # checked and used up by the door
 
     def events(self) -> Iterator[tuple[str, dict[str, Any]]]:
         status, code = "cancelled", None
@@ -135,9 +139,13 @@ class Turn:
         room = tier.context_tokens - tier.max_tokens - prompt.likely(system) - prompt.likely(
             [t.listing() for t, _ in tools.values()])
         convo: list[dict[str, Any]] = [{"role": "system", "content": system}, *prompt.fit(self.messages, max(room, 64))]
+        steps = Steps(self, tools, shown, convo, constrained, Offered(written(self.messages)))
         calls_left = min(MAX_CALLS, agent.steps) if tools else 0
+        if self.approvals:
+            # The person's answers to the last turn's asks: the approved calls run first, as this turn's steps.
+            yield from steps.answered(self.approvals)
+            calls_left = max(0, calls_left - len(self.approvals))
         answer: list[str] = []
-        failed: set[tuple[str, str]] = set()
         first = True
         while True:
             if time.monotonic() >= self.deadline:
@@ -171,18 +179,17 @@ class Turn:
             answer.extend(round_text)
             if not offer or not requests:
                 break
-            # A call the model repeats after it failed this turn would fail again (small models loop on
-            # one): it is not made, and the model answers without tools from here.
-            taken = [r for r in requests[:calls_left] if call_key(r) not in failed]
-            if not taken:
-                calls_left = 0
-                continue
+            taken = requests[:calls_left]
             calls_left -= len(taken)
-            yield from self._steps(taken, tools, shown, convo, "".join(round_text), constrained)
-            failed |= {call_key(r) for r, logged in zip(taken, self.step_log[-len(taken):], strict=True)
-                       if logged["status"] != "ok"}
+            yield from steps.asked(taken, "".join(round_text))
+            if steps.pending:
+                break  # the person answers first: the turn ends here, and the next one carries the approvals
+            if steps.repeated:
+                # A model that repeats a call is stuck: it has the earlier result; from here it answers.
+                calls_left = 0
         ids = [e["id"] for e in recalled]
         yield "done", {"cited": prompt.cited("".join(answer), ids), "steps": len(self.step_log),
+                       "pending": steps.pending,
                        "usage": {"tokens_in": self.usage.tokens_in, "tokens_out": self.usage.tokens_out,
                                  "rounds": self.rounds},
                        "generation_id": str(self.generation),
@@ -225,40 +232,161 @@ class Turn:
         return s.memory.recall(self.caller, last, prompt.MEMORY_KINDS[self.agent.memory], s.limits.recall_limit,
                                s.limits.recall_max_tokens, timeout)
 
-    def _steps(self, taken: list[ToolRequest], tools: dict, shown: frozenset[str], convo: list[dict],
-               text: str, constrained: bool) -> Iterator[Any]:
-        if not constrained:
-            convo.append({"role": "assistant", "content": text or None, "tool_calls": [
-                {"id": r.id, "type": "function", "function": {"name": r.name, "arguments": r.raw or json.dumps(r.arguments)}}
-                for r in taken]})
-        for request in taken:
-            n = len(self.step_log) + 1
-            shown_arguments = request.arguments if request.parsed else request.raw
-            yield "step", {"n": n, "tool": request.name, "arguments": shown_arguments, "status": "started"}
-            outcome = self._step(request, tools, shown)
-            self.tool_ms += outcome.ms
-            yield "step", {"n": n, "tool": request.name, "arguments": shown_arguments, "status": outcome.status,
-                           "ms": round(outcome.ms, 1), "result": outcome.result}
-            # The record names only tools the table knows: a name the model made up is not kept.
-            self.step_log.append({"tool": request.name if request.name in tools else "(unknown)",
-                                  "status": outcome.status, "ms": round(outcome.ms, 1)})
-            seen = self.services.tools.for_model(outcome)
-            if constrained:
-                convo.append({"role": "assistant", "content": request.raw})
-                convo.append({"role": "user", "content": f"Result of {request.name}: {seen}"})
-            else:
-                convo.append({"role": "tool", "tool_call_id": request.id, "content": seen})
-
-    def _step(self, request: ToolRequest, tools: dict, shown: frozenset[str]) -> Outcome:
-        if request.name not in tools:
-            return Outcome(False, problem(404, "No such tool", "the agent has no tool of that name", "unknown-tool"))
-        if not request.parsed:
-            return Outcome(False, problem(422, "Invalid arguments", "the arguments are not valid JSON", "invalid-arguments"))
-        tool, access = tools[request.name]
-        ctx = CallContext(self.caller, "agent", access, self.deadline, self.agent, shown)
-        return self.services.tools.call(tool, request.arguments, ctx)
-
 
 def call_key(request: ToolRequest) -> tuple[str, str]:
-    """What makes two calls the same call: the tool and its arguments (as sent, when they did not parse)."""
-    return request.name, json.dumps(request.arguments, sort_keys=True) if request.parsed else str(request.raw)
+    """What makes two calls the same call: the tool and its canonical arguments (as sent, when they did not parse)."""
+    return request.name, canonical(request.arguments) if request.parsed else str(request.raw)
+
+
+def delimited(name: str, n: int, seen: str) -> str:
+    """A result as the model reads it: between markers it cannot close from inside (`</` is written `<\\/`, as
+    JSON allows), so a page or a note cannot end the result and speak as the platform."""
+    return f'<result step="{n}" tool="{name}">\n' + seen.replace("</", "<\\/") + "\n</result>"
+
+
+DECLINED = problem(403, "Declined", "the person declined this call; do not ask for it again in this turn", "declined")
+ONCE = problem(409, "Once per turn", "this tool may be called once in a turn", "once-per-turn")
+
+
+class Steps:
+    """The tool steps of one turn: each call asked, answered, refused, repeated or run, streamed and recorded.
+
+    Rules, before a call runs: a call identical to one already made in the turn (same tool, same canonical
+    arguments) is not made again, the model is given the earlier result marked as already done; `remember`
+    and `forget` at most once a turn; `forget` only an id shown in the turn; `open_page` only an offered URL
+    (offered.py); a tool that changes state, unless its grant waives approval, waits for the person.
+    """
+
+    def __init__(self, turn: Turn, tools: dict, shown: frozenset[str], convo: list[dict], constrained: bool,
+                 offered: Offered):
+        self.turn, self.tools, self.shown, self.convo, self.constrained = turn, tools, shown, convo, constrained
+        self.offered = offered
+        self.made: dict[tuple[str, str], tuple[int, Outcome]] = {}
+        self.once: set[str] = set()
+        self.pending: list[int] = []
+        self.repeated = False
+
+    # --- the calls the model asked for in a round ----------------------------------------------------
+
+    def asked(self, taken: list[ToolRequest], text: str) -> Iterator[Any]:
+        self.repeated = False
+        self._assistant(taken, text)
+        for request in taken:
+            yield from self._one(request)
+
+    def answered(self, approvals: list[Approval]) -> Iterator[Any]:
+        """The person's answers: the approved calls run (the asking turn checked their rules), the declined do not."""
+        requests = [ToolRequest(f"approved_{i}", a.tool, a.arguments, canonical(a.arguments)) for i, a in enumerate(approvals)]
+        if self.constrained:
+            for r in requests:
+                r.raw = json.dumps({"tool": r.name, "arguments": r.arguments}, ensure_ascii=False)
+        self._assistant(requests, "")
+        for approval, request in zip(approvals, requests, strict=True):
+            if approval.approve:
+                yield from self._one(request, approved=True)
+                continue
+            n = self._n()
+            arguments = request.arguments
+            yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": "declined"}
+            self._record(request, "declined", 0.0)
+            outcome = Outcome(False, DECLINED)
+            self.made[call_key(request)] = (n, outcome)
+            self._tell(request, n, self.turn.services.tools.for_model(outcome))
+
+    def _one(self, request: ToolRequest, approved: bool = False) -> Iterator[Any]:
+        turn, n = self.turn, self._n()
+        arguments = request.arguments if request.parsed else request.raw
+        key = call_key(request)
+        if key in self.made:
+            earlier_n, earlier = self.made[key]
+            self.repeated = True
+            yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": "repeat", "repeat_of": earlier_n,
+                           "ms": 0.0, "result": earlier.result}
+            self._record(request, "repeat", 0.0)
+            self._tell(request, n, turn.services.tools.for_model(earlier, already_done=earlier_n))
+            return
+        refusal, run_with = self._rules(request, approved)
+        if refusal is None and not approved and self._needs_approval(request):
+            try:
+                token = turn.services.approvals.issue(turn.caller, turn.agent.name, request.name, request.arguments,
+                                                      turn.generation)
+            except ProblemError as unavailable:
+                refusal = {**unavailable.to_dict()}
+            else:
+                yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": "needs_approval",
+                               "approval": token}
+                self._record(request, "needs_approval", 0.0)
+                self.made[key] = (n, Outcome(False, problem(403, "Awaiting approval", "the person has not answered yet",
+                                                            "needs-approval")))
+                self.pending.append(n)
+                return
+        yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": "started"}
+        outcome = Outcome(False, refusal) if refusal is not None else self._call(request, run_with, approved)
+        turn.tool_ms += outcome.ms
+        yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": outcome.status,
+                       "ms": round(outcome.ms, 1), "result": outcome.result}
+        self._record(request, outcome.status, outcome.ms)
+        self.made[key] = (n, outcome)
+        if outcome.ok and request.name == "open_page":
+            self.offered.opened(outcome.result)
+        self._tell(request, n, turn.services.tools.for_model(outcome))
+
+    # --- the rules -----------------------------------------------------------------------------------
+
+    def _rules(self, request: ToolRequest, approved: bool) -> tuple[dict | None, Any]:
+        """The problem the model is given instead of running the call (None: it may run), and the arguments to run."""
+        if request.name not in self.tools:
+            return problem(404, "No such tool", "the agent has no tool of that name", "unknown-tool"), None
+        if not request.parsed:
+            return problem(422, "Invalid arguments", "the arguments are not valid JSON", "invalid-arguments"), None
+        tool, _ = self.tools[request.name]
+        invalid = self.turn.services.tools.invalid(tool, request.arguments)
+        if invalid is not None:
+            return invalid, None
+        if request.name in ONCE_PER_TURN:
+            if request.name in self.once:
+                return ONCE, None
+            self.once.add(request.name)
+        if request.name == "forget" and not approved and request.arguments["id"] not in self.shown:
+            return problem(404, "Not shown", "forget takes the id of a note shown in this turn", "not-shown"), None
+        if request.name == "open_page":
+            resolved, refused = self.offered.resolve(request.arguments)
+            return refused, resolved
+        return None, request.arguments
+
+    def _needs_approval(self, request: ToolRequest) -> bool:
+        tool, access = self.tools[request.name]
+        return tool.changes_state and not access.waived
+
+    def _call(self, request: ToolRequest, arguments: Any, approved: bool) -> Outcome:
+        turn = self.turn
+        tool, access = self.tools[request.name]
+        # An approved forget's id was shown in the turn that asked (its token says so).
+        shown = self.shown | {arguments["id"]} if approved and request.name == "forget" else self.shown
+        ctx = CallContext(turn.caller, "agent", access, turn.deadline, turn.agent, shown)
+        return turn.services.tools.call(tool, arguments, ctx)
+
+    # --- what is streamed, recorded and told ---------------------------------------------------------
+
+    def _n(self) -> int:
+        return len(self.turn.step_log) + 1
+
+    def _record(self, request: ToolRequest, status: str, ms: float) -> None:
+        # The record names only tools the table knows: a name the model made up is not kept.
+        self.turn.step_log.append({"tool": request.name if request.name in self.tools else "(unknown)",
+                                   "status": status, "ms": round(ms, 1)})
+
+    def _assistant(self, requests: list[ToolRequest], text: str) -> None:
+        """The model's own message asking for the calls (native mode: one message with all of them)."""
+        if not self.constrained:
+            self.convo.append({"role": "assistant", "content": text or None, "tool_calls": [
+                {"id": r.id, "type": "function", "function": {"name": r.name, "arguments": r.raw or json.dumps(r.arguments)}}
+                for r in requests]})
+
+    def _tell(self, request: ToolRequest, n: int, seen: str) -> None:
+        """The result, in the `tool` role in both modes: data from a tool, never the person's words."""
+        if self.constrained:
+            self.convo.append({"role": "assistant", "content": request.raw})
+            self.convo.append({"role": "tool", "content": delimited(request.name, n, seen)})
+        else:
+            self.convo.append({"role": "tool", "tool_call_id": request.id, "content": delimited(request.name, n, seen)})

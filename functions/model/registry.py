@@ -34,6 +34,7 @@ API_VERSION, KIND = "agentfn.dev/v1alpha1", "Registry"
 TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 AGENT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 MEMORY_MODES = ("none", "preferences", "facts")
+APPROVALS = ("required", "waived")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,11 @@ class Access:
     groups: frozenset[str]
     daily_limit: int | None
     grant: str
+    approval: str = "required"  # "waived": the agent's calls of this tool run without asking the person
+
+    @property
+    def waived(self) -> bool:
+        return self.approval == "waived"
 
     def admits(self, caller: Caller) -> bool:
         return caller.subject in self.subjects or EVERYONE in self.groups or bool(self.groups & set(caller.groups))
@@ -100,8 +106,11 @@ def _access(value: Any, where: str) -> Access:
     limit = value.get("dailyLimit")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise Invalid(f"{where}.dailyLimit must be null or a positive integer")
+    approval = value.get("approval", "required")  # a registry from before the field: ask
+    if approval not in APPROVALS:
+        raise Invalid(f"{where}.approval must be one of {', '.join(APPROVALS)}")
     return Access(_strings(value.get("subjects"), f"{where}.subjects"), _strings(value.get("groups"), f"{where}.groups"),
-                  limit, str(value.get("grant", "")))
+                  limit, str(value.get("grant", "")), approval)
 
 
 def _accesses(value: Any, where: str) -> dict[str, Access]:

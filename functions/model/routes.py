@@ -19,6 +19,7 @@ from agentfn.shared.tools import LazySchema
 from flask import Blueprint, Response, current_app, g, jsonify, stream_with_context
 
 from . import calls, prompt, schemas
+from .approvals import Approval, refused
 from .episodes import end_session
 from .loop import Turn, budget_problem
 from .registry import Agent
@@ -119,6 +120,7 @@ def take_turn(name: str):
     messages = body["messages"]
     if prompt.likely(messages[-1]["content"]) > tier.context_tokens - tier.max_tokens - TOOL_OVERHEAD:
         raise ProblemError(413, "Content Too Large", "the last message does not fit the tier's context")
+    approvals = checked_approvals(s, agent, body.get("approvals") or [])
     generation = s.store.open(kind="turn", channel="agent", subject=caller.subject, agent=agent.name, tier=tier.name,
                               hold_seconds=seconds + 30, day=day)
     # The first round's hold, taken before the stream so that a spent day is a plain 429.
@@ -137,9 +139,24 @@ def take_turn(name: str):
         response = http.problem_response(budget_problem(per_turn=not turn_fits))
         response.headers["Retry-After"] = str(seconds_to_midnight())
         return response
-    turn = Turn(s, caller, agent, tier, messages, generation, day, deadline, held)
+    if approvals and not s.store.use_approvals(caller.subject, [(a.jti, a.expires) for a in approvals]):
+        s.store.finish(generation, caller.subject, day, status="error", problem=409, step_log=[], duration_ms=0)
+        raise refused(409, "approval-used", "an approval in the request was used before; each is good once")
+    turn = Turn(s, caller, agent, tier, messages, generation, day, deadline, held, approvals=approvals)
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Generation-Id": str(generation)}
     return Response(stream_with_context(sse(turn.events())), mimetype="text/event-stream", headers=headers)
+
+
+def checked_approvals(s: Services, agent: Agent, items: list[dict]) -> list[Approval]:
+    """Every approval checked before anything of the turn runs (its use comes after the budget's hold)."""
+    approvals = s.approvals.check(g.caller, agent.name, items)
+    granted = agent.granted_tools(g.caller)
+    for i, approval in enumerate(approvals):
+        if approval.tool not in granted:
+            raise refused(403, "approval-not-granted", f"approvals[{i}]: the agent is no longer granted {approval.tool}")
+    if len(approvals) > agent.steps:
+        raise refused(422, "approvals-too-many", f"the agent takes at most {agent.steps} steps in a turn")
+    return approvals
 
 
 @bp.post("/v1/agents/<name>/sessions/end")

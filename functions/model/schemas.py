@@ -22,7 +22,18 @@ MESSAGE = {
 }
 MESSAGES = {"type": "array", "minItems": 1, "maxItems": MAX_MESSAGES, "items": MESSAGE,
             "description": "the conversation, oldest first; the last message is the person's (role user)"}
-TURN = {"type": "object", "additionalProperties": False, "required": ["messages"], "properties": {"messages": MESSAGES}}
+MAX_APPROVALS = 4  # no more than a turn's steps
+APPROVALS = {
+    "type": "array", "maxItems": MAX_APPROVALS,
+    "description": "the person's answers to the calls the last turn asked about (its `needs_approval` steps): the "
+                   "approved calls run first, as this turn's steps; the declined are shown to the model as declined",
+    "items": {"type": "object", "additionalProperties": False, "required": ["token", "approve"],
+              "properties": {"token": {"type": "string", "minLength": 1, "maxLength": 65536,
+                                       "description": "the `approval` of a `needs_approval` step, as it came"},
+                             "approve": {"type": "boolean"}}},
+}
+TURN = {"type": "object", "additionalProperties": False, "required": ["messages"],
+        "properties": {"messages": MESSAGES, "approvals": APPROVALS}}
 SESSION_END = {
     "type": "object", "additionalProperties": False, "required": ["messages"],
     "properties": {"messages": MESSAGES,
@@ -55,12 +66,17 @@ AGENT = {
                                                                "deadlineSeconds": {"type": "integer"}}}},
 }
 EVENTS = """Server-sent events, in this order: `recall` `{entries}` (agents with memory), then for each tool call
-`step` `{n, tool, arguments, status: "started"}` and `step` `{n, tool, arguments, status: "ok"|"error", ms, result}`,
-`delta` `{text}` pieces of the answer as they arrive, and at the end `done` `{cited, steps, usage, generation_id,
-timing}` (`timing`: `ms`, `engine_ms`, `tools_ms` of the turn),
+`step` `{n, tool, arguments, status: "started"}` and `step` `{n, tool, arguments, status: "ok"|"error", ms, result}`;
+a call not run is one `step`: `status: "needs_approval"` with its `approval` token (the person approves it in the next
+turn request's `approvals`), `"declined"` (the person declined it), or `"repeat"` (`repeat_of`: the step that made the
+same call; `result`: that step's); `delta` `{text}` pieces of the answer as they arrive, and at the end `done`
+`{cited, steps, pending, usage, generation_id, timing}` (`pending`: the numbers of the steps awaiting approval, the
+turn ended for them; `timing`: `ms`, `engine_ms`, `tools_ms` of the turn),
 or instead `error` (a problem, with `generation_id`) when the turn cannot finish."""
 
-NAMES = {400: "Bad request", 401: "No valid caller token", 404: "No such agent or tool for this caller",
+NAMES = {400: "Bad request", 401: "No valid caller token",
+         403: "An approval forged, altered, expired, another caller's or another agent's, or for a tool not granted",
+         404: "No such agent or tool for this caller", 409: "An approval already used",
          413: "Body too large", 415: "Not JSON", 422: "Invalid body, caller-declared tools (T1), or a broken rule",
          429: "The caller's tokens for today are spent (see Retry-After), or a daily limit",
          502: "A part or the engine failed", 503: "A dependency or the tier is unavailable", 504: "Deadline"}
@@ -99,7 +115,7 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                 "requestBody": body(TURN),
                 "responses": {"200": {"description": EVENTS,
                                       "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-                              **problems(400, 401, 404, 413, 415, 422, 429, 503)}}},
+                              **problems(400, 401, 403, 404, 409, 413, 415, 422, 429, 503)}}},
             "/v1/agents/{agent}/sessions/end": {"post": {
                 "operationId": "endSession", "summary": "End a session: its summary is kept as an episode.",
                 "parameters": [name], "requestBody": body(SESSION_END),

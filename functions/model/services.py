@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from agentfn.shared.problems import ProblemError
 
+from .approvals import Approvals
 from .engines import Engine, Tier
 from .memory_client import MemoryClient
 from .registry import Registry
@@ -31,6 +32,7 @@ class Services:
     tiers: dict[str, Tier]
     memory: MemoryClient
     limits: Limits
+    approvals: Approvals = field(default_factory=lambda: Approvals(None, 300))
     _engines: dict[str, Engine] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -58,6 +58,13 @@ ON CONFLICT (subject, grant_ref, day) DO UPDATE SET calls = g.calls + 1 WHERE g.
 RETURNING calls
 """
 
+USE_APPROVAL = """
+INSERT INTO approvals_used (jti, subject, expires_at) VALUES (%(jti)s, %(subject)s, to_timestamp(%(exp)s))
+ON CONFLICT (jti) DO NOTHING RETURNING jti
+"""
+
+PRUNE_APPROVALS = "DELETE FROM approvals_used WHERE expires_at < now() - interval '1 minute'"
+
 
 def today() -> datetime.date:
     return datetime.datetime.now(datetime.UTC).date()
@@ -68,6 +75,10 @@ class Usage:
     tokens_in: int = 0
     tokens_out: int = 0
     rounds: int = 0
+
+
+class _Used(Exception):
+    """Rolls back a request's approvals when one of them was used before."""
 
 
 class Store(db.SchemaStore):
@@ -130,3 +141,19 @@ class Store(db.SchemaStore):
         with self.pool.connection() as conn:
             return conn.execute(COUNT_CALL, {"subject": subject, "grant": grant, "day": day, "limit": limit}
                                 ).fetchone() is not None
+
+    def use_approvals(self, subject: str, tokens: list[tuple[str, int]]) -> bool:
+        """Use up these (jti, exp) at once: True, or False (nothing used) when one was used before.
+
+        One transaction: the primary key lets one of two concurrent uses of a token win; the loser's
+        whole request is refused and none of its other tokens is used up.
+        """
+        try:
+            with self.pool.connection() as conn, conn.transaction():
+                conn.execute(PRUNE_APPROVALS)
+                for jti, exp in tokens:
+                    if conn.execute(USE_APPROVAL, {"jti": jti, "subject": subject, "exp": exp}).fetchone() is None:
+                        raise _Used()
+        except _Used:
+            return False
+        return True

@@ -25,7 +25,7 @@ from typing import Any
 
 from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError
-from agentfn.shared.tools import check_descriptor
+from agentfn.shared.tools import changes_state, check_descriptor
 
 from .clients import Http, Unreachable
 from .registry import Access, Agent
@@ -46,6 +46,7 @@ class Tool:
     callable_alone: bool
     mcp: bool
     via: str  # "function" | "page" | "memory"
+    changes_state: bool = True  # a call changes state or spends quota: the person approves it (unless waived)
 
     def listing(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
@@ -86,7 +87,7 @@ def _builtins() -> dict[str, Tool]:
     out = {}
     for d in doc["tools"]:
         via = "memory" if d["name"] in MEMORY_TOOLS else "page"
-        out[d["name"]] = Tool(d["name"], d["description"], d["input_schema"], False, False, via)
+        out[d["name"]] = Tool(d["name"], d["description"], d["input_schema"], False, False, via, changes_state(d))
     return out
 
 
@@ -144,7 +145,7 @@ class ToolTable:
             log.warning("tool descriptor unavailable", extra={"event": "descriptor", "where": name})
             return cached[0] if cached else None  # a stale descriptor beats none while the function restarts
         tool = Tool(name, descriptor["description"], descriptor["input_schema"], descriptor["callable_alone"],
-                    descriptor["mcp"], "function")
+                    descriptor["mcp"], "function", changes_state(descriptor))
         with self._lock:
             self._cache[name] = (tool, time.monotonic())
         return tool
@@ -178,16 +179,23 @@ class ToolTable:
             return tool
         schema = json.loads(json.dumps(tool.input_schema))
         schema["properties"]["kind"]["enum"] = ["preference"]
-        return Tool(tool.name, tool.description, schema, False, False, tool.via)
+        return Tool(tool.name, tool.description, schema, False, False, tool.via, tool.changes_state)
 
     # --- the call ------------------------------------------------------------------------------------
 
-    def call(self, tool: Tool, arguments: Any, ctx: CallContext) -> Outcome:
-        """Check, count and run one call as the caller. The one path for every channel."""
+    def invalid(self, tool: Tool, arguments: Any) -> dict[str, Any] | None:
+        """The problem with these arguments (checked against the tool's JSON Schema), or None."""
         try:
             self.schemas.check(tool, tool.input_schema, arguments)
         except ProblemError as invalid:
-            return Outcome(False, {**invalid.to_dict(), "type": PROBLEMS + "invalid-arguments"})
+            return {**invalid.to_dict(), "type": PROBLEMS + "invalid-arguments"}
+        return None
+
+    def call(self, tool: Tool, arguments: Any, ctx: CallContext) -> Outcome:
+        """Check, count and run one call as the caller. The one path for every channel."""
+        invalid = self.invalid(tool, arguments)
+        if invalid is not None:
+            return Outcome(False, invalid)
         if ctx.access.daily_limit is not None and not self.store.count_call(
                 ctx.caller.subject, ctx.access.grant or tool.name, ctx.access.daily_limit, today()):
             return Outcome(False, problem(429, "Daily limit reached",
@@ -228,8 +236,10 @@ class ToolTable:
                     "source": f"agent:{ctx.agent.name}" if ctx.agent else "agent"}
             answer = self.http.request("POST", self.memory_url + "/v1/entries", token=ctx.caller.token, timeout=timeout,
                                        body=body)
-            if answer.status == 201 and isinstance(answer.body, dict):
-                return Outcome(True, {k: answer.body.get(k) for k in ("id", "kind", "text")})
+            # 201: a new entry; 200: the subject already had this note (folded equal): memory answers with it.
+            if answer.status in (200, 201) and isinstance(answer.body, dict):
+                kept = {k: answer.body.get(k) for k in ("id", "kind", "text")}
+                return Outcome(True, {**kept, "existing": bool(answer.body.get("existing", answer.status == 200))})
             return Outcome(False, answer.problem("memory"))
         entry_id = arguments["id"]
         if entry_id not in ctx.shown_ids:
@@ -240,8 +250,11 @@ class ToolTable:
             return Outcome(True, {"forgotten": entry_id})
         return Outcome(False, answer.problem("memory"))
 
-    def for_model(self, outcome: Outcome) -> str:
-        """What the model reads of an outcome: its JSON, cut to the configured size."""
-        text = json.dumps({"ok": outcome.ok, ("content" if outcome.ok else "error"): outcome.result}, ensure_ascii=False)
+    def for_model(self, outcome: Outcome, already_done: int | None = None) -> str:
+        """What the model reads of an outcome: its JSON, cut to the configured size; a repeat is marked as
+        already done (by the step that made the call), with that step's result."""
+        mark = {} if already_done is None else {"already_done": True, "step": already_done}
+        text = json.dumps({"ok": outcome.ok, **mark, ("content" if outcome.ok else "error"): outcome.result},
+                          ensure_ascii=False)
         return text if len(text) <= self.result_chars else text[: self.result_chars] + " …(cut)"
 

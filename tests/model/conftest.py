@@ -110,8 +110,8 @@ def page(postgres, issuer, logs):
     server.stop()
 
 
-def access(groups=(), subjects=(), limit=None, grant="agentfn/test"):
-    return {"subjects": list(subjects), "groups": list(groups), "dailyLimit": limit, "grant": grant}
+def access(groups=(), subjects=(), limit=None, grant="agentfn/test", approval="required"):
+    return {"subjects": list(subjects), "groups": list(groups), "dailyLimit": limit, "grant": grant, "approval": approval}
 
 
 def agent(brief, tier, memory, tools, steps=4, tokens=60000, deadline=30):
@@ -122,12 +122,17 @@ def agent(brief, tier, memory, tools, steps=4, tokens=60000, deadline=30):
 def registry_document() -> dict:
     """A registry as the operator writes it (the tests check it against operator/registry.schema.json)."""
     everyone, users, devs = access([EVERYONE]), access(["platform-users"]), access(["developers"])
-    reviewer_tools = {"platform_status": everyone, "list_models": users, "open_page": devs, "run_code": devs,
-                      "remember": devs, "forget": devs}
+    # The reviewer and the keeper run what changes state without asking (their grants waive approval: the
+    # memory and run_code cases are about memory and code); the asker's grants leave approval required.
+    waived = access(["developers"], approval="waived")
+    reviewer_tools = {"platform_status": everyone, "list_models": users, "open_page": devs, "run_code": waived,
+                      "remember": waived, "forget": waived}
+    asker_tools = {**reviewer_tools, "run_code": devs, "remember": devs, "forget": devs}
     agents = {}
     for suffix, tier in (("", "fast"), ("-small", "small")):
         agents["reviewer" + suffix] = agent("Reviews code with the person.", tier, "preferences", reviewer_tools)
         agents["keeper" + suffix] = agent("Remembers facts and preferences.", tier, "facts", reviewer_tools)
+        agents["asker" + suffix] = agent("Asks before it changes anything.", tier, "facts", asker_tools)
         agents["guide" + suffix] = agent("Guides visitors; keeps nothing.", tier, "none", {"platform_status": everyone}, 2)
         agents["hasty" + suffix] = agent("Answers fast.", tier, "none", {"platform_status": everyone}, deadline=1)
         agents["frugal" + suffix] = agent("Spends little.", tier, "none", {"platform_status": everyone}, tokens=1500)
@@ -160,6 +165,15 @@ def service_token_file(issuer, tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def approval_key_file(tmp_path_factory) -> Path:
+    """The key approval tokens are signed with, as the chart's Secret or the dev stack's file holds it."""
+    path = tmp_path_factory.mktemp("approval") / "approval-key"
+    path.write_text(secrets.token_urlsafe(48))
+    path.chmod(0o600)
+    return path
+
+
 def tier_env(name: str, url: str, mode: str, **extra) -> dict[str, str]:
     prefix = f"AGENTFN_TIER_{name.upper()}_"
     env = {prefix + "URL": url, prefix + "MODEL": "scripted", prefix + "TOOL_MODE": mode, prefix + "DEADLINE_SECONDS": "20",
@@ -174,12 +188,14 @@ def offline_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def model_env(postgres, issuer, engine, tools, memory, page, registry_file, service_token_file, offline_port):
+def model_env(postgres, issuer, engine, tools, memory, page, registry_file, service_token_file, offline_port,
+              approval_key_file):
     return {**issuer.env(), "AGENTFN_DATABASE_URL": postgres.provision("model", "agentfn_model"),
             "AGENTFN_REGISTRY_FILE": str(registry_file), "AGENTFN_MEMORY_URL": memory.url, "AGENTFN_PAGE_URL": page.url,
             "AGENTFN_TOOL_PLATFORM_STATUS_URL": tools["platform_status"].url,
             "AGENTFN_TOOL_LIST_MODELS_URL": tools["list_models"].url,
             "AGENTFN_SERVICE_TOKEN_FILE": str(service_token_file), "AGENTFN_TIERS": "fast,small,offline",
+            "AGENTFN_APPROVAL_KEY_FILE": str(approval_key_file),
             **tier_env("fast", engine.url + "/v1", "native"), **tier_env("small", engine.url + "/v1", "constrained"),
             **tier_env("offline", f"http://127.0.0.1:{offline_port}/v1", "constrained", MODEL="SmolLM2-135M-Instruct",
                        DEADLINE_SECONDS="240", MAX_TOKENS="40", CONTEXT_TOKENS="2048", TEMPERATURE="0"),

@@ -43,13 +43,23 @@ CASES = [
     Case("plain_answer", [ANSWER], requests=1),
     Case("one_step", [call(), ANSWER], steps=[("ok", None)], requests=2),
     # The engine asks for a fifth and sixth call; the fifth round offers no tools, and its call is not run.
-    Case("four_call_bound", [call()] * 6 + [ANSWER], steps=[("ok", None)] * 4, requests=5, answer=""),
-    Case("four_calls_then_answer", [call()] * 4 + [ANSWER], steps=[("ok", None)] * 4, requests=5),
+    Case("four_call_bound", [call(service=f"s{i}") for i in range(6)] + [ANSWER], steps=[("ok", None)] * 4, requests=5,
+         answer=""),
+    Case("four_calls_then_answer", [call(service=f"s{i}") for i in range(4)] + [ANSWER], steps=[("ok", None)] * 4,
+         requests=5),
+    # A call identical to one made in the turn is not made again: the model is given the earlier result, marked
+    # as already done, the repeat is a step of its own (`repeat`), and the next round offers no tools.
+    Case("repeated_call_is_given_the_earlier_result", [call(), call(), ANSWER], steps=[("ok", None), ("repeat", None)],
+         requests=3),
+    Case("repeat_with_keys_in_another_order", [call(service="llm"), {"call": {"name": "platform_status",
+                                                                             "arguments": '{ "service" : "llm" }'}},
+                                               ANSWER], steps=[("ok", None), ("repeat", None)], requests=3),
     Case("invalid_argument", [call(service="NOT VALID!"), ANSWER], steps=[("error", 422)]),
     Case("unknown_argument", [call(colour="red"), ANSWER], steps=[("error", 422)]),
-    # The same failed call asked again is not made; the next round offers no tools and the model answers.
-    Case("repeated_failed_call", [call(service="NOT VALID!")] * 3 + [ANSWER], steps=[("error", 422)], requests=3,
-         answer=""),
+    # The same failed call asked again is not made (a repeat, given the earlier problem); the next round offers no
+    # tools and the model answers.
+    Case("repeated_failed_call", [call(service="NOT VALID!")] * 3 + [ANSWER], steps=[("error", 422), ("repeat", None)],
+         requests=3, answer=""),
     Case("failed_call_then_a_different_one", [call(service="NOT VALID!"), call(service="llm"), ANSWER],
          steps=[("error", 422), ("ok", None)], requests=3),
     Case("arguments_not_json", [{"call": {"name": "platform_status", "arguments": "{not json"}}, ANSWER],
@@ -101,10 +111,16 @@ def test_loop_case(case, mode, model, engine, upstreams, person, stranger, model
     steps, end = shape(events)
     assert steps == case.steps
     assert end == case.end, events[-1]
-    # Every step is announced before it ends, in order, numbered from 1.
+    # Every step that runs is announced before it ends, in order, numbered from 1; a repeat runs nothing and is
+    # one event, naming the step whose result it was given.
     step_events = [d for name, d in events if name == "step"]
     assert [(d["n"], d["status"] == "started") for d in step_events] == [
-        (n, started_) for n in range(1, len(case.steps) + 1) for started_ in (True, False)]
+        (n, started_) for n, (status, _) in enumerate(case.steps, 1)
+        for started_ in ((False,) if status == "repeat" else (True, False))]
+    for d in step_events:
+        if d["status"] == "repeat":
+            earlier = next(e for e in step_events if e["n"] == d["repeat_of"] and e["status"] != "started")
+            assert d["result"] == earlier["result"] and d["repeat_of"] < d["n"]
     assert all(d["ms"] >= 0 for d in step_events if d["status"] != "started")
     if case.within is not None:
         assert took < case.within, f"the turn took {took:.2f} s"
@@ -124,6 +140,10 @@ def test_loop_case(case, mode, model, engine, upstreams, person, stranger, model
             # The model saw the failed step's problem in the next round's request.
             last_request = str(sent[-1]["messages"])
             assert '"ok": false' in last_request and f'"status": {case.steps[0][1]}' in last_request
+        if ("repeat", None) in case.steps:
+            # The model was told the repeat was already done, in the `tool` role, with the earlier result.
+            told = [m for m in sent[case.steps.index(("repeat", None)) + 1]["messages"] if m["role"] == "tool"]
+            assert '"already_done": true, "step": 1' in told[-1]["content"]
     _record_matches(model_env, events, case)
 
 
