@@ -1,0 +1,228 @@
+"""The person approves what changes state: through the turn door, with the scripted engine, in both tool modes.
+
+A call of a tool that changes state (remember, forget, run_code), whose grant does not waive approval, is not
+run: the turn streams a `needs_approval` step with the exact arguments and a signed token, and ends (`done`
+says which steps are pending). The next turn request carries `approvals`; each token is checked before
+anything runs and is good once.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import threading
+import time
+
+import jwt
+import psycopg
+import pytest
+import requests
+from conftest import Person, take_turn
+
+MODES = {"native": "", "constrained": "-small"}
+NOTE = {"kind": "fact", "text": "I work on the ledger team."}
+KEEP = {"call": {"name": "remember", "arguments": NOTE}}
+ANSWER = {"text": "Kept."}
+
+
+def mine(memory, who) -> list[dict]:
+    return requests.get(memory.url + "/v1/entries", headers=who.headers, timeout=10).json()["entries"]
+
+
+def steps(events) -> list[tuple[int, str, str]]:
+    return [(d["n"], d["tool"], d["status"]) for name, d in events if name == "step"]
+
+
+def record(model_env, generation: str) -> tuple[str, list[dict]]:
+    with psycopg.connect(model_env["AGENTFN_DATABASE_URL"], options="-c search_path=model") as conn:
+        return conn.execute("SELECT status, step_log FROM generations WHERE id = %s", (generation,)).fetchone()
+
+
+def spent(model_env, subject: str) -> int:
+    with psycopg.connect(model_env["AGENTFN_DATABASE_URL"], options="-c search_path=model") as conn:
+        row = conn.execute("SELECT coalesce(sum(spent), 0) FROM token_budgets WHERE subject = %s", (subject,)).fetchone()
+    return row[0]
+
+
+def ask(model, engine, person, agent="asker", rounds=(KEEP, ANSWER)):
+    """A turn that asks for approval: (its message, its events, the script id)."""
+    sid = engine.script(*rounds)
+    message = f"Please keep that I work on the ledger team. script:{sid}"
+    response, events = take_turn(model.url, person, agent, message)
+    assert response.status_code == 200, response.text
+    return message, events, sid
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_the_next_turn(
+        model, engine, memory, person, model_env, mode):
+    message, events, sid = ask(model, engine, person, "asker" + MODES[mode])
+    asked = [d for name, d in events if name == "step"]
+    assert [(d["n"], d["tool"], d["status"], d["arguments"]) for d in asked] == [(1, "remember", "needs_approval", NOTE)]
+    done = events[-1][1]
+    assert events[-1][0] == "done" and done["pending"] == [1] and done["steps"] == 1
+    assert len(engine.requests(sid)) == 1  # the turn ended at the ask: no round after it
+    assert mine(memory, person) == []  # nothing kept yet
+    assert record(model_env, done["generation_id"]) == ("ok", [{"tool": "remember", "status": "needs_approval", "ms": 0.0}])
+
+    response, events = take_turn(model.url, person, "asker" + MODES[mode], message,
+                                 approvals=[{"token": asked[0]["approval"], "approve": True}])
+    assert response.status_code == 200, response.text
+    assert steps(events) == [(1, "remember", "started"), (1, "remember", "ok")]
+    assert events[-1][0] == "done" and events[-1][1]["pending"] == []
+    assert "".join(d["text"] for name, d in events if name == "delta") == "Kept."
+    assert [e["text"] for e in mine(memory, person)] == [NOTE["text"]]
+    # The model was shown its call and the result, in the tool role, in the round after the approved step.
+    told = engine.requests(sid)[1]["messages"]
+    assert told[-1]["role"] == "tool" and '"ok": true' in told[-1]["content"]
+    ran = next(d for name, d in events if name == "step" and d["status"] == "ok")
+    assert record(model_env, events[-1][1]["generation_id"])[1] == [{"tool": "remember", "status": "ok", "ms": ran["ms"]}]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_declined_call_is_a_declined_step_and_the_model_is_told(model, engine, memory, person, model_env, mode):
+    message, events, sid = ask(model, engine, person, "asker" + MODES[mode], (KEEP, {"text": "I kept nothing."}))
+    token = next(d["approval"] for name, d in events if name == "step")
+    response, events = take_turn(model.url, person, "asker" + MODES[mode], message,
+                                 approvals=[{"token": token, "approve": False}])
+    assert response.status_code == 200, response.text
+    assert steps(events) == [(1, "remember", "declined")]
+    assert mine(memory, person) == []
+    told = engine.requests(sid)[1]["messages"][-1]
+    assert told["role"] == "tool" and "/declined" in told["content"] and "declined" in told["content"]
+    assert record(model_env, events[-1][1]["generation_id"])[1] == [{"tool": "remember", "status": "declined", "ms": 0.0}]
+
+
+def test_a_waived_grant_runs_the_call_without_asking(model, engine, memory, person):
+    # The keeper's grant of remember waives approval; the asker's does not (tests/model/conftest.py).
+    _, events, _ = ask(model, engine, person, "keeper")
+    assert steps(events) == [(1, "remember", "started"), (1, "remember", "ok")]
+    assert [e["text"] for e in mine(memory, person)] == [NOTE["text"]]
+
+
+def test_a_call_that_breaks_a_rule_is_refused_without_asking(model, engine, memory, person):
+    # A forget of an id never shown, and a remember with arguments outside its schema: nothing to approve.
+    rounds = ({"calls": [{"name": "forget", "arguments": {"id": "not-shown-anywhere"}},
+                         {"name": "remember", "arguments": {"kind": "mood", "text": "x"}}]}, {"text": "No."})
+    _, events, _ = ask(model, engine, person, "asker", rounds)
+    ended = [d for name, d in events if name == "step" and d["status"] != "started"]
+    assert [(d["tool"], d["status"], d["result"]["status"]) for d in ended] == [("forget", "error", 404),
+                                                                                ("remember", "error", 422)]
+    assert events[-1][1]["pending"] == []
+
+
+def _forged(token: str, key: bytes) -> str:
+    return jwt.encode(jwt.decode(token, options={"verify_signature": False}), key, algorithm="HS256")
+
+
+def _altered(token: str, _key: bytes) -> str:
+    head, body, signature = token.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    claims["args"] = {**claims["args"], "text": "I work for the competitor."}
+    return ".".join([head, base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode(), signature])
+
+
+def _expired(token: str, key: bytes) -> str:
+    claims = jwt.decode(token, options={"verify_signature": False})
+    return jwt.encode({**claims, "iat": int(time.time()) - 600, "exp": int(time.time()) - 5}, key, algorithm="HS256")
+
+
+BAD_TOKENS = [  # (case, how the token is made, whose request, which agent, status, problem type)
+    ("forged", lambda t, k: _forged(t, secrets.token_bytes(48)), "person", "asker", 403, "approval-invalid"),
+    ("altered", _altered, "person", "asker", 403, "approval-invalid"),
+    ("expired", _expired, "person", "asker", 403, "approval-expired"),
+    ("not_a_token", lambda t, k: "not.a.token", "person", "asker", 403, "approval-invalid"),
+    ("another_subjects", lambda t, k: t, "other", "asker", 403, "approval-not-yours"),
+    ("another_agents", lambda t, k: t, "person", "keeper", 403, "approval-other-agent"),
+    ("replayed", lambda t, k: t, "person", "asker", 409, "approval-used"),
+]
+
+
+@pytest.mark.parametrize(("case", "make", "who", "agent", "status", "kind"), BAD_TOKENS, ids=[c[0] for c in BAD_TOKENS])
+def test_a_bad_approval_refuses_the_whole_request_and_nothing_runs(model, engine, memory, person, issuer, model_env,
+                                                                  approval_key_file, case, make, who, agent, status,
+                                                                  kind):
+    message, events, _ = ask(model, engine, person)
+    genuine = next(d["approval"] for name, d in events if name == "step")
+    if case == "replayed":
+        response, _ = take_turn(model.url, person, "asker", message, approvals=[{"token": genuine, "approve": False}])
+        assert response.status_code == 200
+    caller = person if who == "person" else Person(issuer)
+    before = spent(model_env, caller.subject)
+    sid = engine.script({"call": {"name": "remember", "arguments": {"kind": "fact", "text": "Something else."}}},
+                        {"text": "ran"})
+    token = make(genuine, approval_key_file.read_bytes().strip())
+    response, events = take_turn(model.url, caller, agent, f"Please keep that I work on the ledger team. script:{sid}",
+                                 approvals=[{"token": token, "approve": True}])
+    assert response.status_code == status, response.text
+    problem = response.json()
+    assert response.headers["Content-Type"] == "application/problem+json"
+    assert problem["status"] == status and problem["type"].endswith("/" + kind)
+    assert token not in response.text
+    assert engine.requests(sid) == [] and mine(memory, person) == [] and mine(memory, caller) == []
+    assert spent(model_env, caller.subject) == before
+
+
+def test_an_approval_used_by_two_requests_at_once_runs_once(model, engine, memory, person):
+    message, events, _ = ask(model, engine, person, rounds=(KEEP, ANSWER, ANSWER))
+    token = next(d["approval"] for name, d in events if name == "step")
+    answers: list[int] = []
+
+    def use():
+        response, _ = take_turn(model.url, person, "asker", message, approvals=[{"token": token, "approve": True}])
+        answers.append(response.status_code)
+
+    racers = [threading.Thread(target=use) for _ in range(4)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    assert sorted(answers) == [200, 409, 409, 409]
+    assert [e["text"] for e in mine(memory, person)] == [NOTE["text"]]
+
+
+def test_the_same_approval_twice_in_one_request_is_refused(model, engine, memory, person):
+    message, events, _ = ask(model, engine, person)
+    token = next(d["approval"] for name, d in events if name == "step")
+    response, _ = take_turn(model.url, person, "asker", message,
+                            approvals=[{"token": token, "approve": True}, {"token": token, "approve": True}])
+    assert response.status_code == 422 and response.json()["type"].endswith("/approvals-repeated")
+    assert mine(memory, person) == []
+
+
+def test_an_approved_call_is_not_repeated_when_the_model_asks_for_it_again(model, engine, memory, person):
+    # The approving turn's model asks for the same remember again: a repeat, given step 1's result, not a second ask.
+    message, events, sid = ask(model, engine, person, rounds=(KEEP, KEEP, ANSWER))
+    token = next(d["approval"] for name, d in events if name == "step")
+    _, events = take_turn(model.url, person, "asker", message, approvals=[{"token": token, "approve": True}])
+    assert steps(events) == [(1, "remember", "started"), (1, "remember", "ok"), (2, "remember", "repeat")]
+    assert events[-1][1]["pending"] == []
+    assert len(mine(memory, person)) == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_second_remember_in_a_turn_is_refused_as_the_tools_problem(model, engine, memory, person, mode):
+    rounds = (KEEP, {"call": {"name": "remember", "arguments": {"kind": "fact", "text": "I also like tea."}}}, ANSWER)
+    _, events, sid = ask(model, engine, person, "keeper" + MODES[mode], rounds)
+    ended = [d for name, d in events if name == "step" and d["status"] != "started"]
+    assert [(d["status"], (d["result"] or {}).get("type", "").rsplit("/", 1)[-1]) for d in ended] == [
+        ("ok", ""), ("error", "once-per-turn")]
+    assert [e["text"] for e in mine(memory, person)] == [NOTE["text"]]
+    assert "once-per-turn" in engine.requests(sid)[2]["messages"][-1]["content"]
+
+
+def test_a_second_forget_in_a_turn_is_refused_as_the_tools_problem(model, engine, memory, person):
+    session = requests.Session()
+    session.headers.update(person.headers)
+    kept = [session.post(memory.url + "/v1/entries", json={"kind": "preference", "text": text, "source": "test"}).json()
+            for text in ("Prefers tabs in Go code.", "Prefers spaces in Python code.")]
+    rounds = ({"call": {"name": "forget", "arguments": {"id": kept[0]["id"]}}},
+              {"call": {"name": "forget", "arguments": {"id": kept[1]["id"]}}}, ANSWER)
+    sid = engine.script(*rounds)
+    _, events = take_turn(model.url, person, "keeper", f"Forget my code style notes (tabs, spaces). script:{sid}")
+    assert {kept[0]["id"], kept[1]["id"]} <= {e["id"] for e in events[0][1]["entries"]}
+    ended = [d for name, d in events if name == "step" and d["status"] != "started"]
+    assert [(d["status"], (d["result"] or {}).get("type", "").rsplit("/", 1)[-1]) for d in ended] == [
+        ("ok", ""), ("error", "once-per-turn")]
+    assert [e["id"] for e in mine(memory, person)] == [kept[1]["id"]]
