@@ -3,6 +3,10 @@
 The service keeps no transcript, so this process holds the conversation (in memory only: never written
 to a file or a log). Each turn streams: tool steps as cards, the answer as it arrives, then the recalled
 entries with the cited ones marked, and one dim line of usage and timing.
+
+A step that changes state waits for the person: its card shows the exact arguments and asks
+`approve? [y/N]` (`--yes` approves every one, for scripts); then the same conversation is sent again with
+the answers, and the approved calls run as the first steps of that turn, which goes on to the answer.
 """
 
 from __future__ import annotations
@@ -23,12 +27,16 @@ HELP = """commands:
                         the person's last message; closing words are added as one)
   /help                 this list
   /quit                 leave (so does Ctrl-D); Ctrl-C stops an answer while it streams"""
+# Approving turns in a row for one message: each may ask for another call, never for the same one again.
+MAX_ASKS = 4
 
 
 class Chat:
-    def __init__(self, client: Client, agent: str, out: Console, err: Console, as_json: bool = False):
+    def __init__(self, client: Client, agent: str, out: Console, err: Console, as_json: bool = False, yes: bool = False):
         self.client, self.agent, self.out, self.err, self.as_json = client, agent, out, err, as_json
+        self.yes = yes
         self.messages: list[dict[str, str]] = []
+        self.asked: list[dict] = []  # the last turn's steps awaiting the person's approval
 
     def emit(self, name: str, data: dict) -> None:
         print(json.dumps({"event": name, "data": data}, ensure_ascii=False), flush=True)
@@ -43,28 +51,61 @@ class Chat:
         even if it ended early (its deadline, the engine), so /end still summarises it; not when it was
         refused or stopped with Ctrl-C."""
         conversation = [*self.messages, {"role": "user", "content": text}]
-        stream = self.client.turn(self.agent, conversation)
-        try:
-            answer = self.show(stream)
-        except KeyboardInterrupt:
-            stream.close()  # the connection closes: the platform ends the turn as cancelled
-            if not self.as_json:
-                self.out.print()
-                self.out.print(Text("(answer stopped)", style="yellow"))
-            return False
-        except Failure as failure:
-            self.failed(failure)
-            return False
-        if answer is None:
-            self.messages = conversation
-            return False
-        self.messages = conversation + ([{"role": "assistant", "content": answer}] if answer.strip() else [])
-        return True
+        approvals = None
+        for _ in range(MAX_ASKS + 1):
+            stream = self.client.turn(self.agent, conversation, approvals)
+            try:
+                answer = self.show(stream)
+            except KeyboardInterrupt:
+                stream.close()  # the connection closes: the platform ends the turn as cancelled
+                if not self.as_json:
+                    self.out.print()
+                    self.out.print(Text("(answer stopped)", style="yellow"))
+                return False
+            except Failure as failure:
+                self.failed(failure)
+                return False
+            if answer is None:
+                self.messages = conversation
+                return False
+            if not self.asked:
+                self.messages = conversation + ([{"role": "assistant", "content": answer}] if answer.strip() else [])
+                return True
+            # The same conversation again, with the person's answers: the approved calls run first.
+            approvals = [{"token": step["approval"], "approve": self.approve(step)} for step in self.asked]
+        self.err.print(f"the agent asked for approval {MAX_ASKS} times in a row; send your message again to go on")
+        self.messages = conversation
+        return False
+
+    def approve(self, step: dict) -> bool:
+        """The person's answer to one call awaiting approval: --yes, or `approve? [y/N]` (anything but y is no)."""
+        if self.yes:
+            answer = True
+        else:
+            asker = self.err if self.as_json else self.out
+            prompt = Text.assemble((f"step {step.get('n')} · {step.get('tool')}: ", "bold"), ("approve? [y/N] ", "magenta"))
+            try:
+                if sys.stdin.isatty():
+                    line = asker.input(prompt)
+                else:
+                    asker.print(prompt, end="")
+                    line = sys.stdin.readline()
+                    asker.print(line.strip())
+            except (EOFError, KeyboardInterrupt):
+                line = ""
+            answer = line.strip().lower() in ("y", "yes")
+        if self.as_json:
+            self.emit("approval", {"n": step.get("n"), "tool": step.get("tool"), "approve": answer})
+        elif self.yes:
+            self.out.print(Text(f"step {step.get('n')} · {step.get('tool')}: approved (--yes)", style="dim"))
+        return answer
 
     def show(self, stream: Iterator[tuple[str, dict]]) -> str | None:
         """Draws a turn's events as they come; the answer, or None when the turn ended in an error."""
         pieces: list[str] = []
         recalled: dict = {}
+        asked: dict[int, dict] = {}
+        self.asked = []
         line_open = False  # the answer's current line is unfinished
         spinner = None
         try:
@@ -75,6 +116,10 @@ class Chat:
                     pieces.append(data.get("text", ""))
                 elif name == "recall":
                     recalled = data
+                elif name == "step" and data.get("status") == "needs_approval":
+                    asked[data.get("n")] = data
+                elif name == "done":
+                    self.asked = [asked[n] for n in data.get("pending") or () if n in asked]
                 if self.as_json:
                     if name in ("done", "error"):
                         return "".join(pieces) if name == "done" else None

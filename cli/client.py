@@ -91,9 +91,10 @@ class Client:
                 return found
             offset += page
 
-    def turn(self, agent: str, messages: list[dict]) -> Iterator[tuple[str, dict]]:
+    def turn(self, agent: str, messages: list[dict], approvals: list[dict] | None = None) -> Iterator[tuple[str, dict]]:
         """A turn's events as they arrive; closing the iterator closes the stream (the turn is cancelled)."""
-        response = self.request("POST", f"/v1/agents/{agent}/turns", json={"messages": messages}, stream=True)
+        body = {"messages": messages, **({"approvals": approvals} if approvals else {})}
+        response = self.request("POST", f"/v1/agents/{agent}/turns", json=body, stream=True)
         try:
             yield from events(response.iter_lines(decode_unicode=True))
         except requests.RequestException:

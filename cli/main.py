@@ -105,12 +105,15 @@ def token(subject: str = typer.Argument(None, help="the subject (`sub`) of a cal
 @app.command()
 def chat(ctx: typer.Context, agent: str = typer.Argument(..., help="the agent's name (`agentfn agents` lists them)"),
          message: str = typer.Option(None, "--message", "-m", help="send this one turn, print the answer and exit"),
-         as_json: bool = typer.Option(False, "--json", help="print the turn's events as JSON lines")):
-    """Talk with an agent: lines from the terminal or a pipe; /end keeps the session as an episode, /quit leaves."""
+         as_json: bool = typer.Option(False, "--json", help="print the turn's events as JSON lines"),
+         yes: bool = typer.Option(False, "--yes", "-y", help="approve every call that changes state (for scripts)")):
+    """Talk with an agent: lines from the terminal or a pipe; /end keeps the session as an episode, /quit leaves.
+
+    A call that changes state (remember, forget, run_code) waits for you: `approve? [y/N]`."""
     from .chat import Chat
 
     with shown():
-        session = Chat(ctx.obj.client(), agent, out, console, as_json)
+        session = Chat(ctx.obj.client(), agent, out, console, as_json, yes)
         if message is None:
             session.run()
         elif not session.turn(message):

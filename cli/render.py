@@ -69,15 +69,26 @@ def grants(header: Iterable[str], found: Iterable[Iterable[str]]) -> Table:
     return table
 
 
-STATUS_STYLE = {"started": "yellow", "ok": "green", "error": "red"}
+STATUS_STYLE = {"started": "yellow", "ok": "green", "error": "red", "needs_approval": "magenta", "declined": "red",
+                "repeat": "dim"}
+NOT_RUN = {"needs_approval": "needs your approval", "declined": "declined", "repeat": "a repeat: not run again"}
 
 
 def step(event: dict) -> Panel:
     """A tool step as a card: name, arguments, status (started -> ok/error), time, a short result."""
     status = event.get("status", "")
-    lines = [Text.assemble(("arguments ", "dim"), short(event.get("arguments", {})))]
+    arguments = event.get("arguments", {})
+    if status == "needs_approval":  # the person approves exactly these arguments: shown whole
+        shown = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, indent=2)
+        lines = [Text("arguments", style="dim"), Text(shown)]
+    else:
+        lines = [Text.assemble(("arguments ", "dim"), short(arguments))]
     flow = Text.assemble(("status    ", "dim"), ("started", STATUS_STYLE["started"]))
-    if status != "started":
+    if status in NOT_RUN:
+        flow = Text.assemble(("status    ", "dim"), (NOT_RUN[status], STATUS_STYLE[status]))
+        if status == "repeat":
+            flow.append(f" (the result of step {event.get('repeat_of', '?')})", "dim")
+    elif status != "started":
         flow.append(" -> ")
         flow.append(status, STATUS_STYLE.get(status, ""))
         flow.append(f"  {event.get('ms', 0):g} ms", "dim")

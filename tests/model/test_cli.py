@@ -272,3 +272,46 @@ def test_audit_from_the_cluster_says_when_kubectl_cannot_read_it(tmp_path):
                           env=env, timeout=90)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.splitlines()[0] == "kubectl could not read the ConfigMap elsewhere/agentfn-registry", done.stderr
+
+
+KEEP = {"call": {"name": "remember", "arguments": {"kind": "fact", "text": "I work on the ledger team."}}}
+
+
+@pytest.mark.parametrize(("typed", "kept", "shown"), [("y", True, "remember: ok"), ("", False, "declined"),
+                                                      ("n", False, "declined")], ids=["y", "enter", "n"])
+def test_chat_shows_the_approval_card_and_asks_before_a_call_that_changes_state(cli, gateway, engine, person, typed,
+                                                                               kept, shown):
+    sid = engine.script(KEEP, {"text": "Kept." if kept else "Kept nothing."})
+    done = cli("chat", "asker", stdin=f"Keep that I work on the ledger team. script:{sid}\n{typed}\n")
+    assert done.returncode == 0, done.stderr
+    out = " ".join(done.stdout.split())
+    assert "step 1 · remember" in out and "needs your approval" in out
+    assert '"text": "I work on the ledger team."' in out and "approve? [y/N]" in out
+    assert out.index("needs your approval") < out.index("approve? [y/N]")
+    texts = [e["text"] for e in door(gateway, person, "/v1/entries").json()["entries"]]
+    assert texts == (["I work on the ledger team."] if kept else [])
+    assert ("agent> Kept." if kept else "agent> Kept nothing.") in done.stdout
+    assert ("started -> ok" in out) is kept and ("status declined" in out) is not kept
+    # The approving request was the same conversation: the person's message, then the answer to it.
+    second = engine.requests(sid)[1]["messages"]
+    assert [m["content"] for m in second if m["role"] == "user"] == [f"Keep that I work on the ledger team. script:{sid}"]
+
+
+def test_chat_yes_runs_an_approved_call_to_completion_in_one_shot(cli, gateway, engine, person):
+    sid = engine.script(KEEP, {"text": "Kept."})
+    done = cli("chat", "asker", "--yes", "-m", f"Keep that I work on the ledger team. script:{sid}")
+    assert done.returncode == 0, done.stderr
+    assert "approved (--yes)" in done.stdout and "agent> Kept." in done.stdout and "approve?" not in done.stdout
+    assert [e["text"] for e in door(gateway, person, "/v1/entries").json()["entries"]] == ["I work on the ledger team."]
+
+
+def test_chat_json_with_yes_prints_the_ask_the_answer_and_the_approving_turn(cli, engine):
+    sid = engine.script(KEEP, {"text": "Kept."})
+    done = cli("chat", "asker", "--json", "--yes", "-m", f"Keep that I work on the ledger team. script:{sid}")
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    flow = [(e["event"], e["data"].get("status") or e["data"].get("approve")) for e in events
+            if e["event"] in ("step", "approval", "done")]
+    assert flow == [("step", "needs_approval"), ("done", None), ("approval", True), ("step", "started"), ("step", "ok"),
+                    ("done", None)]
+    assert events[1]["data"]["approval"] and events[1]["data"]["arguments"]["text"] == "I work on the ledger team."
