@@ -5,8 +5,10 @@
 
 Columns: agent (`-` for a tool called alone or over MCP), tool, subjects, groups, channel (`step`: a
 step of the agent's loop; `alone`: ListTools/CallTool; `mcp`), daily limit (`-`: none of the grant's
-own) and the ToolGrant that says so. The same rows follow from `kubectl get agents,toolgrants`: a Ready
-grant's Agents, Subjects, Groups, Channels and Daily columns.
+own), approval (a step's: `required`, the person approves each call of a tool that changes state, or
+`waived` by an admin; `-` alone and over MCP, where no tool that changes state is ever offered) and the
+ToolGrant that says so. The same rows follow from `kubectl get agents,toolgrants`: a Ready grant's
+Agents, Subjects, Groups, Channels, Daily and Approval columns.
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-HEADER = ("AGENT", "TOOL", "SUBJECTS", "GROUPS", "CHANNEL", "DAILY", "GRANT")
-Row = tuple[str, str, str, str, str, str, str]
+HEADER = ("AGENT", "TOOL", "SUBJECTS", "GROUPS", "CHANNEL", "DAILY", "APPROVAL", "GRANT")
+Row = tuple[str, str, str, str, str, str, str, str]
 
 
 def _row(agent: str, tool: str, channel: str, access: Mapping[str, Any]) -> Row:
     limit = access.get("dailyLimit")
+    approval = access.get("approval", "required") if channel == "step" else "-"
     return (agent, tool, ",".join(access["subjects"]) or "-", ",".join(access["groups"]) or "-", channel,
-            "-" if limit is None else str(limit), access["grant"])
+            "-" if limit is None else str(limit), approval, access["grant"])
 
 
 def rows(registry: Mapping[str, Any]) -> list[Row]:

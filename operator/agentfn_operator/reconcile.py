@@ -34,7 +34,9 @@ AGENT_DEFAULTS = {"tier": "fast", "tools": [], "memory": "none"}
 LIMIT_DEFAULTS = {"steps": 4, "tokensPerTurn": 8000, "deadlineSeconds": 60}
 LIMIT_BOUNDS = {"steps": (0, 4), "tokensPerTurn": (1, 1_000_000), "deadlineSeconds": (1, 600)}
 AGENT_FIELDS = ("brief", "tier", "tools", "memory", "limits")
-GRANT_FIELDS = ("tool", "agents", "subjects", "groups", "callableAlone", "mcp", "dailyLimit")
+GRANT_FIELDS = ("tool", "agents", "subjects", "groups", "callableAlone", "mcp", "dailyLimit", "approval")
+APPROVALS = ("required", "waived")
+GRANT_DEFAULTS = {"approval": "required"}
 TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 TIER = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
@@ -92,6 +94,7 @@ class _Grant:
     groups: list[str]
     channels: list[str]
     daily_limit: int | None
+    approval: str = "required"
 
 
 def _meta(obj: Mapping[str, Any]) -> tuple[str, str, int | None]:
@@ -171,6 +174,9 @@ def _grant(obj: Mapping[str, Any], catalog: Catalog, position: int) -> _Grant:
     limit = spec.get("dailyLimit")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1_000_000):
         raise Invalid("InvalidSpec", "dailyLimit must be an integer from 1 to 1000000")
+    approval = spec.get("approval", GRANT_DEFAULTS["approval"])
+    if approval not in APPROVALS:
+        raise Invalid("InvalidSpec", f"approval must be one of {', '.join(APPROVALS)}")
     if tool not in catalog:
         raise Invalid("UnknownTool", f"no tool named {tool} in the catalog")
     channels = ["step"] * bool(agents) + ["alone"] * flags["callableAlone"] + ["mcp"] * flags["mcp"]
@@ -189,7 +195,7 @@ def _grant(obj: Mapping[str, Any], catalog: Catalog, position: int) -> _Grant:
         raise Invalid("NoChannel", "a grant gives at least one channel (agents, callableAlone or mcp)")
     created = (obj.get("metadata") or {}).get("creationTimestamp") or ""
     name = _meta(obj)[1]
-    return _Grant(obj, name, (created, position, name), tool, agents, subjects, groups, channels, limit)
+    return _Grant(obj, name, (created, position, name), tool, agents, subjects, groups, channels, limit, approval)
 
 
 def _verdict(kind: str, obj: Mapping[str, Any], ready: bool, reason: str, message: str,
@@ -281,7 +287,7 @@ def _who(grant: _Grant) -> str:
 def _access(grant: _Grant) -> dict[str, Any]:
     namespace = _meta(grant.obj)[0]
     return {"subjects": sorted(grant.subjects), "groups": sorted(grant.groups), "dailyLimit": grant.daily_limit,
-            "grant": f"{namespace}/{grant.name}"}
+            "grant": f"{namespace}/{grant.name}", "approval": grant.approval}
 
 
 def _document(agents: Mapping[str, _Agent], grants: Iterable[_Grant]) -> dict[str, Any]:

@@ -101,8 +101,9 @@ def rows_from_columns(text: str) -> list[audit.Row]:
         who = (row["SUBJECTS"] or "-", row["GROUPS"] or "-")
         grant, limit = f"{NAMESPACE}/{row['NAME']}", row["DAILY"] or "-"
         channels = row["CHANNELS"].split(",")
-        found += [(agent, row["TOOL"], *who, "step", limit, grant) for agent in row["AGENTS"].split(",") if agent]
-        found += [("-", row["TOOL"], *who, c, limit, grant) for c in channels if c != "step"]
+        found += [(agent, row["TOOL"], *who, "step", limit, row["APPROVAL"], grant)
+                  for agent in row["AGENTS"].split(",") if agent]
+        found += [("-", row["TOOL"], *who, c, limit, "-", grant) for c in channels if c != "step"]
     return sorted(found)
 
 

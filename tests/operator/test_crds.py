@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agentfn_operator.reconcile import AGENT_DEFAULTS, AGENT_FIELDS, GRANT_FIELDS, LIMIT_DEFAULTS
+from agentfn_operator.reconcile import AGENT_DEFAULTS, AGENT_FIELDS, GRANT_DEFAULTS, GRANT_FIELDS, LIMIT_DEFAULTS
 from jsonschema import Draft7Validator
 
 from .conftest import crd, example_objects, schema_of
@@ -62,7 +62,9 @@ def test_the_reconcile_applies_the_crds_defaults_and_knows_their_fields():
     assert {k: spec[k]["default"] for k in AGENT_DEFAULTS} == AGENT_DEFAULTS
     assert {k: v["default"] for k, v in spec["limits"]["properties"].items()} == LIMIT_DEFAULTS
     assert set(spec) == set(AGENT_FIELDS)
-    assert set(schema_of("ToolGrant")["properties"]["spec"]["properties"]) == set(GRANT_FIELDS)
+    grant = schema_of("ToolGrant")["properties"]["spec"]["properties"]
+    assert set(grant) == set(GRANT_FIELDS)
+    assert {k: grant[k]["default"] for k in GRANT_DEFAULTS} == GRANT_DEFAULTS
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -83,6 +85,7 @@ def test_every_example_fits_its_crd(kind):
     ("Agent", {"brief": ""}, "brief"),
     ("Agent", {"brief": "x", "tools": ["Run Code"]}, "tools"),
     ("ToolGrant", {"tool": "run_code", "dailyLimit": 0}, "dailyLimit"),
+    ("ToolGrant", {"tool": "run_code", "approval": "never"}, "approval"),
     ("ToolGrant", {"tool": "run_code", "agents": ["Code_Reviewer"]}, "agents"),
     ("ToolGrant", {"agents": ["code-reviewer"]}, "tool"),
 ])

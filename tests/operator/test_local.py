@@ -78,9 +78,10 @@ def test_audit_prints_who_may_call_what(tmp_path):
     lines = printed.stdout.splitlines()
     assert lines[0].split() == list(audit.HEADER)
     rows = {tuple(line.split()) for line in lines[1:]}
-    assert ("code-reviewer", "run_code", "-", "developers", "step", "50", "agentfn/code-reviewer-runs-code") in rows
-    assert ("code-reviewer", "forget", "-", "developers", "step", "-", "agentfn/code-reviewer-forgets") in rows
-    assert ("-", "platform_status", "-", "system:authenticated", "mcp", "500",
+    assert ("code-reviewer", "run_code", "-", "developers", "step", "50", "required",
+            "agentfn/code-reviewer-runs-code") in rows
+    assert ("code-reviewer", "forget", "-", "developers", "step", "-", "required", "agentfn/code-reviewer-forgets") in rows
+    assert ("-", "platform_status", "-", "system:authenticated", "mcp", "500", "-",
             "agentfn/platform-status-for-everyone") in rows
     assert not any(r[1] in ("run_code", "open_page", "remember", "forget") and r[4] != "step" for r in rows)
     assert not any(r[0] == "site-guide" and r[1] != "platform_status" for r in rows)

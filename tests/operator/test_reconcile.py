@@ -94,6 +94,8 @@ CASES = [
      {"alone": [], "mcp": []}),
     ("two agents of one name", [GUIDE, agent("site-guide", [])], {"site-guide": "Conflict"},
      {"site-guide": [], "alone": [], "mcp": []}),
+    ("an approval that is neither required nor waived", [REVIEWER, grant("g", "run_code", approval="sometimes")],
+     {"g": "InvalidSpec"}, {"code-reviewer": [], "alone": [], "mcp": []}),
 ]
 
 
@@ -110,6 +112,16 @@ def test_reconcile(tools, desc, objects, expected, registry):
             assert set(verdict.columns.values()) == {""}, "an invalid object shows no access"
 
 
+@pytest.mark.parametrize(("spec", "approval"), [({}, "required"), ({"approval": "required"}, "required"),
+                                              ({"approval": "waived"}, "waived")], ids=["absent", "required", "waived"])
+def test_a_grants_approval_reaches_every_access_it_gives(tools, spec, approval):
+    outcome = outcome_of(tools, [REVIEWER, grant("g-code", "run_code", **spec),
+                                 grant("g-status", "platform_status", mcp=True, **spec)])
+    Draft202012Validator(SCHEMA).validate(outcome.registry)
+    assert outcome.registry["agents"]["code-reviewer"]["tools"]["run_code"]["approval"] == approval
+    assert outcome.registry["mcp"]["platform_status"]["approval"] == approval
+
+
 def test_the_examples_give_the_seed_agents_their_tools(tools):
     agents, grants = example_objects()
     outcome = reconcile(tools, agents, grants)
@@ -120,7 +132,7 @@ def test_the_examples_give_the_seed_agents_their_tools(tools):
     reviewer, guide = outcome.registry["agents"]["code-reviewer"], outcome.registry["agents"]["site-guide"]
     assert reviewer["memory"] == "preferences" and guide["memory"] == "none"
     assert reviewer["tools"]["run_code"] == {"subjects": [], "groups": ["developers"], "dailyLimit": 50,
-                                             "grant": "agentfn/code-reviewer-runs-code"}
+                                             "grant": "agentfn/code-reviewer-runs-code", "approval": "required"}
     assert functions_in_use(outcome.registry, tools) == ["memory", "page", "platform_status", "run_code"]
     Draft202012Validator(SCHEMA).validate(outcome.registry)
 
