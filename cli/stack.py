@@ -87,14 +87,20 @@ class Stack:
         self.service_token_file = self.var / "secrets" / "memory-token"
         self.started = time.monotonic()
 
-    def secret(self, name: str) -> str:
-        """A password kept in var/secrets across restarts (so roles keep working with existing data)."""
+    def secret(self, name: str, size: int = 24) -> str:
+        """A secret kept in var/secrets (mode 0600) across restarts (roles keep working with existing data;
+        approvals asked before a restart can still be answered after it)."""
         path = self.var / "secrets" / name
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            path.write_text(secrets.token_urlsafe(24))
+            path.write_text(secrets.token_urlsafe(size))
             path.chmod(0o600)
         return path.read_text().strip()
+
+    def approval_key_file(self) -> Path:
+        """The key the model function signs approval tokens with (48 random bytes, URL-safe)."""
+        self.secret("approval-key", 48)
+        return self.var / "secrets" / "approval-key"
 
     def check_ports(self) -> None:
         taken = [f"{name} ({port})" for name, port in PORTS.items() if port_taken(port)]
@@ -163,6 +169,7 @@ class Stack:
                  {**ident, **tiers, "AGENTFN_DATABASE_URL": dsns["model"], "AGENTFN_REGISTRY_FILE": str(registry),
                   "AGENTFN_MEMORY_URL": url["memory"], "AGENTFN_PAGE_URL": url["page"],
                   "AGENTFN_SERVICE_TOKEN_FILE": str(self.service_token_file), "AGENTFN_THREADS": "8",
+                  "AGENTFN_APPROVAL_KEY_FILE": str(self.approval_key_file()),
                   **{f"AGENTFN_TOOL_{tool.upper()}_URL": url[tool] for tool in (*READS, "run_code")}}),
             # Ready when a public door answers through it: the model function's 401 to a caller without a token.
             Part("gateway", "agentfn.cli.gateway:create_app()", PORTS["gateway"],
