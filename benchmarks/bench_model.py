@@ -17,6 +17,10 @@ platform_status and memory and the model function under gunicorn, then measures:
    added milliseconds with an engine that answers at once.
 3. start-to-ready: gunicorn process start to the first 200 from /readyz, median of --starts, beside bare
    Flask under the same gunicorn config; goal <= 0.5 s (no model is loaded in this function).
+4. the approval round trip: a `remember` whose grant leaves approval required takes a turn that asks and a
+   turn that carries the approval (the token checked, used up, the call run as its first step); beside one
+   turn whose grant waives approval, alternating, --approvals pairs; reported: the added ms, p50 (client
+   wall time; the person's own time to answer is not in it).
 Writes benchmarks/results/model.json and model.md, then stops everything it started.
 """
 
@@ -28,6 +32,7 @@ import json
 import logging
 import os
 import platform
+import secrets
 import shutil
 import statistics
 import subprocess
@@ -73,15 +78,19 @@ def wait_http(url: str, timeout: float = 30) -> None:
 
 
 def registry() -> dict:
-    everyone = {"subjects": [], "groups": ["system:authenticated"], "dailyLimit": None, "grant": "bench/status"}
+    everyone = {"subjects": [], "groups": ["system:authenticated"], "dailyLimit": None, "grant": "bench/status",
+                "approval": "required"}
 
-    def agent(memory):
+    def agent(memory, **more):
         return {"object": "bench/agent", "brief": "Checks the platform.", "tier": "fast", "memory": memory,
                 "limits": {"steps": 4, "tokensPerTurn": 1_000_000, "deadlineSeconds": 60},
-                "tools": {"platform_status": everyone}}
+                "tools": {"platform_status": everyone, **more}}
 
     return {"apiVersion": "agentfn.dev/v1alpha1", "kind": "Registry", "revision": "sha256:" + "0" * 64,
-            "agents": {"plain": agent("none"), "remembering": agent("preferences")}, "alone": {}, "mcp": {}}
+            "agents": {"plain": agent("none"), "remembering": agent("preferences"),
+                       "asking": agent("facts", remember=everyone),
+                       "trusting": agent("facts", remember={**everyone, "approval": "waived"})},
+            "alone": {}, "mcp": {}}
 
 
 def parse_sse(text: str) -> list[tuple[str, dict]]:
@@ -131,12 +140,13 @@ class Bench:
             **ident, "AGENTFN_DATABASE_URL": self.pg.provision("memory", "agentfn_memory")}, self.tmp / "memory.log"))
         (self.tmp / "registry.json").write_text(json.dumps(registry()))
         (self.tmp / "token").write_text(self.issuer.service_token(SERVICE))
+        (self.tmp / "approval-key").write_text(secrets.token_urlsafe(48))
         self.model_env = {
             **ident, "AGENTFN_DATABASE_URL": self.pg.provision("model", "agentfn_model"),
             "AGENTFN_REGISTRY_FILE": str(self.tmp / "registry.json"), "AGENTFN_MEMORY_URL": memory.url,
             "AGENTFN_TOOL_PLATFORM_STATUS_URL": status.url, "AGENTFN_SERVICE_TOKEN_FILE": str(self.tmp / "token"),
             "AGENTFN_TIER_FAST_URL": self.engine + "/v1", "AGENTFN_TIER_FAST_MODEL": "scripted",
-            "AGENTFN_LOG_LEVEL": "WARNING"}
+            "AGENTFN_APPROVAL_KEY_FILE": str(self.tmp / "approval-key"), "AGENTFN_LOG_LEVEL": "WARNING"}
         self.model = self.start(Gunicorn("agentfn.model.app:create_app()", self.model_env, self.tmp / "model.log"))
         self.token = self.issuer.caller_token("bench-person", ["platform-users"])
         self.headers = {"Authorization": f"Bearer {self.token}"}
@@ -192,6 +202,41 @@ class Bench:
                 "tools_ms_p50": round(med(four, "tools"), 1), "client_wall_ms_p50": round(med(four, "wall"), 1),
                 "no_step_turn_loop_ms_p50": round(med(none, "loop"), 2),
                 "goal_ms": GOAL_STEP_MS, "met": med(four, "per_step") <= GOAL_STEP_MS}
+
+    # --- 4. the approval round trip -------------------------------------------------------------------
+
+    def post_turn(self, agent: str, content: str, **body) -> tuple[list, float]:
+        began = time.perf_counter()
+        response = requests.post(f"{self.model.url}/v1/agents/{agent}/turns", headers=self.headers, timeout=60,
+                                 json={"messages": [{"role": "user", "content": content}], **body})
+        wall = (time.perf_counter() - began) * 1000
+        events = parse_sse(response.text) if response.status_code == 200 else [("error", response.json())]
+        if events[-1][0] != "done":
+            raise RuntimeError(f"the turn failed: {events[-1]}")
+        return events, wall
+
+    def approval(self) -> dict:
+        waived, asked = [], []
+        for i in range(self.args.approvals + 3):
+            keep = {"call": {"name": "remember", "arguments": {"kind": "fact", "text": f"Bench note {i}: tea at noon."}}}
+            sid = self.script(keep, {"text": "Kept."})
+            _, wall = self.post_turn("trusting", f"Keep my note. script:{sid}")
+            sid = self.script(keep, {"text": "Kept."})
+            content = f"Keep my note. script:{sid}"
+            events, first = self.post_turn("asking", content)
+            token = next(d["approval"] for name, d in events if name == "step" and d["status"] == "needs_approval")
+            events, second = self.post_turn("asking", content, approvals=[{"token": token, "approve": True}])
+            if [d["status"] for name, d in events if name == "step"] != ["started", "ok"]:
+                raise RuntimeError(f"the approved call did not run: {events}")
+            if i >= 3:  # the first few warm the path
+                waived.append(wall)
+                asked.append((first, second))
+        p50 = statistics.median
+        return {"pairs": self.args.approvals, "waived_turn_ms_p50": round(p50(waived), 1),
+                "asking_turn_ms_p50": round(p50(a for a, _ in asked), 1),
+                "approving_turn_ms_p50": round(p50(b for _, b in asked), 1),
+                "both_turns_ms_p50": round(p50(a + b for a, b in asked), 1),
+                "added_ms_p50": round(p50(a + b - w for (a, b), w in zip(asked, waived, strict=True)), 1)}
 
     # --- 2. time to first delta ---------------------------------------------------------------------
 
@@ -267,6 +312,7 @@ def write(results: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "model.json").write_text(json.dumps(results, indent=2) + "\n")
     o, t, s = results["loop_overhead"], results["time_to_first_delta"], results["start_to_ready"]
+    a = results["approval_round_trip"]
     main = t[f"engine_first_token_ms_{results['first_token_ms']}"]
     instant = t["engine_instant"]
     mark = lambda ok: "met" if ok else "NOT met"  # noqa: E731
@@ -287,7 +333,10 @@ def write(results: dict) -> None:
         f"| added ms to the first delta, instant engine: without / with recall | {instant['added_ms_recall_excluded']} / "
         f"{instant['added_ms_with_recall']} ms | |",
         f"| start-to-ready under gunicorn, p50 (min); bare Flask p50 | {s['model_s_p50']} s ({s['model_s_min']} s); "
-        f"{s['bare_flask_s_p50']} s | <= {s['goal_s']} s: {mark(s['met'])} |", ""]
+        f"{s['bare_flask_s_p50']} s | <= {s['goal_s']} s: {mark(s['met'])} |",
+        f"| approval round trip ({a['pairs']} pairs): asking + approving turn vs one turn with approval waived, p50 | "
+        f"{a['asking_turn_ms_p50']} + {a['approving_turn_ms_p50']} ms vs {a['waived_turn_ms_p50']} ms: "
+        f"+{a['added_ms_p50']} ms | reported |", ""]
     (RESULTS / "model.md").write_text("\n".join(lines))
 
 
@@ -296,6 +345,7 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--starts", type=int, default=7)
     parser.add_argument("--first-token-ms", type=int, default=200)
+    parser.add_argument("--approvals", type=int, default=30)
     args = parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the in-process dev upstream's request lines
     bench = Bench(args)
@@ -307,7 +357,7 @@ def main() -> int:
                    "command": "python benchmarks/bench_model.py " + " ".join(sys.argv[1:]),
                    "first_token_ms": args.first_token_ms,
                    "loop_overhead": bench.overhead(), "time_to_first_delta": bench.ttfd(),
-                   "start_to_ready": bench.starts()}
+                   "start_to_ready": bench.starts(), "approval_round_trip": bench.approval()}
     finally:
         bench.down()
     write(results)

@@ -168,8 +168,11 @@ class ToolTable:
             if name in NEVER_ALONE_OR_MCP or not access.admits(caller):
                 continue
             tool = self.descriptor(name, caller)
-            if tool is not None and (tool.callable_alone if channel == "alone" else tool.mcp):
-                out[name] = (tool, access)
+            if tool is None or not (tool.callable_alone if channel == "alone" else tool.mcp):
+                continue
+            if channel == "mcp" and tool.changes_state:
+                continue  # MCP has no approval here: what changes state (or does not say) is not offered there
+            out[name] = (tool, access)
         return out
 
     @staticmethod
