@@ -40,6 +40,12 @@ def postgres():
     shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def model_dsn(postgres) -> str:
+    """The model function's role and schema, provisioned once a session (again would change its password)."""
+    return postgres.provision("model", "agentfn_model")
+
+
 class Issuer(DevIssuer):
     def env(self) -> dict[str, str]:
         return {"AGENTFN_JWT_ISSUER": self.url, "AGENTFN_JWKS_URL": self.jwks_url,

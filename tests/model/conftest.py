@@ -188,9 +188,9 @@ def offline_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def model_env(postgres, issuer, engine, tools, memory, page, registry_file, service_token_file, offline_port,
+def model_env(model_dsn, issuer, engine, tools, memory, page, registry_file, service_token_file, offline_port,
               approval_key_file):
-    return {**issuer.env(), "AGENTFN_DATABASE_URL": postgres.provision("model", "agentfn_model"),
+    return {**issuer.env(), "AGENTFN_DATABASE_URL": model_dsn,
             "AGENTFN_REGISTRY_FILE": str(registry_file), "AGENTFN_MEMORY_URL": memory.url, "AGENTFN_PAGE_URL": page.url,
             "AGENTFN_TOOL_PLATFORM_STATUS_URL": tools["platform_status"].url,
             "AGENTFN_TOOL_LIST_MODELS_URL": tools["list_models"].url,
