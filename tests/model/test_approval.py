@@ -77,6 +77,7 @@ def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_th
     told = engine.requests(sid)[1]["messages"]
     assert told[-1]["role"] == "tool" and '"ok": true' in told[-1]["content"]
     ran = next(d for name, d in events if name == "step" and d["status"] == "ok")
+    assert ran["result"]["existing"] is False  # memory kept a new entry (not one the person already had)
     assert record(model_env, events[-1][1]["generation_id"])[1] == [{"tool": "remember", "status": "ok", "ms": ran["ms"]}]
 
 

@@ -182,10 +182,11 @@ def test_audit_renders_the_grants_of_a_registry(registry_file):
     assert json.loads(from_stdin.stdout) == expected
     table = agentfn("audit", "-", stdin=registry_file.read_text()).stdout.splitlines()
     assert [c for c in table[0].split() if c.isalpha()] == ["agent", "tool", "subjects", "groups", "channel", "daily",
-                                                            "grant"]
+                                                            "approval", "grant"]
     assert len([line for line in table if "agentfn/" in line]) == len(expected)
     cells = [[c for c in line.split() if c != "│"] for line in table]
-    assert ["secret", "platform_status", "nobody-else", "-", "step", "-", "agentfn/test"] in cells
+    assert ["secret", "platform_status", "nobody-else", "-", "step", "-", "required", "agentfn/test"] in cells
+    assert ["reviewer", "remember", "-", "developers", "step", "-", "waived", "agentfn/test"] in cells
     broken = agentfn("audit", "-", stdin="{not json")
     assert broken.returncode == 1 and broken.stderr.splitlines()[0] == "the registry in standard input is not JSON"
 

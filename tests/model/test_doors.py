@@ -90,7 +90,9 @@ def test_the_callers_token_reaches_the_tool_byte_for_byte(model, engine, upstrea
 
 
 def test_a_grants_daily_limit_is_counted(model, engine, person):
-    sid = engine.script(*[{"call": {"name": "platform_status", "arguments": {}}}] * 3, {"text": "done"})
+    # Three different calls (the same call again would be a repeat, not a call).
+    sid = engine.script(*[{"call": {"name": "platform_status", "arguments": {"service": s}}} for s in ("a", "b", "c")],
+                        {"text": "done"})
     _, events = take_turn(model.url, person, "counted", f"Three times. script:{sid}")
     statuses = [(d["status"], (d.get("result") or {}).get("status")) for n, d in events
                 if n == "step" and d["status"] != "started"]
