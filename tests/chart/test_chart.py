@@ -161,7 +161,7 @@ def test_cnpg_gives_each_part_its_own_role_and_schema():
     assert "CREATE EXTENSION IF NOT EXISTS vector SCHEMA public" in sql
     for part in DB_PARTS:
         assert f"CREATE SCHEMA {part} AUTHORIZATION agentfn_{part}" in sql
-    secrets = {s["metadata"]["name"] for s in objects("cnpg", "Secret")}
+    secrets = {s["metadata"]["name"] for s in objects("cnpg", "Secret") if not s["metadata"]["name"].endswith(APPROVAL_KEY)}
     assert {r["passwordSecret"]["name"] for r in roles.values()} == secrets
     services = knative_services("cnpg")
     for part in DB_PARTS:
@@ -171,7 +171,8 @@ def test_cnpg_gives_each_part_its_own_role_and_schema():
 
 
 def test_an_external_database_is_a_dsn_secret_per_part():
-    assert objects("external", "Cluster") == [] and objects("external", "Secret") == []
+    assert objects("external", "Cluster") == []
+    assert [s["metadata"]["name"] for s in objects("external", "Secret")] == [APPROVAL_KEY]  # (this set's prefix is empty)
     services = knative_services("external")
     refs = {fn: env_of(services[fn])["AGENTFN_DATABASE_URL"]["secretKeyRef"] for fn in DB_PARTS}
     assert refs["memory"] == {"name": "memory-dsn", "key": "dsn"}
@@ -226,3 +227,33 @@ def test_func_yaml_agrees_with_the_chart(fn):
         assert known(name), name
         if name.endswith("_URL") and name.startswith(("AGENTFN_MEMORY", "AGENTFN_PAGE", "AGENTFN_TOOL_")):
             assert entry["value"] == chart_env[name]
+
+
+APPROVAL_KEY = "model-approval-key"
+
+
+@pytest.mark.parametrize("values_set", ["default", "external"])
+def test_the_model_function_signs_approvals_with_a_key_from_a_secret_the_chart_makes_once(values_set):
+    [secret] = [s for s in objects(values_set, "Secret") if s["metadata"]["name"].endswith(APPROVAL_KEY)]
+    assert len(secret["data"]["key"]) >= 64  # base64 of 64 random characters
+    model = knative_services(values_set)["model"]
+    env = env_of(model)
+    assert env["AGENTFN_APPROVAL_KEY_FILE"] == "/var/run/secrets/agentfn/approval/key"
+    assert env["AGENTFN_APPROVAL_SECONDS"] == "300"
+    spec = pod_spec(model)
+    volume = next(v for v in spec["volumes"] if v["name"] == "approval-key")
+    assert volume["secret"] == {"secretName": secret["metadata"]["name"], "items": [{"key": "key", "path": "key"}]}
+    mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "approval-key")
+    assert mount == {"name": "approval-key", "mountPath": "/var/run/secrets/agentfn/approval", "readOnly": True}
+    assert not any("approval" in m["name"] for fn, s in knative_services(values_set).items() if fn != "model"
+                   for m in pod_spec(s)["containers"][0].get("volumeMounts", []))
+
+
+def test_an_existing_secret_holds_the_approval_key_instead():
+    sets = ("approvals.existingSecret=my-approval-key", "approvals.seconds=120")
+    assert not [s for s in objects("default", "Secret", sets) if s["metadata"]["name"].endswith(APPROVAL_KEY)]
+    [model] = [d for d in objects("default", "Service", sets) if d["apiVersion"] == "serving.knative.dev/v1"
+               and d["metadata"]["name"].endswith("model")]
+    assert next(v for v in pod_spec(model)["volumes"] if v["name"] == "approval-key")["secret"]["secretName"] == \
+        "my-approval-key"
+    assert env_of(model)["AGENTFN_APPROVAL_SECONDS"] == "120"
