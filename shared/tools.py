@@ -50,7 +50,8 @@ def load_descriptor(package: str) -> dict[str, Any]:
 def check_descriptor(descriptor: Any) -> dict[str, Any]:
     if not isinstance(descriptor, dict) or not set(DESCRIPTOR_KEYS) <= set(descriptor) <= set(DESCRIPTOR_KEYS) | set(
             OPTIONAL_KEYS):
-        raise ValueError(f"a tool descriptor has exactly the keys {sorted(DESCRIPTOR_KEYS)}, and may have {sorted(OPTIONAL_KEYS)}")
+        raise ValueError(f"a tool descriptor has exactly the keys {sorted(DESCRIPTOR_KEYS)}, "
+                         f"and may have {sorted(OPTIONAL_KEYS)}")
     for key, kind in {**DESCRIPTOR_KEYS, **OPTIONAL_KEYS}.items():
         if key in descriptor and not isinstance(descriptor[key], kind):
             raise ValueError(f"the descriptor's {key} must be a {kind.__name__}")

@@ -14,7 +14,7 @@ Configuration (environment), besides identity's (`agentfn.shared.identity`) and 
 | `AGENTFN_MEMORY_URL` | (none) | memory's base URL: recall, `remember`/`forget`, WriteEpisode; unset: no memory |
 | `AGENTFN_PAGE_URL` | (none) | the page fetcher's base URL (`open_page`); unset: no `open_page` |
 | `AGENTFN_TOOL_<NAME>_URL` | (none) | a tool function's base URL, e.g. `AGENTFN_TOOL_PLATFORM_STATUS_URL` |
-| `AGENTFN_APPROVAL_KEY_FILE` | (none) | the HS256 key (32+ bytes) approval tokens are signed with; unset: calls needing approval fail |
+| `AGENTFN_APPROVAL_KEY_FILE` | (none) | the HS256 key (32+ bytes) approval tokens are signed with |
 | `AGENTFN_APPROVAL_SECONDS` | `300` | how long an approval token is good for |
 | `AGENTFN_SERVICE_TOKEN_FILE` | `/var/run/secrets/agentfn/memory-token` | its own token for WriteEpisode (read each use) |
 | `AGENTFN_DAILY_TOKENS` | `200000` | tokens per caller per UTC day, all turns and session ends together |

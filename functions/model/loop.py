@@ -4,6 +4,11 @@ Bounds: at most `min(4, agent's steps)` tool calls, then a round without tools; 
 tokens from the caller's daily budget before the engine is called and settles after; one wall-clock
 deadline (the tier's, or the agent's if shorter) over recall, engine and tools together. The caller sees
 each step as it happens. The record keeps counts, names and timings, never what was said.
+
+The steps' rules (`Steps`): a call that changes state waits for the person's approval (approvals.py) and
+ends the turn; the approvals a request carries run first; a call made once in the turn is not made again;
+`remember` and `forget` once a turn; `open_page` only to an offered URL (offered.py). Results reach the
+model in the `tool` role, delimited, as data.
 """
 
 from __future__ import annotations
@@ -276,7 +281,8 @@ class Steps:
 
     def answered(self, approvals: list[Approval]) -> Iterator[Any]:
         """The person's answers: the approved calls run (the asking turn checked their rules), the declined do not."""
-        requests = [ToolRequest(f"approved_{i}", a.tool, a.arguments, canonical(a.arguments)) for i, a in enumerate(approvals)]
+        requests = [ToolRequest(f"approved_{i}", a.tool, a.arguments, canonical(a.arguments))
+                    for i, a in enumerate(approvals)]
         if self.constrained:
             for r in requests:
                 r.raw = json.dumps({"tool": r.name, "arguments": r.arguments}, ensure_ascii=False)

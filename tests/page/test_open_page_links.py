@@ -51,7 +51,8 @@ def model(page, issuer, model_dsn, engine, tmp_path_factory):
     where = tmp_path_factory.mktemp("links")
     everyone = {"subjects": [], "groups": ["system:authenticated"], "dailyLimit": None, "grant": "t/pages",
                 "approval": "required"}
-    reader = {"object": "t/reader", "brief": "Reads pages.", "tier": "fast", "memory": "none", "tools": {"open_page": everyone},
+    reader = {"object": "t/reader", "brief": "Reads pages.", "tier": "fast", "memory": "none",
+              "tools": {"open_page": everyone},
               "limits": {"steps": 4, "tokensPerTurn": 60000, "deadlineSeconds": 30}}
     (where / "registry.json").write_text(json.dumps({"apiVersion": "agentfn.dev/v1alpha1", "kind": "Registry",
                                                      "revision": "sha256:" + "0" * 64, "agents": {"reader": reader},
