@@ -26,12 +26,12 @@ from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError
 
 from . import prompt
+from .approvals import Approval, canonical
 from .engines import DeadlinePassed, EngineFailed, Text, Tier, ToolRequest, Usage
+from .offered import Offered, written
 from .registry import Agent
 from .services import Services
 from .store import Usage as Spent
-from .approvals import Approval, canonical
-from .offered import Offered, written
 from .tools import MEMORY_TOOLS, CallContext, Outcome, problem
 
 log = logging.getLogger("agentfn.model.turn")

@@ -50,7 +50,7 @@ def opened(url=None, **arguments):
 
 URL_CASES = [  # (case, what the person wrote, the history before it, the call, refused: the problem's kind or None)
     ("the_persons_url", f"Read {PERSON_URL} for me.", [], opened(PERSON_URL), None),
-    ("the_persons_url_with_host_case_slash_and_fragment", f"Read HTTP://127.0.0.1/Docs/guide/#setup.", [],
+    ("the_persons_url_with_host_case_slash_and_fragment", "Read HTTP://127.0.0.1/Docs/guide/#setup.", [],
      opened(PERSON_URL), None),
     ("a_url_from_an_earlier_message_of_the_person", "Now read that page.",
      [{"role": "user", "content": f"Keep {PERSON_URL} in mind."}, {"role": "assistant", "content": "Noted."}],
