@@ -9,6 +9,7 @@ anything runs and is good once.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import secrets
 import threading
@@ -56,11 +57,18 @@ def ask(model, engine, person, agent="asker", rounds=(KEEP, ANSWER)):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_the_next_turn(
-        model, engine, memory, person, model_env, mode):
+        model, engine, memory, person, model_env, logs, mode):
     message, events, sid = ask(model, engine, person, "asker" + MODES[mode])
     asked = [d for name, d in events if name == "step"]
     assert [(d["n"], d["tool"], d["status"], d["arguments"]) for d in asked] == [(1, "remember", "needs_approval", NOTE)]
     done = events[-1][1]
+    # The token: bound to the caller, the agent, the tool, the canonical arguments and the asking generation.
+    claims = jwt.decode(asked[0]["approval"], options={"verify_signature": False})
+    canonical = json.dumps(NOTE, sort_keys=True, separators=(",", ":")).encode()
+    assert (claims["sub"], claims["agent"], claims["tool"], claims["args"], claims["gen"]) == (
+        person.subject, "asker" + MODES[mode], "remember", NOTE, done["generation_id"])
+    assert claims["args_sha256"] == hashlib.sha256(canonical).hexdigest() and claims["exp"] - claims["iat"] == 300
+    assert claims["jti"] and claims["aud"] == "agentfn-approval"
     assert events[-1][0] == "done" and done["pending"] == [1] and done["steps"] == 1
     assert len(engine.requests(sid)) == 1  # the turn ended at the ask: no round after it
     assert mine(memory, person) == []  # nothing kept yet
@@ -76,6 +84,9 @@ def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_th
     # The model was shown its call and the result, in the tool role, in the round after the approved step.
     told = engine.requests(sid)[1]["messages"]
     assert told[-1]["role"] == "tool" and '"ok": true' in told[-1]["content"]
+    # Neither the token nor the person's words reach the log.
+    log = (logs / "model.log").read_text()
+    assert asked[0]["approval"] not in log and NOTE["text"] not in log
     ran = next(d for name, d in events if name == "step" and d["status"] == "ok")
     assert ran["result"]["existing"] is False  # memory kept a new entry (not one the person already had)
     assert record(model_env, events[-1][1]["generation_id"])[1] == [{"tool": "remember", "status": "ok", "ms": ran["ms"]}]
