@@ -238,3 +238,29 @@ def test_a_second_forget_in_a_turn_is_refused_as_the_tools_problem(model, engine
     assert [(d["status"], (d["result"] or {}).get("type", "").rsplit("/", 1)[-1]) for d in ended] == [
         ("ok", ""), ("error", "once-per-turn")]
     assert [e["id"] for e in mine(memory, person)] == [kept[1]["id"]]
+
+
+@pytest.fixture(scope="module")
+def keyless_model(model_env, logs):
+    """The model function without an approval key (AGENTFN_APPROVAL_KEY_FILE unset)."""
+    from support import Gunicorn
+
+    env = {k: v for k, v in model_env.items() if k != "AGENTFN_APPROVAL_KEY_FILE"}
+    server = Gunicorn("agentfn.model.app:create_app()", env, logs / "model-keyless.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_without_an_approval_key_a_call_that_needs_approval_fails_and_nothing_runs(keyless_model, model, engine, memory,
+                                                                                  person):
+    message, events, _ = ask(keyless_model, engine, person, rounds=(KEEP, {"text": "Could not ask."}))
+    ended = [d for name, d in events if name == "step" and d["status"] != "started"]
+    assert [(d["status"], d["result"]["status"], d["result"]["type"].rsplit("/", 1)[-1]) for d in ended] == [
+        ("error", 503, "approvals-unavailable")]
+    assert mine(memory, person) == [] and events[-1][1]["pending"] == []
+    _, asked, _ = ask(model, engine, person)  # a token from the keyed function
+    token = next(d["approval"] for name, d in asked if name == "step")
+    response, _ = take_turn(keyless_model.url, person, "asker", message, approvals=[{"token": token, "approve": True}])
+    assert response.status_code == 503 and response.json()["type"].endswith("/approvals-unavailable")
+    assert mine(memory, person) == []
