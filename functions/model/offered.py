@@ -1,5 +1,6 @@
 """Which addresses `open_page` may open in a turn: a URL the person wrote in this conversation, or a link of
-a page opened earlier in the same turn (by its number `link`, or its exact href as `url`).
+a page opened earlier in the same turn: its exact href, or its number (`"3"` or `"[3]"`, a link of the page
+opened last), both given as `url` (one argument keeps the schema a small model fills in simple).
 
 So a page (or a note recalled from memory) cannot make the agent carry what it knows to an address the
 model composed: any other URL is refused as the tool's problem, which the model reads, and nothing is
@@ -19,6 +20,7 @@ from .tools import problem
 
 # What a person writes as an address in a message: http(s) up to whitespace or a closing bracket or quote.
 WRITTEN = re.compile(r"https?://[^\s<>\"'`)\]}]+", re.IGNORECASE)
+LINK_NUMBER = re.compile(r"^\s*\[?\s*(\d{1,6})\s*\]?\s*$")
 TRAILING = ".,;:!?"
 
 
@@ -50,17 +52,17 @@ class Offered:
 
     def resolve(self, arguments: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """The page fetcher's request for these arguments, or the problem the model is given instead."""
-        url, link = arguments.get("url"), arguments.get("link")
-        if (url is None) == (link is None):
-            return None, problem(422, "Invalid arguments", "give either url or link", "invalid-arguments")
-        if link is not None:
+        url = arguments["url"]
+        number = LINK_NUMBER.match(url)
+        if number:
+            link = int(number.group(1))
             if link not in self.last_links:
                 return None, problem(403, "URL not offered", f"no link [{link}] on a page opened in this turn",
                                      "url-not-offered")
             url = self.last_links[link]
         elif normal(url) not in self.person | self.pages:
             return None, NOT_OFFERED
-        return {"url": url, **{k: v for k, v in arguments.items() if k not in ("url", "link")}}, None
+        return {**arguments, "url": url}, None
 
     def opened(self, page: Any) -> None:
         if not isinstance(page, dict):

@@ -62,11 +62,12 @@ URL_CASES = [  # (case, what the person wrote, the history before it, the call, 
      opened("http://127.0.0.1/collect?note=zebra-42-violet"), "url-not-offered"),
     ("the_persons_url_with_a_query_added", f"Read {PERSON_URL} for me.", [],
      opened(PERSON_URL + "?key=zebra-42-violet"), "url-not-offered"),
-    ("a_link_number_without_a_page_opened_this_turn", f"Read {PERSON_URL} for me.", [], opened(link=1),
+    ("a_link_number_without_a_page_opened_this_turn", f"Read {PERSON_URL} for me.", [], opened("1"),
      "url-not-offered"),
     ("a_links_href_of_a_page_not_opened_this_turn", f"Read {PERSON_URL} for me.", [],
      opened("http://127.0.0.1/Docs/next.html"), "url-not-offered"),
-    ("both_url_and_link", f"Read {PERSON_URL} for me.", [], opened(PERSON_URL, link=1), "invalid-arguments"),
+    ("an_address_that_is_not_a_url_nor_a_link_number", f"Read {PERSON_URL} for me.", [], opened("the docs page"),
+     "url-not-offered"),
 ]
 
 

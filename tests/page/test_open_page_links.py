@@ -72,10 +72,11 @@ def opened(**arguments):
 
 
 LINK_CASES = [  # (case, the second call, what it opens: the URL or the refusal's kind, pages fetched in all)
-    ("a_link_by_its_number", opened(link=1), NEXT, 2),
+    ("a_link_by_its_number", opened(url="1"), NEXT, 2),
+    ("a_link_by_its_number_in_brackets", opened(url="[1]"), NEXT, 2),
     ("a_link_by_its_exact_href", opened(url=NEXT), NEXT, 2),
     ("the_same_page_read_on", opened(url=ARTICLE, offset=100), ARTICLE, 1),  # from the caller's cache
-    ("a_number_the_page_does_not_have", opened(link=99), "url-not-offered", 1),
+    ("a_number_the_page_does_not_have", opened(url="99"), "url-not-offered", 1),
     ("an_address_on_the_page_host_but_not_a_link", opened(url=f"{PUB}/deep/dir/secret?q=marmalade"), "url-not-offered",
      1),
 ]
