@@ -264,3 +264,14 @@ def test_without_an_approval_key_a_call_that_needs_approval_fails_and_nothing_ru
     response, _ = take_turn(keyless_model.url, person, "asker", message, approvals=[{"token": token, "approve": True}])
     assert response.status_code == 503 and response.json()["type"].endswith("/approvals-unavailable")
     assert mine(memory, person) == []
+
+
+def test_remember_of_a_note_the_person_has_says_existing_and_keeps_no_second(model, engine, memory, person):
+    requests.post(memory.url + "/v1/entries", headers=person.headers, timeout=10, json={**NOTE, "source": "test"})
+    sid = engine.script({"call": {"name": "remember", "arguments": {"kind": "fact", "text": "i work on the LEDGER team"}}},
+                        ANSWER)
+    _, events = take_turn(model.url, person, "keeper", f"Keep that I work on the ledger team. script:{sid}")
+    ran = next(d for name, d in events if name == "step" and d["status"] == "ok")
+    assert ran["result"]["existing"] is True and ran["result"]["text"] == NOTE["text"]
+    assert '"existing": true' in engine.requests(sid)[1]["messages"][-1]["content"]  # the model is told
+    assert [e["text"] for e in mine(memory, person)] == [NOTE["text"]]
