@@ -23,6 +23,8 @@ import requests
 from agentfn.shared import db
 from rich.console import Console
 
+from agentfn.model import weights
+
 from .postgres import EmbeddedPostgres
 
 BIN = Path(sys.executable).parent
@@ -39,13 +41,12 @@ PORTS = {"gateway": BASE, "issuer": BASE + 1, "memory": BASE + 2, "page": BASE +
          "postgres": BASE + 99}
 # Parts with a schema of their own: schema -> role.
 ROLES = {"memory": "agentfn_memory", "page": "agentfn_page", "run_code": "agentfn_run_code", "model": "agentfn_model"}
-# The offline tier: SmolLM2-135M on llama.cpp, JSON-constrained tool calls, greedy so a tour repeats itself.
-# Set AGENTFN_TIER_FAST_URL (and its siblings) to use an engine of your own instead; then none is started.
-OFFLINE_TIER = {"AGENTFN_TIERS": "fast", "AGENTFN_TIER_FAST_MODEL": "SmolLM2-135M-Instruct",
-                "AGENTFN_TIER_FAST_TOOL_MODE": "constrained", "AGENTFN_TIER_FAST_DEADLINE_SECONDS": "120",
-                "AGENTFN_TIER_FAST_MAX_TOKENS": "160", "AGENTFN_TIER_FAST_CONTEXT_TOKENS": "2048",
+# The offline tier: a shipped model (AGENTFN_ENGINE_MODEL, see agentfn.model.weights) on llama.cpp,
+# JSON-constrained tool calls, greedy so a tour repeats itself. Set AGENTFN_TIER_FAST_URL (and its siblings)
+# to use an engine of your own instead; then none is started.
+OFFLINE_TIER = {"AGENTFN_TIERS": "fast", "AGENTFN_TIER_FAST_TOOL_MODE": "constrained",
+                "AGENTFN_TIER_FAST_DEADLINE_SECONDS": "120", "AGENTFN_TIER_FAST_MAX_TOKENS": "160",
                 "AGENTFN_TIER_FAST_TEMPERATURE": "0"}
-ENGINE_CONTEXT = 2048
 TOKEN_ROTATION_SECONDS = 1200  # the service token lives an hour; rotated well before, as the kubelet does
 
 
@@ -86,6 +87,7 @@ class Stack:
         self.owns_postgres = False  # a start refused before Postgres (a port taken) leaves a running one alone
         self.service_token_file = self.var / "secrets" / "memory-token"
         self.started = time.monotonic()
+        self.model: weights.Model | None = None  # the offline engine's, when it is started
 
     def secret(self, name: str, size: int = 24) -> str:
         """A secret kept in var/secrets (mode 0600) across restarts (roles keep working with existing data;
@@ -130,7 +132,11 @@ class Stack:
         """The model function's tiers, and whether the offline engine is needed for them."""
         if os.environ.get("AGENTFN_TIER_FAST_URL"):
             return {}, False  # the caller's own engine, configured in the environment
-        return {**OFFLINE_TIER, "AGENTFN_TIER_FAST_URL": f"http://{HOST}:{PORTS['engine']}/v1"}, True
+        self.model = weights.chosen()
+        weights.path(self.model)  # not installed: one line saying how, before anything starts
+        return {**OFFLINE_TIER, "AGENTFN_TIER_FAST_URL": f"http://{HOST}:{PORTS['engine']}/v1",
+                "AGENTFN_TIER_FAST_MODEL": self.model.alias,
+                "AGENTFN_TIER_FAST_CONTEXT_TOKENS": str(self.model.context)}, True
 
     def plan(self, dsns: dict[str, str]) -> None:
         ident = self.identity_env()
@@ -146,9 +152,9 @@ class Stack:
         ]
         if offline:
             self.parts.append(Part("engine", "the offline engine", PORTS["engine"], ready="/health",
-                                   doing="loading SmolLM2-135M on llama.cpp",
+                                   doing=f"loading {self.model.alias} on llama.cpp",
                                    argv=[str(BIN / "python"), "-m", "agentfn.model.engine_server",
-                                         "--port", str(PORTS["engine"]), "--ctx", str(ENGINE_CONTEXT)]))
+                                         "--port", str(PORTS["engine"]), "--model", self.model.name]))
         self.parts += [
             Part("memory", "agentfn.memory.app:create_app()", PORTS["memory"],
                  {**ident, "AGENTFN_DATABASE_URL": dsns["memory"]}, doing="loading the multilingual embedder"),
@@ -227,6 +233,7 @@ class Stack:
 
     def up(self) -> None:
         (self.var / "logs").mkdir(parents=True, exist_ok=True)
+        self.tier_env()  # an unknown or missing offline model is one line before anything starts
         self.check_ports()
         self.plan(self.start_postgres())
         (self.var / "registry.json").unlink(missing_ok=True)  # rewritten from examples/ at every start
@@ -255,6 +262,8 @@ class Stack:
             ("gateway", f"{gateway}   (the public doors: /v1/entries, /v1/recall, /v1/agents, /v1/tools, /mcp)"),
             ("token", f"export AGENTFN_TOKEN=$({agentfn} token alice --groups developers,platform-users)"),
             ("chat", f"{agentfn} chat code-reviewer"),
+            ("engine", f"{self.model.alias} offline on llama.cpp (AGENTFN_ENGINE_MODEL={self.model.name})" if self.model
+             else f"{os.environ.get('AGENTFN_TIER_FAST_MODEL', 'default')} at {os.environ['AGENTFN_TIER_FAST_URL']}"),
             ("memory", f"{sum(memory.values()) / 2**20:.0f} MiB resident (MiB: {biggest}, ...)"),
             ("data", f"{self.var}   logs: {self.var / 'logs'}   agents: examples/ (edit to update)"),
             ("stop", "Ctrl-C"),

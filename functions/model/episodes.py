@@ -91,19 +91,37 @@ def faults(summary: str, person_language: str | None) -> list[str]:
     return found
 
 
+OPENERS = {"en": "The person", "hr": "Osoba", "de": "Die Person", "fr": "La personne", "es": "La persona",
+           "it": "La persona", "sl": "Oseba", "pt": "A pessoa", "nl": "De persoon", "pl": "Osoba", "cs": "Osoba"}
+CITATION = re.compile(r"\s*\[[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\]", re.I)
+
+
 def instructions(person_language: str | None, broken: list[str]) -> str:
+    """The summariser's brief. No example summary: a small model copies an example into the person's memory."""
     name = LANGUAGE_NAMES.get(person_language or "", "the language the person wrote in")
-    text = (f"You write the memory of a conversation. Summarise what the person wanted and what was settled, in {name}, "
-            "in the third person (write 'the person'; never 'I' or 'you'), in at most 60 words. "
-            "No code, no commands, no web or e-mail addresses, no passwords, keys or tokens. Write only the summary.")
+    text = (f"You keep a short memory of a conversation between a person and an assistant. Write one summary of what "
+            f"the person asked for and what was settled or found, in {name}, in the third person: the person and the "
+            "assistant, never I, me, my, you or your. At most 60 words, in plain sentences. Describe code, commands and "
+            "addresses in plain words instead of quoting them; no passwords, keys or tokens. Reply with the summary only.")
     if broken:
         text += f" The last summary was refused ({', '.join(broken)}): write it again, keeping the rules."
     return text
 
 
+def request(person_language: str | None, conversation: str) -> str:
+    """The summariser's message: the transcript as material, and the task again after it (small models follow the
+    last instruction they read, and would otherwise answer the conversation's last question)."""
+    name = LANGUAGE_NAMES.get(person_language or "", "the language the person wrote in")
+    opener = OPENERS.get(person_language or "")
+    start = f', starting with "{opener}"' if opener else ""
+    return (f"The conversation to summarise:\n\n{conversation}\n\n"
+            f"Write the third-person summary of this conversation now, in {name}{start}.")
+
+
 def transcript(messages: list[dict[str, str]], tokens: int) -> str:
+    """The conversation as lines; the answers' citations (`[id]`) are dropped: an id means nothing in an episode."""
     kept = prompt.fit(messages, tokens)
-    return "\n".join(f"{'Person' if m['role'] == 'user' else 'Assistant'}: {m['content']}" for m in kept)
+    return "\n".join(f"{'Person' if m['role'] == 'user' else 'Assistant'}: {CITATION.sub('', m['content'])}" for m in kept)
 
 
 def end_session(services: Services, caller: Caller, agent: Agent, messages: list[dict[str, str]],
@@ -125,7 +143,8 @@ def end_session(services: Services, caller: Caller, agent: Agent, messages: list
     try:
         text = transcript(messages, max(tier.context_tokens - SUMMARY_TOKENS - 200, 256))
         for _attempt in range(2):
-            convo = [{"role": "system", "content": instructions(person, broken)}, {"role": "user", "content": text}]
+            convo = [{"role": "system", "content": instructions(person, broken)},
+                     {"role": "user", "content": request(person, text)}]
             cost = prompt.estimate(convo)
             held = store.round(gen, caller.subject, day, limit=limit, settle=unsettled, want=cost + SUMMARY_TOKENS,
                                least=cost + services.limits.min_completion)

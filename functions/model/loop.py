@@ -139,11 +139,12 @@ class Turn:
         tools = s.tools.for_agent(agent, self.caller, self.deadline)
         constrained = tier.tool_mode == "constrained"
         system = prompt.system(agent.brief, self.day.isoformat(), tools=[t for t, _ in tools.values()],
-                               constrained=constrained, recalled=recalled,
-                               memory_tools=bool(MEMORY_TOOLS & set(tools)))
-        room = tier.context_tokens - tier.max_tokens - prompt.likely(system) - prompt.likely(
+                               constrained=constrained, memory_tools=bool(MEMORY_TOOLS & set(tools)))
+        notes = prompt.memory_block(recalled) if recalled else ""
+        room = tier.context_tokens - tier.max_tokens - prompt.likely(system + notes) - prompt.likely(
             [t.listing() for t, _ in tools.values()])
-        convo: list[dict[str, Any]] = [{"role": "system", "content": system}, *prompt.fit(self.messages, max(room, 64))]
+        convo: list[dict[str, Any]] = [{"role": "system", "content": system},
+                                       *prompt.with_notes(prompt.fit(self.messages, max(room, 64)), recalled)]
         steps = Steps(self, tools, shown, convo, constrained, Offered(written(self.messages)))
         calls_left = min(MAX_CALLS, agent.steps) if tools else 0
         if self.approvals:

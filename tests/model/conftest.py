@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 from agentfn.cli.postgres import free_port
+from agentfn.model import weights
 from support import Gunicorn
 from werkzeug.serving import make_server
 
@@ -197,7 +198,7 @@ def model_env(model_dsn, issuer, engine, tools, memory, page, registry_file, ser
             "AGENTFN_SERVICE_TOKEN_FILE": str(service_token_file), "AGENTFN_TIERS": "fast,small,offline",
             "AGENTFN_APPROVAL_KEY_FILE": str(approval_key_file),
             **tier_env("fast", engine.url + "/v1", "native"), **tier_env("small", engine.url + "/v1", "constrained"),
-            **tier_env("offline", f"http://127.0.0.1:{offline_port}/v1", "constrained", MODEL="SmolLM2-135M-Instruct",
+            **tier_env("offline", f"http://127.0.0.1:{offline_port}/v1", "constrained", MODEL=weights.chosen().alias,
                        DEADLINE_SECONDS="240", MAX_TOKENS="40", CONTEXT_TOKENS="2048", TEMPERATURE="0"),
             "AGENTFN_TOOL_TIMEOUT_SECONDS": str(TOOL_TIMEOUT), "AGENTFN_THREADS": "8", "AGENTFN_LOG_LEVEL": "INFO"}
 
