@@ -271,6 +271,8 @@ class Stack:
             self.console.print(f"{name:9} {value}", soft_wrap=True, highlight=False)
 
     def down(self) -> None:
+        if not self.owns_postgres and not any(part.process for part in self.parts):
+            return  # refused before anything started: nothing to stop, nothing to say
         for part in reversed(self.parts):
             if part.process and part.process.poll() is None:
                 os.killpg(part.process.pid, signal.SIGTERM)

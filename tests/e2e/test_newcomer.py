@@ -1,6 +1,6 @@
 """A newcomer's first hour, end to end: a fresh clone, the README's first command, the tour through the CLI.
 
-Everything is real and offline: embedded Postgres, the multilingual embedder, SmolLM2-135M on llama.cpp
+Everything is real and offline: embedded Postgres, the multilingual embedder, the default shipped model (Qwen2.5-Coder-1.5B) on llama.cpp
 (greedy), every function under gunicorn behind the dev gateway. The small model's wording is never
 asserted; the events, the records and the entries are. The dev upstreams behind the read tools are the
 one test double (the platform services), as in `agentfn up` itself.
@@ -194,8 +194,9 @@ def test_the_first_command_shows_progress_then_one_banner(platform):
     banner = shown[shown.index(BANNER):]
     assert platform.url in banner and "agentfn token alice --groups developers,platform-users" in banner
     assert "agentfn chat code-reviewer" in banner
+    assert "Qwen2.5-Coder-1.5B-Instruct offline on llama.cpp (AGENTFN_ENGINE_MODEL=qwen2.5-coder-1.5b)" in banner
     resident = int(re.search(r"(\d+) MiB resident", banner).group(1))
-    assert 100 < resident < 2048, resident
+    assert 1500 < resident < 4096, resident  # the engine alone holds the 1.1 GB model and its caches
 
 
 @pytest.mark.parametrize(("method", "path"), [
