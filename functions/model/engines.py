@@ -5,6 +5,9 @@ engines that emit no native tool calls: the reply is held to a JSON Schema (`res
 either `{"answer": "..."}` or `{"tool": NAME, "arguments": {...}}`, and the answer is streamed while its
 JSON string is still arriving (`AnswerStream`); a round without tools is held to `{"answer": "..."}`.
 
+Every message reaches the engine with the special-token markers of the common chat templates broken
+(`neutral_messages`): what a person, a note, a tool or a page says can not open or close a turn.
+
 The stream is read by a pump thread into a queue, so the turn's deadline is kept on the wall clock
 even when an engine stalls in the middle of a reply: the waiting side gives up at the deadline.
 
