@@ -8,14 +8,36 @@ import json
 import re
 from typing import Any
 
-CHARS_PER_TOKEN = 3  # conservative for English and Croatian text: estimates err towards holding more
+ASCII_PER_TOKEN = 3  # English and Croatian prose: SmolLM2 counts 300 ASCII characters as 74 tokens
 MEMORY_KINDS = {"preferences": ["preference", "episode"], "facts": ["fact", "preference", "episode"]}
 
 
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=lambda o: o.__dict__)
+
+
 def estimate(value: Any) -> int:
-    """Tokens a prompt or a text will cost, before the engine says; errs high."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=lambda o: o.__dict__)
-    return len(text) // CHARS_PER_TOKEN + 8
+    """Tokens a prompt or a text may cost at most: what the budget holds before the engine says.
+
+    Its UTF-8 bytes: a token of a byte-level BPE (GPT-2's, Llama 3's, Qwen's, SmolLM's) or of a
+    SentencePiece model with byte fallback holds at least one byte, so no engine counts more. A structure
+    counts as its JSON, whose quotes and keys outweigh a chat template's few tokens per message. ASCII
+    prose is held about 4x high; each round settles to the engine's own count, so only the hold is high.
+    """
+    return len(_text(value).encode("utf-8", "surrogatepass")) + 8
+
+
+def likely(value: Any) -> int:
+    """Tokens the engine will likely count, for fitting the context: ASCII at 3 characters a token (prose
+    is 4), any other character at its UTF-8 bytes (a bound: 300 emoji are 899 tokens, 300 CJK 299).
+
+    Not a bound for ASCII chosen to tokenize badly: such a prompt may not fit, and the engine refuses it
+    (a problem for the turn); the budget holds `estimate`, so nothing is spent beyond the hold.
+    """
+    text = _text(value)
+    data = text.encode("utf-8", "surrogatepass")
+    ascii_chars = sum(1 for c in text if c < "\x80")
+    return ascii_chars // ASCII_PER_TOKEN + (len(data) - ascii_chars) + 8
 
 
 def memory_block(recalled: list[dict[str, Any]]) -> str:
