@@ -130,30 +130,51 @@ def steps_of(found: list[tuple[str, dict]]) -> list[dict]:
     return [d for n, d in found if n == "step"]
 
 
+SINGLE = ("needs_approval", "declined", "repeat")  # steps streamed once: nothing ran, or the earlier result
+
+
 def check_turn(found: list[tuple[str, dict]], tools: set[str]) -> dict:
-    """The shape every turn has, whatever the model chose: recall first, steps in started/ended pairs of the
-    agent's own tools, deltas, then `done` with the citations among what was recalled, or, when the small
-    model on a busy machine runs out the agent's deadline, the deadline's problem (the loop's bound)."""
+    """The shape every turn has, whatever the model chose: recall first, steps that ran in started/ended
+    pairs of the agent's own tools (a call awaiting approval, declined or repeated is one event), deltas,
+    then `done` with the citations among what was recalled, or, when the small model on a busy machine
+    runs out the agent's deadline, the deadline's problem (the loop's bound)."""
     names = [n for n, _ in found]
     assert names[0] == "recall" and names[-1] in ("done", "error"), names
-    steps = steps_of(found)
+    everything = steps_of(found)
+    single = [s for s in everything if s["status"] in SINGLE]
+    steps = [s for s in everything if s["status"] not in SINGLE]
     pairs = len(steps) // 2 + len(steps) % 2
     assert [s["status"] == "started" for s in steps] == [True, False] * (len(steps) // 2) + [True] * (len(steps) % 2)
-    assert all(s["tool"] in tools for s in steps) and pairs <= 4  # at most 4 calls a turn
+    assert all(s["tool"] in tools for s in everything) and pairs + len(single) <= 4  # at most 4 calls a turn
     end = found[-1][1]
     if names[-1] == "error":
         assert end["status"] == 504 and end["type"].endswith("/deadline") and "generation_id" in end, end
         return end
     recalled = {e["id"] for e in found[0][1]["entries"]}
-    assert set(end["cited"]) <= recalled and end["steps"] == pairs and len(steps) % 2 == 0
+    assert set(end["cited"]) <= recalled and end["steps"] == pairs + len(single) and len(steps) % 2 == 0
+    assert [s["n"] for s in everything if s["status"] == "needs_approval"] == end["pending"]
     return end
 
 
+def turns_of(found: list[tuple[str, dict]]) -> list[list[tuple[str, dict]]]:
+    """The turns of one `chat -m` (the person's answers to approvals go in a second turn): each starts with
+    its recall."""
+    turns: list[list[tuple[str, dict]]] = []
+    for name, data in found:
+        if name == "recall":
+            turns.append([])
+        if turns and name != "approval":
+            turns[-1].append((name, data))
+    return turns
+
+
 def chat_turn(platform: Platform, token: str, ask: str) -> list[tuple[str, dict]]:
-    said = platform.cli("chat", "code-reviewer", "--json", "-m", ask, token=token, check=False)
+    """One message with --yes: the calls it asks approval for run in the approving turn that follows."""
+    said = platform.cli("chat", "code-reviewer", "--json", "--yes", "-m", ask, token=token, check=False)
     found = events(said.stdout)
     assert said.returncode == (0 if found and found[-1][0] == "done" else 1), said.stdout + said.stderr
-    check_turn(found, REVIEWER_TOOLS)
+    for turn in turns_of(found):
+        check_turn(turn, REVIEWER_TOOLS)
     return found
 
 
@@ -221,8 +242,8 @@ def test_the_tour(platform):
     # Run code and open a page: the model chooses; whatever it chose ran as alice and was reported.
     for ask in ("Run this Python code in the sandbox: print(6 * 7)", "Open the page https://example.com and read it"):
         turn = chat_turn(platform, alice, ask)
-        for step in steps_of(turn)[1::2]:
-            assert step["status"] in ("ok", "error") and step["ms"] >= 0
+        for step in [s for s in steps_of(turn) if s["status"] in ("ok", "error")]:
+            assert step["ms"] >= 0
             if step["status"] == "error":
                 assert {"title", "status"} <= set(step["result"])  # a problem, never a traceback
 
@@ -273,7 +294,7 @@ def test_chat_in_a_terminal(platform, tmp_path):
     if preference not in json.dumps(platform.get("/v1/entries", alice).json()):  # the small model may have forgotten it
         platform.cli("memory", "add", preference, "--kind", "preference", "--source", "tour", token=alice)
     session = f"agentfn-chat-{platform.base}"
-    command = f"cd {platform.clone} && AGENTFN_TOKEN={alice} .venv/bin/agentfn chat code-reviewer"
+    command = f"cd {platform.clone} && AGENTFN_TOKEN={alice} .venv/bin/agentfn chat code-reviewer --yes"  # the small model may ask to keep or forget a note
     env = {k: v for k, v in platform.env.items() if k != "TMUX"}
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "150", "-y", "60", command], env=env, check=True)
 
