@@ -24,7 +24,7 @@ from werkzeug.wrappers import Request, Response
 
 from agentfn.shared.problems import PROBLEM_JSON, ProblemError
 
-# The public doors (DESIGN section 9), matched against the whole decoded path: path -> upstream.
+# The public doors, matched against the whole decoded path: path -> upstream.
 ROUTES = (
     (re.compile(r"/v1/entries(/[^/]+)?"), "memory"),
     (re.compile(r"/v1/recall"), "memory"),

@@ -93,7 +93,7 @@ Call = Callable[[Caller, dict[str, Any]], Any]
 
 
 def doors(descriptor: Mapping[str, Any], call: Call) -> Blueprint:
-    """`GET /v1/tool` and `POST /v1/call` (DESIGN section 9) for one tool; `call` does the work as the caller."""
+    """`GET /v1/tool` and `POST /v1/call` for one tool; `call` does the work as the caller."""
     bp = Blueprint("tool", __name__)
     body_schema = LazySchema(call_schema(descriptor))
 

@@ -5,7 +5,7 @@ OpenAI-compatible server, in-process through `xllamacpp`, on loopback only.
 
 Its own process (the dev stack starts it; the model function only ever talks to it over HTTP). It prints
 one JSON line `{"ready": URL}` when it answers, and stops on SIGTERM or SIGINT. With this model native
-`tools` give no tool calls: its tier is configured `TOOL_MODE=constrained` (NOTES.md measured it).
+`tools` give no tool calls: its tier is configured `TOOL_MODE=constrained` (measured).
 """
 
 from __future__ import annotations

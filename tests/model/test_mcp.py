@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"  # 0.x CLIs have no --header (NOTES.md)
+INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"  # 0.x CLIs have no --header
 
 
 async def session_do(url: str, token: str | None, work):

@@ -1,6 +1,6 @@
 """One end-to-end turn on the real offline engine (SmolLM2-135M on llama.cpp), a real tool and real memory.
 
-It asserts the stream's shape and the record, not the small model's judgement: NOTES.md measured that it
+It asserts the stream's shape and the record, not the small model's judgement: measurement showed that it
 picks the right tool about half the time. Greedy decoding (temperature 0) keeps this turn repeatable.
 """
 
