@@ -258,7 +258,8 @@ def test_the_tour(platform):
     # End the session: the summary is written on the fast tier and kept by the model function, as itself,
     # for alice, or, when it breaks the episode rules twice (the 135M model often writes "I" or too much),
     # refused with the rules it broke and nothing kept. Either way the screen and memory agree.
-    ended = platform.cli("chat", "code-reviewer", token=alice,
+    # --yes: a piped line would otherwise answer the approval the model may ask for, and /end with it.
+    ended = platform.cli("chat", "code-reviewer", "--yes", token=alice,
                          stdin="Remember that I review Python code on Fridays.\n/end\n/quit\n")
     episodes = platform.get("/v1/entries", alice, kind="episode").json()["entries"]
     if "episode kept" in ended.stdout:
