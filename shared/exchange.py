@@ -21,6 +21,8 @@ Configuration (environment):
 | `AGENTFN_TOKEN_EXCHANGE_URL` | the issuer's `/token` | the issuer's token endpoint |
 | `AGENTFN_EXCHANGE_TOKEN_FILE` | `/var/run/secrets/agentfn/exchange-token` | this workload's token for client authentication (read on each exchange) |
 | `AGENTFN_TOKEN_EXCHANGE_CLIENT_ID` | (none) | `client_id` sent along, for issuers that want it with a client assertion |
+| `AGENTFN_TOKEN_EXCHANGE_CLIENT_SECRET_FILE` | (none) | a client secret instead of the assertion (HTTP Basic with the client id; read on each exchange), for issuers that take no workload token |
+| `AGENTFN_TOKEN_EXCHANGE_TOKEN_TYPE` | `urn:ietf:params:oauth:token-type:access_token` | `requested_token_type` (`...:jwt` where the issuer's access tokens are otherwise opaque) |
 | `AGENTFN_TOKEN_EXCHANGE_TIMEOUT_SECONDS` | `3` | bound on one exchange |
 | `AGENTFN_TOKEN_EXCHANGE_CACHE` | `4096` | exchanged tokens kept (least recently used go first) |
 """
@@ -57,10 +59,13 @@ def _problem(status: int, detail: str) -> ExchangeFailed:
 
 class TokenExchange:
     def __init__(self, *, mode: str, url: str, token_file: str, client_id: str | None = None, timeout: float = 3.0,
-                 size: int = 4096):
+                 size: int = 4096, secret_file: str | None = None, token_type: str = ACCESS_TOKEN):
         if mode not in ("exchange", "raw"):
             raise RuntimeError("AGENTFN_TOKEN_FORWARDING is `exchange` or `raw`")
+        if secret_file and not client_id:
+            raise RuntimeError("AGENTFN_TOKEN_EXCHANGE_CLIENT_SECRET_FILE needs AGENTFN_TOKEN_EXCHANGE_CLIENT_ID")
         self.mode, self.url, self.token_file, self.client_id = mode, url, token_file, client_id
+        self.secret_file, self.token_type = secret_file, token_type
         self.timeout, self.size = timeout, size
         self._cache: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
         self._lock = threading.Lock()
@@ -74,7 +79,9 @@ class TokenExchange:
                    token_file=env.get("AGENTFN_EXCHANGE_TOKEN_FILE", "/var/run/secrets/agentfn/exchange-token"),
                    client_id=env.get("AGENTFN_TOKEN_EXCHANGE_CLIENT_ID") or None,
                    timeout=float(env.get("AGENTFN_TOKEN_EXCHANGE_TIMEOUT_SECONDS", "3")),
-                   size=int(env.get("AGENTFN_TOKEN_EXCHANGE_CACHE", "4096")))
+                   size=int(env.get("AGENTFN_TOKEN_EXCHANGE_CACHE", "4096")),
+                   secret_file=env.get("AGENTFN_TOKEN_EXCHANGE_CLIENT_SECRET_FILE") or None,
+                   token_type=env.get("AGENTFN_TOKEN_EXCHANGE_TOKEN_TYPE") or ACCESS_TOKEN)
 
     def token_for(self, caller: Caller, audience: str, timeout: float | None = None) -> str:
         """A token for `audience` carrying the caller; raises `ExchangeFailed` when the issuer gives none."""
@@ -97,15 +104,24 @@ class TokenExchange:
 
     # --- the request to the issuer -----------------------------------------------------------------------
 
-    def _assertion(self) -> str:
+    def _credential(self, path: str) -> str:
         try:
-            with open(self.token_file) as f:
-                token = f.read().strip()
+            with open(path) as f:
+                value = f.read().strip()
         except OSError:
-            token = ""
-        if not token:
-            raise _problem(503, "this function has no workload token to authenticate its token exchanges with")
-        return token
+            value = ""
+        if not value:
+            raise _problem(503, "this function has no credential to authenticate its token exchanges with")
+        return value
+
+    def _client_authentication(self) -> tuple[dict[str, str], tuple[str, str] | None]:
+        """Form fields and HTTP Basic credentials that say who asks: the workload token, or a client secret."""
+        if self.secret_file:
+            return {}, (self.client_id, self._credential(self.secret_file))
+        form = {"client_assertion_type": JWT_BEARER, "client_assertion": self._credential(self.token_file)}
+        if self.client_id:
+            form["client_id"] = self.client_id
+        return form, None
 
     def _http(self):
         if self._session is None:
@@ -119,14 +135,12 @@ class TokenExchange:
     def _exchange(self, subject_token: str, audience: str, timeout: float) -> tuple[str, float]:
         import requests
 
+        client, basic = self._client_authentication()
         form = {"grant_type": GRANT, "subject_token": subject_token, "subject_token_type": ACCESS_TOKEN,
-                "requested_token_type": ACCESS_TOKEN, "audience": audience,
-                "client_assertion_type": JWT_BEARER, "client_assertion": self._assertion()}
-        if self.client_id:
-            form["client_id"] = self.client_id
+                "requested_token_type": self.token_type, "audience": audience, **client}
         try:
-            answer = self._http().post(self.url, data=form, timeout=max(timeout, 0.001), allow_redirects=False,
-                                       headers={"Accept": "application/json"})
+            answer = self._http().post(self.url, data=form, auth=basic, timeout=max(timeout, 0.001),
+                                       allow_redirects=False, headers={"Accept": "application/json"})
         except requests.Timeout:
             raise _problem(504, f"the token issuer did not answer within {timeout:.1f} s") from None
         except requests.RequestException:
