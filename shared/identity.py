@@ -94,7 +94,7 @@ class KeySet(jwt.PyJWKClient):
 
     def __init__(self, trust: Trust):
         context = ssl.create_default_context(cafile=trust.ca_file) if trust.ca_file else None
-        super().__init__(trust.jwks_url, cache_keys=False, lifespan=300, timeout=5, ssl_context=context,
+        super().__init__(trust.jwks_url, cache_keys=True, lifespan=300, timeout=5, ssl_context=context,
                          cooldown_duration=trust.cooldown)
         self.token_file = trust.token_file
 

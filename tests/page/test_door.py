@@ -116,3 +116,17 @@ def test_the_door_answers_as_documented(case, issuer):
     response = case.call(headers={"Authorization": f"Bearer {issuer.exchanged('agentfn:page', 'schemathesis-caller')}"})
     assert response.status_code < 500, response.text
     case.validate_response(response)
+
+
+@pytest.mark.parametrize("token", [
+    pytest.param(lambda i: i.caller_token("a-caller"), id="the caller's own gateway token"),
+    pytest.param(lambda i: i.exchanged("agentfn:tool:platform_status", "a-caller"), id="exchanged for a tool"),
+    pytest.param(lambda i: i.exchanged("agentfn:memory", "a-caller"), id="exchanged for memory"),
+])
+def test_the_fetcher_takes_only_a_token_exchanged_for_it(page, issuer, lab, token):
+    """Never callable on its own: by signature, not only because no route leads here."""
+    before = len(lab.public_hits())
+    response = requests.post(page.url + "/v1/open", json={"url": f"{PUB}/article"}, timeout=10,
+                             headers={"Authorization": f"Bearer {token(issuer)}"})
+    assert response.status_code == 401, response.text
+    assert lab.public_hits()[before:] == []
