@@ -216,7 +216,7 @@ def bearer_token() -> str:
 
 def _subject(claims: dict) -> str:
     sub = claims.get("sub")
-    if not isinstance(sub, str) or not sub or len(sub) > 255:
+    if not isinstance(sub, str) or not sub or len(sub) > 255 or "\x00" in sub:  # Postgres text holds no NUL
         raise unauthorized("the token's subject is invalid")
     return sub
 

@@ -76,6 +76,7 @@ FORGED = {
     "no sub": lambda i: i.sign(claims(i, sub=None)),
     "no exp": lambda i: i.sign(claims(i, exp=None)),
     "groups not a list": lambda i: i.sign(claims(i, groups="admins")),
+    "a NUL in sub": lambda i: i.sign(claims(i, sub="mallory\x00admin")),
     "not a JWT": lambda i: "not.a.jwt",
     "empty": lambda i: "",
 }
