@@ -29,9 +29,13 @@ Configuration (environment):
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import http.client
+import json
 import threading
 import time
+import urllib.parse
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -46,6 +50,7 @@ ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"
 JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 MARGIN = 30  # seconds: an exchanged token is renewed this long before it expires (a call takes up to 15 s)
 PROBLEMS = "https://agentfn.dev/problems/"
+MAX_BYTES = 64 * 1024  # a token response is a few kilobytes
 
 
 class ExchangeFailed(ProblemError):
@@ -69,7 +74,6 @@ class TokenExchange:
         self.timeout, self.size = timeout, size
         self._cache: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
         self._lock = threading.Lock()
-        self._session = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> TokenExchange:
@@ -123,46 +127,47 @@ class TokenExchange:
             form["client_id"] = self.client_id
         return form, None
 
-    def _http(self):
-        if self._session is None:
-            import requests  # on first use: a tool's cold start does not pay for it
-
-            session = requests.Session()
-            session.trust_env = False  # the token endpoint is configured; no proxy from the environment sees tokens
-            self._session = session
-        return self._session
-
     def _exchange(self, subject_token: str, audience: str, timeout: float) -> tuple[str, float]:
-        import requests
-
         client, basic = self._client_authentication()
         form = {"grant_type": GRANT, "subject_token": subject_token, "subject_token_type": ACCESS_TOKEN,
                 "requested_token_type": self.token_type, "audience": audience, **client}
-        try:
-            answer = self._http().post(self.url, data=form, auth=basic, timeout=max(timeout, 0.001),
-                                       allow_redirects=False, headers={"Accept": "application/json"})
-        except requests.Timeout:
-            raise _problem(504, f"the token issuer did not answer within {timeout:.1f} s") from None
-        except requests.RequestException:
-            raise _problem(503, "the token issuer is not answering") from None
-        body = _json(answer)
-        if answer.status_code != 200:
-            error = body.get("error") if isinstance(body.get("error"), str) else f"HTTP {answer.status_code}"
+        headers = {"Accept": "application/json", "Content-Type": "application/x-www-form-urlencoded"}
+        if basic:  # RFC 6749 section 2.3.1: both parts form-encoded, then Basic
+            pair = f"{urllib.parse.quote_plus(basic[0])}:{urllib.parse.quote_plus(basic[1])}"
+            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+        status, body = self._post(urllib.parse.urlencode(form).encode(), headers, max(timeout, 0.001))
+        if status != 200:
+            error = body.get("error") if isinstance(body.get("error"), str) else f"HTTP {status}"
             # invalid_grant: the caller's token itself was refused; anything else is this function's setup.
-            status = 401 if error == "invalid_grant" else (502 if answer.status_code >= 500 else 403)
-            raise _problem(status, f"the token issuer refused the exchange for {audience[:100]}: {error[:60]}")
+            code = 401 if error == "invalid_grant" else (502 if status >= 500 else 403)
+            raise _problem(code, f"the token issuer refused the exchange for {audience[:100]}: {error[:60]}")
         token = body.get("access_token")
         if not isinstance(token, str) or not token:
             raise _problem(502, "the token issuer answered without an access token")
         return token, time.time() + _lifetime(body, token) - MARGIN
 
-
-def _json(answer) -> dict[str, Any]:
-    try:
-        body = answer.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
+    def _post(self, data: bytes, headers: dict[str, str], timeout: float) -> tuple[int, dict[str, Any]]:
+        """POST to the token endpoint with the standard library's http.client (a tool has it loaded already: no
+        second HTTP stack on a cold start), no redirects, no proxy, one connection per exchange."""
+        parts = urllib.parse.urlsplit(self.url)
+        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = kind(parts.hostname, parts.port, timeout=timeout)
+        try:
+            conn.request("POST", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), body=data,
+                         headers=headers)
+            response = conn.getresponse()
+            raw = response.read(MAX_BYTES + 1)
+        except TimeoutError:
+            raise _problem(504, f"the token issuer did not answer within {timeout:.1f} s") from None
+        except (OSError, http.client.HTTPException):
+            raise _problem(503, "the token issuer is not answering") from None
+        finally:
+            conn.close()
+        try:
+            body = json.loads(raw) if len(raw) <= MAX_BYTES else {}
+        except ValueError:
+            body = {}
+        return response.status, body if isinstance(body, dict) else {}
 
 
 def _lifetime(body: dict[str, Any], token: str) -> float:
