@@ -115,6 +115,8 @@ schema = schemathesis.pytest.from_fixture("page_schema")
 def test_the_door_answers_as_documented(case, issuer):
     response = case.call(headers={"Authorization": f"Bearer {issuer.exchanged('agentfn:page', 'schemathesis-caller')}"})
     assert response.status_code < 500, response.text
+    if response.status_code == 413:
+        return  # a body over the door's byte cap is refused (as documented) before its schema is read
     case.validate_response(response)
 
 
