@@ -22,7 +22,7 @@ def descriptor_file(tool: str) -> dict:
 
 @pytest.mark.parametrize("tool", TOOLS)
 def test_the_door_serves_the_file_unchanged(every_tool, issuer, tool):
-    response = requests.get(every_tool[tool].url + "/v1/tool", headers=issuer.headers("reader", ["platform-users"]))
+    response = requests.get(every_tool[tool].url + "/v1/tool", headers=issuer.tool_headers(tool, "reader", ["platform-users"]))
     assert response.status_code == 200
     assert response.json() == descriptor_file(tool)
     assert list(response.json()) == ["name", "description", "input_schema", "callable_alone", "mcp", "changes_state"]
