@@ -122,7 +122,9 @@ class Bench:
         self.issuer = DevIssuer(self.tmp / "issuer", f"http://127.0.0.1:{port}")
         self._issuer = make_server("127.0.0.1", port, issuer_app(self.issuer), threaded=True)
         threading.Thread(target=self._issuer.serve_forever, daemon=True).start()
+        # Raw forwarding: this measures the loop; what token exchange adds is bench_identity.py's measure.
         ident = {"AGENTFN_JWT_ISSUER": self.issuer.url, "AGENTFN_JWKS_URL": self.issuer.jwks_url,
+                 "AGENTFN_TOKEN_FORWARDING": "raw",
                  "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": SERVICE}
         engine_port = free_port()
         self.engine_process = subprocess.Popen([sys.executable, "-c", ENGINE_MAIN, str(engine_port),

@@ -87,7 +87,9 @@ def inside(args) -> None:
         issuer = DevIssuer(work / "issuer", f"http://127.0.0.1:{issuer_port}")
         web = make_server("127.0.0.1", issuer_port, issuer_app(issuer), threaded=True)
         threading.Thread(target=web.serve_forever, daemon=True).start()
+        # Raw forwarding: the caller's own token at the door (the exchange's cost is bench_identity.py's measure).
         env = {**os.environ, "AGENTFN_JWT_ISSUER": issuer.url, "AGENTFN_JWKS_URL": issuer.jwks_url,
+               "AGENTFN_TOKEN_FORWARDING": "raw",
                "AGENTFN_DATABASE_URL": postgres.dsn("agentfn_page", password), "AGENTFN_DNS_SERVERS": "127.0.0.1:53",
                "AGENTFN_PAGE_DAILY_PAGES": "1000000", "AGENTFN_LOG_LEVEL": "WARNING", "AGENTFN_BIND": "127.0.0.1"}
 

@@ -210,7 +210,9 @@ def main() -> None:
     issuer = DevIssuer(work / "issuer", f"http://127.0.0.1:{issuer_port}")
     issuer_server = make_server("127.0.0.1", issuer_port, issuer_app(issuer), threaded=True)
     threading.Thread(target=issuer_server.serve_forever, daemon=True).start()
-    identity = {"AGENTFN_JWT_ISSUER": issuer.url, "AGENTFN_JWKS_URL": issuer.jwks_url, "AGENTFN_LOG_LEVEL": "WARNING"}
+    # Raw forwarding: the caller's own token at the door (the exchange's cost is bench_identity.py's measure).
+    identity = {"AGENTFN_JWT_ISSUER": issuer.url, "AGENTFN_JWKS_URL": issuer.jwks_url, "AGENTFN_LOG_LEVEL": "WARNING",
+                "AGENTFN_TOKEN_FORWARDING": "raw"}
     headers = {"Authorization": f"Bearer {issuer.caller_token('bench', GROUPS)}"}
     upstreams = {t: Served(importlib.import_module(f"agentfn.{t}.dev_upstream").create_app(identity)) for t in READ_TOOLS}
     pg = Postgres(work / "pg")

@@ -3,10 +3,11 @@
     gunicorn -c python:agentfn.shared.gunicorn_conf 'agentfn.cli.gateway:create_app()'
 
 It stands where the platform's gateway (Gateway API routes in a cluster) stands: memory's `/v1/entries*`
-and `/v1/recall`, the model function's `/v1/agents*`, `/v1/tools*` and `/mcp`. Every other path is 404
+and `/v1/recall`, the model function's `/v1/agents*`, `/v1/tools*`, `/mcp` and its protected-resource
+metadata (RFC 9728, `/.well-known/oauth-protected-resource[/mcp]`). Every other path is 404
 whatever the method, `/internal/*` above all, and the page fetcher and the tool functions are never
-reached. It checks no token itself: every function verifies the caller's JWT, which passes through
-unchanged. Responses stream through as they come, so a turn's events arrive one by one.
+reached. It checks no token itself: memory and the model function verify the caller's JWT, which passes
+through unchanged. Responses stream through as they come, so a turn's events arrive one by one.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from werkzeug.wrappers import Request, Response
 
 from agentfn.shared.problems import PROBLEM_JSON, ProblemError
 
-# The public doors (DESIGN section 9), matched against the whole decoded path: path -> upstream.
+# The public doors, matched against the whole decoded path: path -> upstream.
 ROUTES = (
     (re.compile(r"/v1/entries(/[^/]+)?"), "memory"),
     (re.compile(r"/v1/recall"), "memory"),
     (re.compile(r"/v1/agents(/[^/]+)*"), "model"),
     (re.compile(r"/v1/tools(/[^/]+)*"), "model"),
     (re.compile(r"/mcp/?"), "model"),
+    (re.compile(r"/\.well-known/oauth-protected-resource(/mcp)?"), "model"),
 )
 MAX_BODY = 1024 * 1024  # larger than any door takes: the function itself answers 413 below this
 TIMEOUT = (5, 600)  # connect; read between two chunks (a turn on a small CPU engine pauses long)

@@ -82,6 +82,9 @@ def token(subject: str = typer.Argument(None, help="the subject (`sub`) of a cal
           groups: str = typer.Option("", help="comma-separated groups of the caller"),
           service: str = typer.Option(None, help="mint a service token for this account instead, "
                                                  "e.g. system:serviceaccount:agentfn:agentfn-model"),
+          audience: str = typer.Option(None, help="the token's audience (default: agentfn for a caller, agentfn-memory "
+                                                  "for a service); /mcp takes only its resource URL, "
+                                                  "e.g. http://127.0.0.1:8800/mcp"),
           ttl: int = typer.Option(3600, help="seconds the token is valid")):
     """Print a dev token from the local dev issuer: a caller token, or with --service a service token."""
     if (subject is None) == (service is None):
@@ -91,6 +94,8 @@ def token(subject: str = typer.Argument(None, help="the subject (`sub`) of a cal
         door, body = "/v1/service-tokens", {"account": service}
     else:
         door, body = "/v1/tokens", {"subject": subject, "groups": [g for g in groups.split(",") if g], "ttl": ttl}
+    if audience:
+        body["audience"] = audience
     try:
         response = requests.post(ISSUER + door, json=body, timeout=5)
     except requests.ConnectionError:

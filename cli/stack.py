@@ -32,6 +32,12 @@ ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 PR_SET_PDEATHSIG = 1
 SERVICE_ACCOUNT = "system:serviceaccount:agentfn:agentfn-model"
+
+
+def account(part: str) -> str:
+    """The service account a part runs as, as in the chart (`agentfn-<part>` in namespace agentfn)."""
+    return f"system:serviceaccount:agentfn:agentfn-{part.replace('_', '-')}"
+
 # The gateway on the base port and the parts above it: AGENTFN_DEV_PORT_BASE moves them all.
 BASE = int(os.environ.get("AGENTFN_DEV_PORT_BASE", "8800"))
 READS = ("platform_status", "list_models", "radar_latest")
@@ -86,6 +92,8 @@ class Stack:
         self.parts: list[Part] = []
         self.owns_postgres = False  # a start refused before Postgres (a port taken) leaves a running one alone
         self.service_token_file = self.var / "secrets" / "memory-token"
+        # Each part that exchanges tokens authenticates at the issuer with its own workload token (audience: the issuer).
+        self.exchange_token_files = {part: self.var / "secrets" / f"exchange-token-{part}" for part in ("model", *READS)}
         self.started = time.monotonic()
         self.model: weights.Model | None = None  # the offline engine's, when it is started
 
@@ -126,7 +134,22 @@ class Stack:
     def identity_env(self) -> dict[str, str]:
         issuer = f"http://{HOST}:{PORTS['issuer']}"
         return {"AGENTFN_JWT_ISSUER": issuer, "AGENTFN_JWKS_URL": f"{issuer}/.well-known/jwks.json",
-                "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": SERVICE_ACCOUNT}
+                "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": SERVICE_ACCOUNT, "AGENTFN_TRUSTED_ACTORS": SERVICE_ACCOUNT}
+
+    def exchange_clients(self) -> str:
+        """Who may exchange what at the dev issuer: the model function toward every part, each read tool toward
+        its upstream (the configuration a real issuer keeps as clients and their allowed audiences)."""
+        clients = {SERVICE_ACCOUNT: {"subject_audiences": ["agentfn", self.mcp_resource],
+                                     "audiences": ["agentfn:memory", "agentfn:page",
+                                                   *(f"agentfn:tool:{tool}" for tool in (*READS, "run_code"))]}}
+        for tool in READS:
+            clients[account(tool)] = {"subject_audiences": [f"agentfn:tool:{tool}"],
+                                      "audiences": [f"agentfn:upstream:{tool}"]}
+        return json.dumps(clients)
+
+    @property
+    def mcp_resource(self) -> str:
+        return f"http://{HOST}:{PORTS['gateway']}/mcp"
 
     def tier_env(self) -> tuple[dict[str, str], bool]:
         """The model function's tiers, and whether the offline engine is needed for them."""
@@ -145,7 +168,8 @@ class Stack:
         tiers, offline = self.tier_env()
         self.parts = [
             Part("issuer", "agentfn.shared.dev_issuer:create_app()", PORTS["issuer"],
-                 {**ident, "AGENTFN_DEV_ISSUER_DIR": str(self.var / "issuer")}, ready="/healthz"),
+                 {**ident, "AGENTFN_DEV_ISSUER_DIR": str(self.var / "issuer"),
+                  "AGENTFN_DEV_ISSUER_CLIENTS": self.exchange_clients()}, ready="/healthz"),
             Part("registry", "operator local mode over examples/", None, doing="reconciling examples/",
                  argv=[str(BIN / "python"), "-m", "agentfn_operator.local", str(ROOT / "examples"),
                        "--out", str(registry), "--watch"], ready_file=registry),
@@ -164,9 +188,11 @@ class Stack:
         for tool in READS:  # each read tool and the dev upstream (a test double) standing for its service
             upstream = f"{tool}-upstream"
             self.parts += [
-                Part(upstream, f"agentfn.{tool}.dev_upstream:create_app()", PORTS[upstream], ident, ready="/healthz"),
+                Part(upstream, f"agentfn.{tool}.dev_upstream:create_app()", PORTS[upstream],
+                     {**ident, "AGENTFN_TRUSTED_ACTORS": account(tool)}, ready="/healthz"),
                 Part(tool, f"agentfn.{tool}.app:create_app()", PORTS[tool],
-                     {**ident, f"AGENTFN_{tool.upper()}_UPSTREAM_URL": url[upstream]}),
+                     {**ident, f"AGENTFN_{tool.upper()}_UPSTREAM_URL": url[upstream],
+                      "AGENTFN_EXCHANGE_TOKEN_FILE": str(self.exchange_token_files[tool])}),
             ]
         self.parts += [
             Part("run_code", "agentfn.run_code.app:create_app()", PORTS["run_code"],
@@ -176,6 +202,8 @@ class Stack:
                   "AGENTFN_MEMORY_URL": url["memory"], "AGENTFN_PAGE_URL": url["page"],
                   "AGENTFN_SERVICE_TOKEN_FILE": str(self.service_token_file), "AGENTFN_THREADS": "8",
                   "AGENTFN_APPROVAL_KEY_FILE": str(self.approval_key_file()),
+                  "AGENTFN_EXCHANGE_TOKEN_FILE": str(self.exchange_token_files["model"]),
+                  "AGENTFN_MCP_RESOURCE": self.mcp_resource,
                   **{f"AGENTFN_TOOL_{tool.upper()}_URL": url[tool] for tool in (*READS, "run_code")}}),
             # Ready when a public door answers through it: the model function's 401 to a caller without a token.
             Part("gateway", "agentfn.cli.gateway:create_app()", PORTS["gateway"],
@@ -221,15 +249,22 @@ class Stack:
         raise SystemExit(f"{part.name} was not ready in {timeout:.0f} s; see {self.log_of(part)}")
 
     def rotate_service_token(self) -> None:
-        """The model function's own token for WriteEpisode, as a projected ServiceAccount token would be."""
-        answer = requests.post(f"http://{HOST}:{PORTS['issuer']}/v1/service-tokens", json={"account": SERVICE_ACCOUNT},
-                               timeout=5)
+        """The workload tokens, as projected ServiceAccount tokens would be: the model function's for WriteEpisode
+        (audience memory's service door), and each exchanging part's for the issuer (audience the issuer)."""
+        issuer = f"http://{HOST}:{PORTS['issuer']}"
+        self.write_token(self.service_token_file, SERVICE_ACCOUNT, "agentfn-memory")
+        for part, path in self.exchange_token_files.items():
+            self.write_token(path, SERVICE_ACCOUNT if part == "model" else account(part), issuer)
+
+    def write_token(self, path: Path, service_account: str, audience: str) -> None:
+        answer = requests.post(f"http://{HOST}:{PORTS['issuer']}/v1/service-tokens",
+                               json={"account": service_account, "audience": audience}, timeout=5)
         answer.raise_for_status()
-        self.service_token_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fresh = self.service_token_file.with_suffix(".new")
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fresh = path.with_suffix(".new")
         fresh.write_text(answer.json()["token"])
         fresh.chmod(0o600)
-        os.replace(fresh, self.service_token_file)  # the model function reads it on each use: never half a token
+        os.replace(fresh, path)  # read on each use: never half a token
 
     def up(self) -> None:
         (self.var / "logs").mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,29 @@
 """The dev issuer: an OIDC-style token issuer for the local platform and the tests.
 
-It keeps its own EC key pair in a directory, serves its JWKS on loopback and mints caller tokens
-(`sub`, `groups`, audience `agentfn`) and service tokens shaped like Kubernetes projected
-ServiceAccount tokens (`sub` = `system:serviceaccount:<ns>:<sa>`, audience of the memory service).
-The verifying code in `identity` is the same one used against a real gateway and cluster.
-It is a development tool: it mints a token for whoever asks, so it only ever listens on loopback.
+It keeps its own key pairs in a directory (an EC key it signs with, and an RSA key it also publishes, as
+issuers publish several), serves its JWKS on loopback and mints caller tokens (`sub`, `groups`, audience
+`agentfn`) and service tokens shaped like Kubernetes projected ServiceAccount tokens
+(`sub` = `system:serviceaccount:<ns>:<sa>`, audience of the memory service).
+
+Its token endpoint (`POST /token`) does token exchange (RFC 8693) with the checks a real issuer makes: the
+client authenticates with its workload token (RFC 7523 client assertion: a service token whose audience is
+this issuer), the client must be one configured for exchange, the subject token must verify (signature,
+issuer, expiry) and be meant for that client (an audience the client may present), and the audience asked
+for must be one the client may ask for. The exchanged token keeps `sub` and `groups`, has `aud` = the
+audience asked for, `act` = `{"sub": <client>}` (nesting the subject token's own `act`), and lives minutes.
+Errors are RFC 6749's (`invalid_request`, `invalid_client`, `invalid_grant`, `invalid_target`,
+`unauthorized_client`, `unsupported_grant_type`), never a 500.
+
+The verifying code in `identity` is the same one used against a real gateway and cluster. It is a
+development tool: it mints a token for whoever asks at `/v1/tokens`, so it only ever listens on loopback.
+
+Configuration (environment, for `create_app()`):
+
+| name | default | meaning |
+|---|---|---|
+| `AGENTFN_DEV_ISSUER_DIR` | `var/issuer` | where its keys are kept |
+| `AGENTFN_DEV_ISSUER_CLIENTS` | `{}` | JSON: service account -> `{"subject_audiences": [...], "audiences": [...]}` it may exchange |
+| `AGENTFN_DEV_ISSUER_EXCHANGE_SECONDS` | `300` | lifetime of an exchanged token (never past the subject token's) |
 """
 
 from __future__ import annotations
@@ -13,47 +32,83 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from flask import Flask, jsonify, request
 
 from .identity import SERVICE_ACCOUNT_PREFIX
 
 KEY_FILE = "dev-issuer-key.pem"
+RSA_KEY_FILE = "dev-issuer-rsa-key.pem"
 ALGORITHM = "ES256"
 CALLER_AUDIENCE = "agentfn"
 SERVICE_AUDIENCE = "agentfn-memory"
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+TOKEN_TYPES = ("urn:ietf:params:oauth:token-type:access_token", "urn:ietf:params:oauth:token-type:jwt")
+JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+EXCHANGE_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class ExchangeClient:
+    """What one client (a service account) may exchange: subject tokens meant for `subject_audiences`,
+    for tokens meant for `audiences`."""
+
+    subject_audiences: frozenset[str]
+    audiences: frozenset[str]
+
+
+class ExchangeError(Exception):
+    def __init__(self, error: str, description: str, status: int = 400):
+        super().__init__(description)
+        self.error, self.description, self.status = error, description, status
+
+
+def _key(path: Path, generate):
+    if path.exists():
+        return serialization.load_pem_private_key(path.read_bytes(), password=None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+    return key
 
 
 class DevIssuer:
-    def __init__(self, directory: str | Path, url: str):
+    def __init__(self, directory: str | Path, url: str, clients: Mapping[str, ExchangeClient] | None = None,
+                 exchange_seconds: int = EXCHANGE_SECONDS):
         self.url = url.rstrip("/")
-        path = Path(directory) / KEY_FILE
-        if path.exists():
-            self._key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._key = ec.generate_private_key(ec.SECP256R1())
-            pem = self._key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            )
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(pem)
+        self.clients = dict(clients or {})
+        self.exchange_seconds = exchange_seconds
+        self._key = _key(Path(directory) / KEY_FILE, lambda: ec.generate_private_key(ec.SECP256R1()))
+        self._rsa = _key(Path(directory) / RSA_KEY_FILE, lambda: rsa.generate_private_key(65537, 2048))
         jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(self._key.public_key()))
         self.kid = jwt.PyJWK(jwk).key_id or jwk["x"][:16]
         self.jwk = {**jwk, "kid": self.kid, "use": "sig", "alg": ALGORITHM}
+        rsa_jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self._rsa.public_key()))
+        self.rsa_kid = "rsa-" + rsa_jwk["n"][:16]
+        self.rsa_jwk = {**rsa_jwk, "kid": self.rsa_kid, "use": "sig", "alg": "RS256"}
+
+    @property
+    def token_endpoint(self) -> str:
+        return f"{self.url}/token"
 
     @property
     def jwks_url(self) -> str:
         return f"{self.url}/.well-known/jwks.json"
 
-    def sign(self, claims: dict[str, Any], headers: dict[str, Any] | None = None) -> str:
-        """Sign any claims with the issuer's key (the tests use it to forge near-valid tokens)."""
+    def sign(self, claims: dict[str, Any], headers: dict[str, Any] | None = None, *, rsa_key: bool = False) -> str:
+        """Sign any claims with the issuer's key, EC (ES256) or RSA (RS256) (the tests forge near-valid tokens)."""
+        if rsa_key:
+            return jwt.encode(claims, self._rsa, algorithm="RS256", headers={"kid": self.rsa_kid, **(headers or {})})
         return jwt.encode(claims, self._key, algorithm=ALGORITHM, headers={"kid": self.kid, **(headers or {})})
 
     def _claims(self, sub: str, audience: str, ttl: int) -> dict[str, Any]:
@@ -73,22 +128,98 @@ class DevIssuer:
         claims["kubernetes.io"] = {"namespace": namespace, "serviceaccount": {"name": name, "uid": str(uuid.uuid4())}}
         return self.sign(claims)
 
+    # --- token exchange (RFC 8693) -------------------------------------------------------------------
+
+    def _verify(self, token: str, audience: str | list[str] | None) -> dict[str, Any]:
+        key = self._rsa.public_key() if jwt.get_unverified_header(token).get("kid") == self.rsa_kid else self._key.public_key()
+        return jwt.decode(token, key, algorithms=["ES256", "RS256"], issuer=self.url, audience=audience, leeway=10,
+                          options={"require": ["exp", "iss", "aud", "sub"], "verify_aud": audience is not None})
+
+    def client(self, form: Mapping[str, str]) -> tuple[str, ExchangeClient]:
+        """The authenticated client (RFC 7523 client assertion: its workload token, audience this issuer)."""
+        if form.get("client_assertion_type") != JWT_BEARER or not form.get("client_assertion"):
+            raise ExchangeError("invalid_client", "authenticate with a client_assertion (jwt-bearer)", 401)
+        try:
+            claims = self._verify(form["client_assertion"], [self.url, self.token_endpoint])
+        except (jwt.PyJWTError, ValueError, TypeError):
+            raise ExchangeError("invalid_client", "the client assertion does not verify", 401) from None
+        account = claims["sub"]
+        if form.get("client_id") and form["client_id"] != account:
+            raise ExchangeError("invalid_client", "client_id is not the client assertion's subject", 401)
+        client = self.clients.get(account)
+        if client is None:
+            raise ExchangeError("unauthorized_client", "this client may not exchange tokens")
+        return account, client
+
+    def exchange(self, form: Mapping[str, str]) -> dict[str, Any]:
+        """The token response for one exchange request, or `ExchangeError`."""
+        if form.get("grant_type") != TOKEN_EXCHANGE:
+            raise ExchangeError("unsupported_grant_type", "only token exchange is served here")
+        account, client = self.client(form)
+        subject_token, audience = form.get("subject_token"), form.get("audience")
+        if not subject_token or form.get("subject_token_type") not in TOKEN_TYPES:
+            raise ExchangeError("invalid_request", "send subject_token and an access_token or jwt subject_token_type")
+        if form.get("requested_token_type", TOKEN_TYPES[0]) not in TOKEN_TYPES:
+            raise ExchangeError("invalid_request", "only access tokens are issued here")
+        if not audience or len(getattr(form, "getlist", lambda k: [form.get(k)])("audience")) > 1 or form.get("actor_token"):
+            raise ExchangeError("invalid_request", "send exactly one audience (and no actor_token)")
+        if audience not in client.audiences:
+            raise ExchangeError("invalid_target", "this client may not ask for that audience")
+        try:
+            subject = self._verify(subject_token, sorted(client.subject_audiences))
+        except (jwt.PyJWTError, ValueError, TypeError):
+            raise ExchangeError("invalid_grant", "the subject token does not verify or is not meant for this client") \
+                from None
+        if not isinstance(subject["sub"], str) or subject["sub"].startswith(SERVICE_ACCOUNT_PREFIX):
+            raise ExchangeError("invalid_grant", "the subject token does not name a caller")
+        now = int(time.time())
+        exp = min(now + self.exchange_seconds, int(subject["exp"]))
+        act = {"sub": account, **({"act": subject["act"]} if isinstance(subject.get("act"), dict) else {})}
+        claims = {"iss": self.url, "sub": subject["sub"], "aud": audience, "iat": now, "nbf": now, "exp": exp,
+                  "jti": str(uuid.uuid4()), "groups": subject.get("groups", []), "act": act, "client_id": account}
+        return {"access_token": self.sign(claims), "issued_token_type": TOKEN_TYPES[0], "token_type": "Bearer",
+                "expires_in": exp - now}
+
+
+def clients_from_env(value: str | None) -> dict[str, ExchangeClient]:
+    doc = json.loads(value or "{}")
+    return {account: ExchangeClient(frozenset(c.get("subject_audiences", [])), frozenset(c.get("audiences", [])))
+            for account, c in doc.items()}
+
 
 def create_app(issuer: DevIssuer | None = None) -> Flask:
     """The issuer's HTTP face: discovery, JWKS and a token counter for the dev stack's CLI."""
     if issuer is None:
-        issuer = DevIssuer(os.environ.get("AGENTFN_DEV_ISSUER_DIR", "var/issuer"), os.environ["AGENTFN_JWT_ISSUER"])
+        issuer = DevIssuer(os.environ.get("AGENTFN_DEV_ISSUER_DIR", "var/issuer"), os.environ["AGENTFN_JWT_ISSUER"],
+                           clients_from_env(os.environ.get("AGENTFN_DEV_ISSUER_CLIENTS")),
+                           int(os.environ.get("AGENTFN_DEV_ISSUER_EXCHANGE_SECONDS", str(EXCHANGE_SECONDS))))
     app = Flask("agentfn.dev_issuer")
 
     @app.get("/.well-known/openid-configuration")
+    @app.get("/.well-known/oauth-authorization-server")
     def discovery():
-        """OIDC discovery, so any OIDC-aware client finds the keys."""
-        return jsonify(issuer=issuer.url, jwks_uri=issuer.jwks_url, id_token_signing_alg_values_supported=[ALGORITHM])
+        """OIDC discovery and RFC 8414 metadata, so any OAuth-aware client finds the keys and the token endpoint."""
+        return jsonify(issuer=issuer.url, jwks_uri=issuer.jwks_url, token_endpoint=issuer.token_endpoint,
+                       grant_types_supported=[TOKEN_EXCHANGE], token_endpoint_auth_methods_supported=["private_key_jwt"],
+                       token_endpoint_auth_signing_alg_values_supported=[ALGORITHM, "RS256"],
+                       id_token_signing_alg_values_supported=[ALGORITHM])
 
     @app.get("/.well-known/jwks.json")
     def jwks():
         """The public key set."""
-        return jsonify(keys=[issuer.jwk])
+        return jsonify(keys=[issuer.jwk, issuer.rsa_jwk])
+
+    @app.post("/token")
+    def token():
+        """Token exchange (RFC 8693); errors as RFC 6749 section 5.2 says."""
+        try:
+            answer, status = issuer.exchange(request.form), 200
+        except ExchangeError as e:
+            answer, status = {"error": e.error, "error_description": e.description}, e.status
+        response = jsonify(answer)
+        response.status_code = status
+        response.headers["Cache-Control"] = "no-store"
+        return response
 
     @app.post("/v1/tokens")
     def caller_token():
@@ -97,7 +228,11 @@ def create_app(issuer: DevIssuer | None = None) -> Flask:
         subject, groups = body.get("subject"), body.get("groups", [])
         if not isinstance(subject, str) or not subject or not isinstance(groups, list):
             return jsonify(error="send {subject, groups?}"), 422
-        return jsonify(token=issuer.caller_token(subject, [str(x) for x in groups], ttl=int(body.get("ttl", 3600))))
+        audience = body.get("audience", CALLER_AUDIENCE)
+        if not isinstance(audience, str) or not audience:
+            return jsonify(error="audience is a string"), 422
+        return jsonify(token=issuer.caller_token(subject, [str(x) for x in groups], audience=audience,
+                                                 ttl=int(body.get("ttl", 3600))))
 
     @app.post("/v1/service-tokens")
     def service_token():

@@ -1,22 +1,34 @@
-"""Who is calling: caller JWTs from the platform gateway and service tokens from Kubernetes.
+"""Who is calling: caller JWTs from the platform gateway or the token exchange, and service tokens from Kubernetes.
 
 A caller token names the subject (`sub`) and its rights (`groups`); a service token names a workload
 (`system:serviceaccount:<namespace>:<name>`). Both are JWTs checked against a JWKS with a fixed list of
-asymmetric algorithms. They are told apart by audience, so neither passes the other's door.
+asymmetric algorithms, each bound to the kind of key it fits. They are told apart by audience, so neither
+passes the other's door.
+
+A caller token reaches a part in one of two shapes. The gateway's token (audience `agentfn`) is accepted
+only by the parts the gateway routes to (memory's public doors, the model function). Every other call as
+the caller carries a token the model function got by token exchange (RFC 8693): the same `sub` and
+`groups`, the audience of the part called, and an actor (`act.sub`, or `azp` where the issuer names the
+requesting client there) that must be one this part trusts. A part behind no route (the page fetcher,
+the tools) accepts only those, so it is never callable on its own, by signature and not only by network.
 
 Configuration (environment):
 
 | name | default | meaning |
 |---|---|---|
 | `AGENTFN_JWT_ISSUER` | (required) | `iss` of caller tokens |
-| `AGENTFN_JWT_AUDIENCE` | `agentfn` | `aud` of caller tokens |
+| `AGENTFN_JWT_AUDIENCE` | `agentfn` | `aud` of the gateway's caller tokens |
+| `AGENTFN_EXCHANGED_AUDIENCE` | the part's (`agentfn:memory`, `agentfn:page`, `agentfn:tool:<name>`) | `aud` of exchanged tokens meant for this part |
+| `AGENTFN_TRUSTED_ACTORS` | (none) | comma-separated actors (`act.sub`/`azp`) whose exchanged tokens this part accepts |
+| `AGENTFN_TOKEN_FORWARDING` | `exchange` | `raw`: the weaker setting for issuers without exchange; internal parts accept the gateway's token too |
 | `AGENTFN_JWKS_URL` | (required) | keys of the caller token issuer |
 | `AGENTFN_JWT_LEEWAY_SECONDS` | `10` | clock skew allowed on `exp`/`nbf`/`iat` |
+| `AGENTFN_JWKS_COOLDOWN_SECONDS` | `30` | least time between two fetches of a key set for an unknown `kid` |
 | `AGENTFN_SERVICE_JWT_ISSUER` | the caller issuer | `iss` of service tokens (the cluster's service-account issuer) |
 | `AGENTFN_SERVICE_JWT_AUDIENCE` | `agentfn-memory` | `aud` of service tokens (the projected token's audience) |
 | `AGENTFN_SERVICE_JWKS_URL` | the caller JWKS | keys of the service-account issuer (the API server's `/openid/v1/jwks`) |
 | `AGENTFN_SERVICE_JWKS_CA_FILE` | (none) | CA bundle for the service JWKS (the cluster CA) |
-| `AGENTFN_SERVICE_JWKS_TOKEN_FILE` | (none) | bearer token sent when fetching the service JWKS |
+| `AGENTFN_SERVICE_JWKS_TOKEN_FILE` | (none) | bearer token sent when fetching the service JWKS (read on each fetch: it rotates) |
 | `AGENTFN_TRUSTED_SERVICE_ACCOUNTS` | (none) | comma-separated service accounts allowed at service doors |
 """
 
@@ -27,6 +39,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import wraps
+from typing import Any
 
 import jwt
 from flask import current_app, g, request
@@ -35,17 +48,25 @@ from .problems import forbidden, unauthorized, unavailable
 
 # Asymmetric only: a symmetric algorithm would let anyone holding the public key sign.
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
+# The algorithms each kind of key verifies: a header naming another (RS256 on an EC key) is refused before
+# the signature is checked, where a mismatch would be a TypeError inside the crypto library.
+FITS = {("RSA", None): {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"},
+        ("EC", "P-256"): {"ES256"}, ("EC", "P-384"): {"ES384"}, ("EC", "P-521"): {"ES512"},
+        ("OKP", "Ed25519"): {"EdDSA"}, ("OKP", "Ed448"): {"EdDSA"}}
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 MAX_TOKEN_BYTES = 8192
+GATEWAY_AUDIENCE = "agentfn"
 
 
 @dataclass(frozen=True)
 class Caller:
-    """A verified caller. `token` is kept only to forward it unchanged to tools (it runs as the caller)."""
+    """A verified caller. `token` is the token it came with: the subject token of the next exchange (or, with
+    raw forwarding, what is sent on). `actor` names who exchanged it, None for the gateway's own token."""
 
     subject: str
     groups: tuple[str, ...]
     token: str = field(repr=False)
+    actor: str | None = None
 
 
 @dataclass(frozen=True)
@@ -57,14 +78,35 @@ class Service:
 
 @dataclass(frozen=True)
 class Trust:
-    """One issuer, audience and key set a door accepts."""
+    """One issuer, audience(s) and key set a door accepts."""
 
     issuer: str
-    audience: str
+    audience: str | tuple[str, ...]
     jwks_url: str
     leeway: int = 10
     ca_file: str | None = None
     token_file: str | None = None
+    cooldown: float = 30.0
+
+
+class KeySet(jwt.PyJWKClient):
+    """A JWKS client that reads its bearer token file on each fetch: a projected token rotates hourly."""
+
+    def __init__(self, trust: Trust):
+        context = ssl.create_default_context(cafile=trust.ca_file) if trust.ca_file else None
+        super().__init__(trust.jwks_url, cache_keys=True, lifespan=300, timeout=5, ssl_context=context,
+                         cooldown_duration=trust.cooldown)
+        self.token_file = trust.token_file
+
+    def fetch_data(self) -> Any:
+        if self.token_file:
+            try:
+                with open(self.token_file) as f:
+                    token = f.read().strip()
+            except OSError:
+                raise jwt.PyJWKClientConnectionError("the key set's bearer token file cannot be read") from None
+            self.headers = {"Authorization": f"Bearer {token}"}
+        return super().fetch_data()
 
 
 class Verifier:
@@ -73,19 +115,12 @@ class Verifier:
     def __init__(self, trust: Trust):
         self.trust = trust
         self._lock = threading.Lock()
-        self._client: jwt.PyJWKClient | None = None
+        self._client: KeySet | None = None
 
-    def _jwks(self) -> jwt.PyJWKClient:
+    def _jwks(self) -> KeySet:
         with self._lock:
             if self._client is None:
-                headers = {}
-                if self.trust.token_file:
-                    with open(self.trust.token_file) as f:
-                        headers["Authorization"] = f"Bearer {f.read().strip()}"
-                context = ssl.create_default_context(cafile=self.trust.ca_file) if self.trust.ca_file else None
-                self._client = jwt.PyJWKClient(
-                    self.trust.jwks_url, cache_keys=True, lifespan=300, headers=headers, timeout=5, ssl_context=context
-                )
+                self._client = KeySet(self.trust)
             return self._client
 
     def claims(self, token: str) -> dict:
@@ -96,7 +131,8 @@ class Verifier:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
             raise unauthorized("the token is not a JWT") from None
-        if header.get("alg") not in ALGORITHMS:
+        algorithm = header.get("alg")
+        if algorithm not in ALGORITHMS:
             raise unauthorized("the token's algorithm is not accepted")
         try:
             key = self._jwks().get_signing_key_from_jwt(token)
@@ -105,11 +141,14 @@ class Verifier:
             raise unavailable("the token issuer's keys cannot be fetched; try again shortly") from None
         except jwt.PyJWTError:
             raise unauthorized("the token is signed by an unknown key") from None
+        jwk = getattr(key, "_jwk_data", {})
+        if algorithm not in FITS.get((key.key_type, jwk.get("crv") if key.key_type != "RSA" else None), ()):
+            raise unauthorized("the token's algorithm does not fit its key")
         try:
             return jwt.decode(
                 token,
                 key.key,
-                algorithms=ALGORITHMS,
+                algorithms=[algorithm],
                 audience=self.trust.audience,
                 issuer=self.trust.issuer,
                 leeway=self.trust.leeway,
@@ -127,8 +166,44 @@ class Verifier:
             raise unauthorized(f"the token has no '{e.claim}' claim") from None
         except jwt.InvalidSignatureError:
             raise unauthorized("the token's signature does not verify") from None
-        except jwt.PyJWTError:
+        except (jwt.PyJWTError, TypeError, ValueError, AttributeError):
+            # Whatever else a key and a token can disagree on is a token that does not verify, never a 500.
             raise unauthorized("the token is invalid") from None
+
+
+@dataclass(frozen=True)
+class Door:
+    """Which caller tokens a part takes: the gateway's (audience `gateway`, None: not here) and exchanged
+    ones for its own audience (`own`, None: none) whose actor is in `actors`."""
+
+    gateway: str | None
+    own: str | None
+    actors: frozenset[str] = frozenset()
+
+    @property
+    def audiences(self) -> tuple[str, ...]:
+        return tuple(a for a in (self.gateway, self.own) if a)
+
+
+class CallerVerifier(Verifier):
+    """Caller tokens of one issuer for one `Door`."""
+
+    def __init__(self, trust: Trust, door: Door):
+        super().__init__(Trust(trust.issuer, door.audiences, trust.jwks_url, trust.leeway, cooldown=trust.cooldown))
+        self.door = door
+
+    def actor(self, claims: dict) -> str | None:
+        """Who exchanged the token: `act.sub` (RFC 8693), else the requesting client `azp` names (Keycloak's
+        standard exchange issues no `act`), when the token is meant for this part; None for the gateway's."""
+        audiences = claims.get("aud")
+        audiences = set(audiences) if isinstance(audiences, list) else {audiences}
+        if self.door.own is None or self.door.own not in audiences:
+            return None
+        act = claims.get("act")
+        actor = act.get("sub") if isinstance(act, dict) else claims.get("azp")
+        if not isinstance(actor, str) or actor not in self.door.actors:
+            raise unauthorized("the token was not exchanged by a service this part trusts")
+        return actor
 
 
 def bearer_token() -> str:
@@ -141,20 +216,21 @@ def bearer_token() -> str:
 
 def _subject(claims: dict) -> str:
     sub = claims.get("sub")
-    if not isinstance(sub, str) or not sub or len(sub) > 255:
+    if not isinstance(sub, str) or not sub or len(sub) > 255 or "\x00" in sub:  # Postgres text holds no NUL
         raise unauthorized("the token's subject is invalid")
     return sub
 
 
 def verify_caller(verifier: Verifier, token: str) -> Caller:
     claims = verifier.claims(token)
+    actor = verifier.actor(claims) if isinstance(verifier, CallerVerifier) else None
     subject = _subject(claims)
     if subject.startswith(SERVICE_ACCOUNT_PREFIX):
         raise unauthorized("a service account is not a caller")
     groups = claims.get("groups", [])
     if not isinstance(groups, list) or not all(isinstance(x, str) for x in groups):
         raise unauthorized("the token's groups claim is invalid")
-    return Caller(subject=subject, groups=tuple(groups), token=token)
+    return Caller(subject=subject, groups=tuple(groups), token=token, actor=actor)
 
 
 def verify_service(verifier: Verifier, token: str, trusted: frozenset[str]) -> Service:
@@ -167,25 +243,44 @@ def verify_service(verifier: Verifier, token: str, trusted: frozenset[str]) -> S
     return Service(account=account)
 
 
+def csv(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
 @dataclass(frozen=True)
 class Identity:
     """The trust a function is configured with: caller tokens, and optionally service tokens."""
 
-    caller: Verifier
+    caller: CallerVerifier
     service: Verifier
     trusted_services: frozenset[str]
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> Identity:
+    def from_env(cls, env: Mapping[str, str], *, gateway: bool = True, audience: str | None = None) -> Identity:
+        """`gateway`: the part is behind a route and takes the gateway's tokens; `audience`: the default of its
+        own audience for exchanged tokens (None: it takes none)."""
+
         def need(name: str) -> str:
             value = env.get(name, "").strip()
             if not value:
                 raise RuntimeError(f"{name} must be set")
             return value
 
+        forwarding = env.get("AGENTFN_TOKEN_FORWARDING", "exchange").strip() or "exchange"
+        if forwarding not in ("exchange", "raw"):
+            raise RuntimeError("AGENTFN_TOKEN_FORWARDING is `exchange` or `raw`")
         leeway = int(env.get("AGENTFN_JWT_LEEWAY_SECONDS", "10"))
+        cooldown = float(env.get("AGENTFN_JWKS_COOLDOWN_SECONDS", "30"))
         issuer, jwks = need("AGENTFN_JWT_ISSUER"), need("AGENTFN_JWKS_URL")
-        caller = Trust(issuer, env.get("AGENTFN_JWT_AUDIENCE", "agentfn"), jwks, leeway)
+        gateway_audience = env.get("AGENTFN_JWT_AUDIENCE", GATEWAY_AUDIENCE)
+        own = (env.get("AGENTFN_EXCHANGED_AUDIENCE") or audience or "").strip() or None
+        actors = frozenset(csv(env.get("AGENTFN_TRUSTED_ACTORS")))
+        takes_gateway = gateway or forwarding == "raw"  # raw forwarding: what reaches a part is the gateway's
+        if not takes_gateway and not actors:
+            raise RuntimeError("AGENTFN_TRUSTED_ACTORS must name the service(s) that call this part "
+                               "(or AGENTFN_TOKEN_FORWARDING=raw)")
+        door = Door(gateway_audience if takes_gateway else None, own, actors)
+        caller = CallerVerifier(Trust(issuer, gateway_audience, jwks, leeway, cooldown=cooldown), door)
         service = Trust(
             env.get("AGENTFN_SERVICE_JWT_ISSUER") or issuer,
             env.get("AGENTFN_SERVICE_JWT_AUDIENCE", "agentfn-memory"),
@@ -193,11 +288,17 @@ class Identity:
             leeway,
             env.get("AGENTFN_SERVICE_JWKS_CA_FILE") or None,
             env.get("AGENTFN_SERVICE_JWKS_TOKEN_FILE") or None,
+            cooldown,
         )
-        if service.audience == caller.audience:
-            raise RuntimeError("caller and service tokens need different audiences")
-        trusted = frozenset(a.strip() for a in env.get("AGENTFN_TRUSTED_SERVICE_ACCOUNTS", "").split(",") if a.strip())
-        return cls(Verifier(caller), Verifier(service), trusted)
+        if service.audience in (gateway_audience, own) or own == gateway_audience:
+            raise RuntimeError("caller, exchanged and service tokens need different audiences")
+        trusted = frozenset(csv(env.get("AGENTFN_TRUSTED_SERVICE_ACCOUNTS")))
+        return cls(caller, Verifier(service), trusted)
+
+    def verifier_for(self, audience: str) -> Verifier:
+        """A verifier of this issuer's caller tokens for another audience (the MCP resource's)."""
+        trust = self.caller.trust
+        return Verifier(Trust(trust.issuer, audience, trust.jwks_url, trust.leeway, cooldown=trust.cooldown))
 
 
 def caller_required(view: Callable) -> Callable:

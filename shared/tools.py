@@ -2,8 +2,11 @@
 
 A tool's descriptor is `functions/<tool>/tool.json`, the one source for `GET /v1/tool`, for the argument
 check of `POST /v1/call`, and for whoever else lists tools (the model function, the operator, the chart).
-A read tool runs as the caller: it forwards the caller's token, unchanged, to the platform service behind
-it, and that service decides what the caller may see; its refusals and failures become problems here.
+A read tool runs as the caller: its doors take only tokens the model function exchanged for this tool
+(`identity`), and it exchanges that token again for the audience of the platform service behind it
+(`AGENTFN_<TOOL>_UPSTREAM_AUDIENCE`, default `agentfn:upstream:<tool>`; `exchange`), so the service never
+receives a token another part would take. The service decides what the caller may see; its refusals and
+failures become problems here.
 
 Start-up stays light (tools are scale-to-zero, so a cold start is paid on a user's turn): jsonschema is
 imported and the schema compiled on the first call, never on the way to ready; the upstream is called with
@@ -28,6 +31,7 @@ from typing import Any
 from flask import Blueprint, Flask, g, jsonify, request
 
 from .app import create_app
+from .exchange import ExchangeFailed, TokenExchange
 from .identity import Caller, Identity, bearer_token, caller_required, verify_caller
 from .problems import ProblemError, forbidden
 
@@ -93,7 +97,7 @@ Call = Callable[[Caller, dict[str, Any]], Any]
 
 
 def doors(descriptor: Mapping[str, Any], call: Call) -> Blueprint:
-    """`GET /v1/tool` and `POST /v1/call` (DESIGN section 9) for one tool; `call` does the work as the caller."""
+    """`GET /v1/tool` and `POST /v1/call` for one tool; `call` does the work as the caller."""
     bp = Blueprint("tool", __name__)
     body_schema = LazySchema(call_schema(descriptor))
 
@@ -143,14 +147,15 @@ def openapi(descriptor: Mapping[str, Any], content_schema: dict[str, Any], *, ca
                        "changes_state": {"type": "boolean", "description": "a call changes state or spends the "
                                          "person's quota (absent: taken as true); the person approves such a call"}},
     }
-    caller = [{"caller": []}]
+    caller = [{"exchanged": []}]
     return {
         "openapi": "3.1.0",
         "info": {"title": f"agentfn tool {descriptor['name']}", "version": version,
                  "description": descriptor["description"]},
         "components": {
-            "securitySchemes": {"caller": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-                                           "description": "the caller's token, forwarded unchanged"}},
+            "securitySchemes": {"exchanged": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                                              "description": "the caller's token exchanged for this tool by a trusted "
+                                                             "service (RFC 8693: aud = this tool, act = the service)"}},
             "schemas": {"Problem": problem_schema(), "Descriptor": descriptor_schema, "Content": content_schema},
         },
         "paths": {
@@ -185,7 +190,7 @@ def upstream_problem(status: int, detail: str) -> ProblemError:
 
 
 class Upstream:
-    """The platform service behind a read tool, called as the caller: the caller's token and nothing else.
+    """The platform service behind a read tool, called as the caller: a token exchanged for it and nothing else.
 
     One connection per call, no retries (the caller's turn has a deadline), no redirects (http.client
     follows none, so the token travels nowhere else), a timeout on connect and on every read, and a cap
@@ -194,8 +199,11 @@ class Upstream:
 
     MAX_BYTES = 1024 * 1024
 
-    def __init__(self, service: str, base_url: str, timeout: float):
+    def __init__(self, service: str, base_url: str, timeout: float, tokens: TokenExchange | None = None,
+                 audience: str = ""):
         parts = urllib.parse.urlsplit(base_url)
+        self.tokens = tokens or TokenExchange(mode="raw", url="", token_file="")
+        self.audience = audience
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise RuntimeError(f"the {service} upstream URL must be an http(s) URL")
         self.service, self.timeout = service, timeout
@@ -210,7 +218,14 @@ class Upstream:
     def get_json(self, path: str, caller: Caller, fields: Mapping[str, Any] | None = None) -> Any:
         """GET `path` as the caller; the JSON answer, or the problem that explains why not."""
         target = self._prefix + path + ("?" + urllib.parse.urlencode(fields) if fields else "")
-        headers = {"Authorization": "Bearer " + caller.token, "Accept": "application/json"}
+        try:
+            token = self.tokens.token_for(caller, self.audience, self.timeout)
+        except ExchangeFailed as failed:
+            if failed.status in (401, 403):
+                raise not_allowed(self.service) from None
+            raise upstream_problem(504 if failed.status == 504 else 502,
+                                   f"no token for the {self.service} service: {failed.detail}") from None
+        headers = {"Authorization": "Bearer " + token, "Accept": "application/json"}
         conn = self._connection(self.timeout)
         try:
             conn.request("GET", target, headers=headers)
@@ -256,13 +271,16 @@ def read_tool_app(package: str, env: Mapping[str, str], *, service: str, url_var
     base = env.get(url_variable, "").strip()
     if not base:
         raise RuntimeError(f"{url_variable} must be set")
-    upstream = Upstream(service, base, float(env.get("AGENTFN_UPSTREAM_TIMEOUT_SECONDS", "5")))
     descriptor = load_descriptor(package)
+    name = descriptor["name"]
+    audience = env.get(url_variable.replace("_URL", "_AUDIENCE"), "").strip() or f"agentfn:upstream:{name}"
+    upstream = Upstream(service, base, float(env.get("AGENTFN_UPSTREAM_TIMEOUT_SECONDS", "5")),
+                        TokenExchange.from_env(env), audience)
     app = create_app(
         f"agentfn.{descriptor['name']}",
         openapi=openapi(descriptor, content_schema, call_problems=(403, 502, 504)),
         readiness={"upstream": upstream.healthy},
-        identity=Identity.from_env(env),
+        identity=Identity.from_env(env, gateway=False, audience=f"agentfn:tool:{name}"),
         max_request_bytes=int(env.get("AGENTFN_MAX_REQUEST_BYTES", str(16 * 1024))),
     )
     app.register_blueprint(doors(descriptor, lambda caller, arguments: summarise(upstream, caller, arguments)))
@@ -288,9 +306,10 @@ class DevUpstreamControls:
 
 def dev_upstream_app(name: str, env: Mapping[str, str] | None,
                      routes: Callable[[Flask, Callable[[], Caller]], None]) -> Flask:
-    """A dev upstream: verifies the forwarded caller token with `identity`, as a platform service would."""
+    """A dev upstream: takes only tokens exchanged for it (`agentfn:upstream:<name>`, or the audience in
+    `AGENTFN_EXCHANGED_AUDIENCE`) by an actor in `AGENTFN_TRUSTED_ACTORS`, as a platform service would."""
     env = dict(os.environ if env is None else env)
-    identity = Identity.from_env(env)
+    identity = Identity.from_env(env, gateway=False, audience=f"agentfn:upstream:{name}")
     controls = DevUpstreamControls(env)
     app = Flask(f"agentfn.{name}.dev_upstream", instance_path=os.path.join(os.path.dirname(__file__), "instance"))
     app.json.sort_keys = False

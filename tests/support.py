@@ -16,9 +16,28 @@ from pathlib import Path
 import requests
 from agentfn.cli.postgres import EmbeddedPostgres, free_port
 from agentfn.shared import db
+from agentfn.shared.dev_issuer import ExchangeClient
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+MODEL_SERVICE = "system:serviceaccount:agentfn:agentfn-model"
+READS = ("platform_status", "list_models", "radar_latest")
+TOOLS = (*READS, "run_code")
+MCP_RESOURCE = "https://agentfn.test/mcp"  # /mcp's resource URL in the tests (AGENTFN_MCP_RESOURCE)
+
+
+def account(part: str) -> str:
+    """A part's service account, as the chart and the dev stack name it."""
+    return f"system:serviceaccount:agentfn:agentfn-{part.replace('_', '-')}"
+
+
+def exchange_clients() -> dict[str, ExchangeClient]:
+    """What the issuer lets each workload exchange, as the dev stack configures it."""
+    clients = {MODEL_SERVICE: ExchangeClient(frozenset({"agentfn", MCP_RESOURCE}), frozenset(
+        {"agentfn:memory", "agentfn:page", *(f"agentfn:tool:{t}" for t in TOOLS)}))}
+    for tool in READS:
+        clients[account(tool)] = ExchangeClient(frozenset({f"agentfn:tool:{tool}"}), frozenset({f"agentfn:upstream:{tool}"}))
+    return clients
 
 
 class Gunicorn:

@@ -1,5 +1,6 @@
 """The README's first command as a newcomer runs it: up, a token, a kept entry recalled, Ctrl-C stops all."""
 
+import json
 import os
 import random
 import signal
@@ -8,9 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import jwt
 import pytest
 import requests
 from agentfn.cli.postgres import EmbeddedPostgres
+from agentfn.shared.exchange import TokenExchange
+from agentfn.shared.identity import Caller
 
 BIN = Path(sys.executable).parent
 
@@ -59,9 +63,17 @@ def test_up_serves_memory_and_ctrl_c_stops_everything(stack):
     user = subprocess.run([str(BIN / "agentfn"), "token", "bob", "--groups", "platform-users"], env=env,
                           capture_output=True, text=True, check=True).stdout.strip()
     tool = f"http://127.0.0.1:{base + 10}/v1/call"  # platform_status, run as the caller against its dev upstream
+    # The caller's own token opens no tool; the model function's exchange (as it makes it, with its workload
+    # token from var/secrets) gives one that does, and the dev upstream then decides by the caller's groups.
     assert requests.post(tool, headers={"Authorization": f"Bearer {user}"}, json={"arguments": {}},
-                         timeout=30).status_code == 200
-    assert requests.post(tool, headers=headers, json={"arguments": {}}, timeout=30).status_code == 403
+                         timeout=30).status_code == 401
+    exchange = TokenExchange(mode="exchange", url=f"http://127.0.0.1:{base + 1}/token",
+                             token_file=str(log.parent / "var" / "secrets" / "exchange-token-model"))
+    for caller, status in ((Caller("bob", ("platform-users",), user), 200), (Caller("alice", (), token), 403)):
+        exchanged = exchange.token_for(caller, "agentfn:tool:platform_status")
+        print(caller.subject, json.dumps(jwt.decode(exchanged, options={"verify_signature": False})))  # shown with -s
+        assert requests.post(tool, headers={"Authorization": f"Bearer {exchanged}"}, json={"arguments": {}},
+                             timeout=30).status_code == status
     assert (log.parent / "var" / "registry.json").exists()
 
     process.send_signal(signal.SIGINT)

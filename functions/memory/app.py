@@ -47,7 +47,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         "agentfn.memory",
         openapi=openapi(model.config.name),
         readiness={"database": database, "model": model.ready},
-        identity=Identity.from_env(env),
+        identity=Identity.from_env(env, audience="agentfn:memory"),
         max_request_bytes=int(env.get("AGENTFN_MAX_REQUEST_BYTES", str(http.DEFAULT_MAX_BYTES))),
     )
     app.extensions["agentfn.memory"] = Memory(store, model, max_tokens=int(env.get("AGENTFN_RECALL_MAX_TOKENS", "1000")),

@@ -1,4 +1,4 @@
-"""Memory's doors (DESIGN section 9): entries CRUD and recall for callers, WriteEpisode for services."""
+"""Memory's doors: entries CRUD and recall for callers, WriteEpisode for services."""
 
 from __future__ import annotations
 

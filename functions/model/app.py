@@ -16,6 +16,10 @@ Configuration (environment), besides identity's (`agentfn.shared.identity`) and 
 | `AGENTFN_TOOL_<NAME>_URL` | (none) | a tool function's base URL, e.g. `AGENTFN_TOOL_PLATFORM_STATUS_URL` |
 | `AGENTFN_APPROVAL_KEY_FILE` | (none) | the HS256 key (32+ bytes) approval tokens are signed with |
 | `AGENTFN_APPROVAL_SECONDS` | `300` | how long an approval token is good for |
+| `AGENTFN_MEMORY_AUDIENCE` | `agentfn:memory` | audience of the tokens exchanged for memory (recall, `remember`, `forget`) |
+| `AGENTFN_PAGE_AUDIENCE` | `agentfn:page` | audience of the tokens exchanged for the page fetcher |
+| `AGENTFN_TOOL_<NAME>_AUDIENCE` | `agentfn:tool:<name>` | audience of the tokens exchanged for a tool function |
+| `AGENTFN_MCP_RESOURCE` | `http://127.0.0.1:8800/mcp` | `/mcp`'s public URL: the audience of the tokens it takes (RFC 8707/9728) |
 | `AGENTFN_SERVICE_TOKEN_FILE` | `/var/run/secrets/agentfn/memory-token` | its own token for WriteEpisode (read each use) |
 | `AGENTFN_DAILY_TOKENS` | `200000` | tokens per caller per UTC day, all turns and session ends together |
 | `AGENTFN_TOOL_TIMEOUT_SECONDS` | `15` | one tool call's bound (the turn's deadline may cut it shorter) |
@@ -41,6 +45,7 @@ from collections.abc import Mapping
 
 import psycopg
 from agentfn.shared import app as http
+from agentfn.shared.exchange import TokenExchange
 from agentfn.shared.identity import Identity
 from agentfn.shared.problems import unavailable
 from flask import Flask
@@ -50,7 +55,7 @@ from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from .approvals import Approvals
 from .clients import Http
 from .engines import tiers_from_env
-from .mcp_server import LazyMCP, build
+from .mcp_server import LazyMCP, build, protected_resource
 from .memory_client import MemoryClient
 from .registry import Registry
 from .routes import bp
@@ -60,6 +65,8 @@ from .store import Store
 from .tools import ToolTable
 
 TOOL_URL = re.compile(r"^AGENTFN_TOOL_([A-Z0-9_]+)_URL$")
+TOOL_AUDIENCE = re.compile(r"^AGENTFN_TOOL_([A-Z0-9_]+)_AUDIENCE$")
+MCP_RESOURCE = "http://127.0.0.1:8800/mcp"  # the dev gateway's /mcp
 
 
 def _csv(value: str) -> list[str]:
@@ -71,11 +78,17 @@ def services_from_env(env: Mapping[str, str]) -> Services:
     web = Http(maxsize=32)
     tool_urls = {m.group(1).lower(): v for k, v in env.items() if (m := TOOL_URL.match(k)) and v.strip()}
     memory_url = env.get("AGENTFN_MEMORY_URL") or None
+    tokens = TokenExchange.from_env(env)
+    audiences = {m.group(1).lower(): v.strip() for k, v in env.items() if (m := TOOL_AUDIENCE.match(k)) and v.strip()}
+    audiences.update({part: env[f"AGENTFN_{part.upper()}_AUDIENCE"].strip() for part in ("page", "memory")
+                      if env.get(f"AGENTFN_{part.upper()}_AUDIENCE", "").strip()})
     tools = ToolTable(tool_urls=tool_urls, page_url=env.get("AGENTFN_PAGE_URL") or None, memory_url=memory_url, store=store,
                       timeout=float(env.get("AGENTFN_TOOL_TIMEOUT_SECONDS", "15")),
                       result_chars=int(env.get("AGENTFN_TOOL_RESULT_CHARS", "8000")),
-                      descriptor_ttl=float(env.get("AGENTFN_DESCRIPTOR_TTL_SECONDS", "300")), http=web)
-    memory = MemoryClient(memory_url, env.get("AGENTFN_SERVICE_TOKEN_FILE", "/var/run/secrets/agentfn/memory-token"), web)
+                      descriptor_ttl=float(env.get("AGENTFN_DESCRIPTOR_TTL_SECONDS", "300")), http=web,
+                      tokens=tokens, audiences=audiences)
+    memory = MemoryClient(memory_url, env.get("AGENTFN_SERVICE_TOKEN_FILE", "/var/run/secrets/agentfn/memory-token"), web,
+                          tokens, tools.audience("memory"))
     limits = Limits(daily_tokens=int(env.get("AGENTFN_DAILY_TOKENS", "200000")),
                     recall_limit=int(env.get("AGENTFN_RECALL_LIMIT", "5")),
                     recall_max_tokens=int(env.get("AGENTFN_RECALL_MAX_TOKENS", "800")),
@@ -107,7 +120,9 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         return http.problem_response(unavailable("the model function's database is not answering; try again shortly"))
 
     app.register_blueprint(bp)
-    mcp = LazyMCP(lambda: build(services, identity.caller, _csv(env.get("AGENTFN_MCP_ALLOWED_HOSTS",
+    resource = env.get("AGENTFN_MCP_RESOURCE", "").strip() or MCP_RESOURCE
+    app.register_blueprint(protected_resource(resource, [identity.caller.trust.issuer]))
+    mcp = LazyMCP(lambda: build(services, identity.verifier_for(resource), resource, _csv(env.get("AGENTFN_MCP_ALLOWED_HOSTS",
                                                                          "127.0.0.1:*,localhost:*,[::1]:*")),
                                 _csv(env.get("AGENTFN_MCP_ALLOWED_ORIGINS",
                                              "http://127.0.0.1:*,http://localhost:*,http://[::1]:*")), max_bytes))

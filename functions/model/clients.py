@@ -1,4 +1,4 @@
-"""HTTP to the other parts (tools, the page fetcher, memory): JSON in, JSON out, the caller's token forwarded.
+"""HTTP to the other parts (tools, the page fetcher, memory): JSON in, JSON out, with the token given (exchanged).
 
 No retries (a turn has a deadline), no redirects (a token must not travel on), a timeout on every call,
 and a cap on an answer's size. What another part answers with an error is reduced to the fields of a
@@ -55,7 +55,7 @@ class Http:
                 extra_headers: dict[str, str] | None = None) -> Answer:
         headers = {"Accept": "application/json", **(extra_headers or {})}
         if token is not None:
-            headers["Authorization"] = "Bearer " + token  # the caller's token, byte for byte
+            headers["Authorization"] = "Bearer " + token  # exchanged for this part (or, raw forwarding, the caller's)
         data = None
         if body is not None:
             data = json.dumps(body, ensure_ascii=False).encode()

@@ -6,8 +6,14 @@ running for it to answer, which a Starlette lifespan would do and a2wsgi does no
 loop of this module's own, in a thread, and that loop is handed to the middleware.
 
 The handlers read the loop's own tool table (`calls.listing` / `calls.call`): no second table, so a tool
-reads the same in an agent step, in the record and to an MCP client. The bearer token is checked by
-`CallerTokens`, a `TokenVerifier` over the same JWT check every door uses; calls run as that caller.
+reads the same in an agent step, in the record and to an MCP client.
+
+`/mcp` is an OAuth 2.1 resource server as the MCP authorization spec has it: it takes only tokens whose
+audience is its own resource URL (`AGENTFN_MCP_RESOURCE`, what an MCP client names as RFC 8707 `resource`),
+never the gateway's `agentfn` token; it answers 401 with `WWW-Authenticate: Bearer resource_metadata=...`,
+and its RFC 9728 metadata (`protected_resource`) names the issuer to get such a token from. The bearer
+token is checked by `CallerTokens`, a `TokenVerifier` over the same JWT check every door uses; calls run
+as that caller (each part called gets a token exchanged for it, never this one).
 Building all this imports the SDK (a second or two), so it is built on the first request or by the
 warm-up thread after start, never on the way to ready.
 """
@@ -22,6 +28,7 @@ from collections.abc import Callable
 
 from agentfn.shared.identity import Caller, Verifier, verify_caller
 from agentfn.shared.problems import ProblemError
+from flask import Blueprint, jsonify
 
 from . import calls
 from .services import Services
@@ -29,7 +36,26 @@ from .services import Services
 log = logging.getLogger("agentfn.model.mcp")
 
 
-def build(services: Services, verifier: Verifier, allowed_hosts: list[str], allowed_origins: list[str],
+METADATA = "/.well-known/oauth-protected-resource"
+
+
+def protected_resource(resource: str, issuers: list[str]) -> Blueprint:
+    """RFC 9728 metadata of `/mcp`, at the well-known path and its path-suffixed form (section 3.1)."""
+    bp = Blueprint("protected_resource", __name__)
+
+    @bp.get(METADATA)
+    @bp.get(METADATA + "/mcp")
+    def metadata():
+        """OAuth protected-resource metadata of /mcp: its resource URL and the issuer of its tokens."""
+        response = jsonify(resource=resource, authorization_servers=issuers, bearer_methods_supported=["header"],
+                           resource_name="agentfn MCP tools")
+        response.headers["Cache-Control"] = "public, max-age=3600"
+        return response
+
+    return bp
+
+
+def build(services: Services, verifier: Verifier, resource: str, allowed_hosts: list[str], allowed_origins: list[str],
           max_body: int):
     """The ASGI app and the loop its session manager runs on (started here, in a daemon thread)."""
     import anyio
@@ -44,7 +70,7 @@ def build(services: Services, verifier: Verifier, allowed_hosts: list[str], allo
     logging.getLogger("mcp").setLevel(logging.WARNING)  # its info lines may name sessions; ours say what matters
 
     class CallerTokens:
-        """TokenVerifier: the caller JWT check of every door (signature, iss, aud, exp), off the event loop."""
+        """TokenVerifier: the caller JWT check of every door (signature, iss, aud = the resource, exp), off the loop."""
 
         async def verify_token(self, token: str) -> AccessToken | None:
             try:
@@ -89,7 +115,8 @@ def build(services: Services, verifier: Verifier, allowed_hosts: list[str], allo
         streamable_http_path="/", stateless_http=True, json_response=True, transport_security=security,
         max_request_body_size=max_body, token_verifier=CallerTokens(),
         # Only a resource server: no OAuth routes are served; the issuer named is the one callers' tokens come from.
-        auth=AuthSettings(issuer_url=verifier.trust.issuer, resource_server_url=None),
+        # The audience is checked by CallerTokens (the JWT's `aud`), so the SDK need not compare `resource`.
+        auth=AuthSettings(issuer_url=verifier.trust.issuer, resource_server_url=resource, validate_token_resource=False),
     )
     loop = asyncio.new_event_loop()
     running = threading.Event()

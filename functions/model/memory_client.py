@@ -1,5 +1,7 @@
 """Memory's doors as the model function uses them: recall as the caller, WriteEpisode as itself.
 
+Recall carries the caller's token exchanged for memory's audience (`agentfn.shared.exchange`).
+
 WriteEpisode carries the model function's own service identity, never a caller's: in a cluster the
 projected ServiceAccount token (audience of the memory service) that the kubelet rotates in its file,
 locally a dev-issuer token written to a file by the dev stack. The file is read on every call, so a
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentfn.shared.exchange import ExchangeFailed, TokenExchange
 from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError
 
@@ -19,9 +22,12 @@ RECALLED_FIELDS = ("id", "kind", "text", "source", "created_at", "updated_at", "
 
 
 class MemoryClient:
-    def __init__(self, base_url: str | None, token_file: str | None, http: Http):
+    def __init__(self, base_url: str | None, token_file: str | None, http: Http, tokens: TokenExchange | None = None,
+                 audience: str = "agentfn:memory"):
         self.base = (base_url or "").rstrip("/")
         self.token_file, self.http = token_file, http
+        self.tokens = tokens or TokenExchange(mode="raw", url="", token_file="")
+        self.audience = audience
 
     @property
     def configured(self) -> bool:
@@ -32,8 +38,9 @@ class MemoryClient:
         """The caller's recalled entries, or None when memory could not answer (the turn goes on without)."""
         body = {"query": query[:4000], "kinds": kinds, "limit": limit, "max_tokens": max_tokens}
         try:
-            answer = self.http.request("POST", self.base + "/v1/recall", token=caller.token, timeout=timeout, body=body)
-        except Unreachable:
+            token = self.tokens.token_for(caller, self.audience, timeout)
+            answer = self.http.request("POST", self.base + "/v1/recall", token=token, timeout=timeout, body=body)
+        except (Unreachable, ExchangeFailed):
             return None
         if answer.status != 200 or not isinstance(answer.body, dict) or not isinstance(answer.body.get("entries"), list):
             return None

@@ -1,4 +1,4 @@
-"""The model function's doors (DESIGN section 9): turns (SSE), session end, agents, ListTools/CallTool.
+"""The model function's doors: turns (SSE), session end, agents, ListTools/CallTool.
 
 A turn is refused with a problem before the stream starts when it can be (bad body, caller-declared
 tools, an agent not granted, the tier not served, the day's tokens spent); once the stream has started,

@@ -131,6 +131,16 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                 "requestBody": body(CALL),
                 "responses": {**ok("what the tool found", {"type": "object", "required": ["content"]}),
                               **problems(400, 401, 404, 413, 415, 422, 429, 502, 503, 504)}}},
+            **{path: {"get": {
+                "operationId": "protectedResource" + suffix, "security": [],
+                "summary": "RFC 9728 metadata of /mcp: its resource URL and the issuer of its tokens.",
+                "responses": {"200": {"description": "the protected-resource metadata", "content": {"application/json": {
+                    "schema": {"type": "object", "required": ["resource", "authorization_servers"], "properties": {
+                        "resource": {"type": "string"}, "authorization_servers": {"type": "array", "items": {"type": "string"}},
+                        "bearer_methods_supported": {"type": "array", "items": {"type": "string"}},
+                        "resource_name": {"type": "string"}}}}}}}}}
+              for path, suffix in (("/.well-known/oauth-protected-resource", ""),
+                                   ("/.well-known/oauth-protected-resource/mcp", "OfMcp"))},
             "/mcp": {"post": {
                 "operationId": "mcp",
                 "summary": "MCP over Streamable HTTP (stateless, JSON responses): tools/list, tools/call.",
@@ -142,7 +152,7 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                                       "content": {"application/json": {"schema": {"type": "object"}}}},
                               "202": {"description": "a notification was accepted"},
                               "400": {"description": "not a valid MCP message"},
-                              "401": {"description": "no valid caller token"},
+                              "401": {"description": "no valid token for this resource (WWW-Authenticate names its metadata)"},
                               "405": {"description": "POST only: stateless, no event stream, no session to end"},
                               "406": {"description": "the Accept header must allow application/json"},
                               "413": {"description": "body too large"},

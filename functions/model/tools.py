@@ -2,7 +2,7 @@
 
 A call: the tool must be one the caller is granted on that channel; its arguments are checked against
 the tool's JSON Schema before anything runs (T2); a grant's daily limit is counted; then the tool runs
-as the caller, the caller's token forwarded unchanged (T3): a tool function's `POST /v1/call`, the page
+as the caller (T3), with a token exchanged for the part called (`agentfn.shared.exchange`): a tool function's `POST /v1/call`, the page
 fetcher's `POST /v1/open`, or memory's entries for `remember` / `forget`. Whatever happens comes back as
 an `Outcome` (ok with the tool's content, or error with a problem) that a model may see: nothing raises.
 
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from agentfn.shared.exchange import ExchangeFailed, TokenExchange
 from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError
 from agentfn.shared.tools import changes_state, check_descriptor
@@ -111,8 +112,12 @@ class Schemas:
 
 class ToolTable:
     def __init__(self, *, tool_urls: Mapping[str, str], page_url: str | None, memory_url: str | None, store,
-                 timeout: float, result_chars: int, descriptor_ttl: float, http: Http | None = None):
+                 timeout: float, result_chars: int, descriptor_ttl: float, http: Http | None = None,
+                 tokens: TokenExchange | None = None, audiences: Mapping[str, str] | None = None):
         self.tool_urls = {name: url.rstrip("/") for name, url in tool_urls.items()}
+        # Whom each call is for: a tool's name, or "page" / "memory" for the built-in ones (see `audience`).
+        self.tokens = tokens or TokenExchange(mode="raw", url="", token_file="")
+        self.audiences = dict(audiences or {})
         self.page_url, self.memory_url = (page_url or "").rstrip("/"), (memory_url or "").rstrip("/")
         self.store, self.timeout, self.result_chars, self.ttl = store, timeout, result_chars, descriptor_ttl
         self.http = http or Http()
@@ -137,9 +142,10 @@ class ToolTable:
             return cached[0]
         timeout = 3.0 if deadline is None else min(3.0, deadline - time.monotonic())
         try:
-            answer = self.http.request("GET", url + "/v1/tool", token=caller.token, timeout=timeout)
+            token = self.tokens.token_for(caller, self.audience(name), timeout)
+            answer = self.http.request("GET", url + "/v1/tool", token=token, timeout=timeout)
             descriptor = check_descriptor(answer.body) if answer.status == 200 else None
-        except (Unreachable, ValueError):
+        except (Unreachable, ValueError, ExchangeFailed):
             descriptor = None
         if descriptor is None or descriptor["name"] != name:
             log.warning("tool descriptor unavailable", extra={"event": "descriptor", "where": name})
@@ -209,12 +215,13 @@ class ToolTable:
         started = time.perf_counter()
         try:
             if tool.via == "function":
-                answer = self.http.request("POST", self.tool_urls[tool.name] + "/v1/call", token=ctx.caller.token,
-                                           timeout=timeout, body={"arguments": arguments})
+                answer = self.http.request("POST", self.tool_urls[tool.name] + "/v1/call",
+                                           token=self.token(ctx, tool.name, timeout), timeout=timeout,
+                                           body={"arguments": arguments})
                 outcome = self._content(answer, tool.name)
             elif tool.via == "page":
-                answer = self.http.request("POST", self.page_url + "/v1/open", token=ctx.caller.token, timeout=timeout,
-                                           body=arguments)
+                answer = self.http.request("POST", self.page_url + "/v1/open", token=self.token(ctx, "page", timeout),
+                                           timeout=timeout, body=arguments)
                 outcome = (Outcome(True, answer.body) if answer.status == 200
                            else Outcome(False, answer.problem("the page fetcher")))
             else:
@@ -223,8 +230,19 @@ class ToolTable:
             outcome = Outcome(False, problem(504, "Timeout", f"{tool.name} did not answer within {timeout:.1f} s", "timeout")
                               if error.timeout else
                               problem(502, "Unreachable", f"{tool.name} is not answering", "unreachable"))
+        except ExchangeFailed as failed:
+            outcome = Outcome(False, failed.to_dict())
         outcome.ms = (time.perf_counter() - started) * 1000
         return outcome
+
+    def audience(self, part: str) -> str:
+        """The audience of a token for `part`: a tool's name, "page" or "memory" (defaults `agentfn:<...>`)."""
+        default = f"agentfn:{part}" if part in ("page", "memory") else f"agentfn:tool:{part}"
+        return self.audiences.get(part, default)
+
+    def token(self, ctx: CallContext, part: str, timeout: float) -> str:
+        """The caller's token exchanged for `part` (raises `ExchangeFailed`, an outcome of the call)."""
+        return self.tokens.token_for(ctx.caller, self.audience(part), timeout)
 
     def _content(self, answer, name: str) -> Outcome:
         if answer.status == 200 and isinstance(answer.body, dict) and "content" in answer.body:
@@ -237,8 +255,8 @@ class ToolTable:
         if name == "remember":
             body = {"kind": arguments["kind"], "text": arguments["text"],
                     "source": f"agent:{ctx.agent.name}" if ctx.agent else "agent"}
-            answer = self.http.request("POST", self.memory_url + "/v1/entries", token=ctx.caller.token, timeout=timeout,
-                                       body=body)
+            answer = self.http.request("POST", self.memory_url + "/v1/entries", token=self.token(ctx, "memory", timeout),
+                                       timeout=timeout, body=body)
             # 201: a new entry; 200: the subject already had this note (folded equal): memory answers with it.
             if answer.status in (200, 201) and isinstance(answer.body, dict):
                 kept = {k: answer.body.get(k) for k in ("id", "kind", "text")}
@@ -247,8 +265,8 @@ class ToolTable:
         entry_id = arguments["id"]
         if entry_id not in ctx.shown_ids:
             return Outcome(False, problem(404, "Not shown", "forget takes the id of a note shown in this turn", "not-shown"))
-        answer = self.http.request("DELETE", f"{self.memory_url}/v1/entries/{entry_id}", token=ctx.caller.token,
-                                   timeout=timeout)
+        answer = self.http.request("DELETE", f"{self.memory_url}/v1/entries/{entry_id}",
+                                   token=self.token(ctx, "memory", timeout), timeout=timeout)
         if answer.status == 204:
             return Outcome(True, {"forgotten": entry_id})
         return Outcome(False, answer.problem("memory"))

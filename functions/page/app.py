@@ -83,7 +83,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         "agentfn.page",
         openapi=openapi(),
         readiness={"database": database},
-        identity=Identity.from_env(env),
+        identity=Identity.from_env(env, gateway=False, audience="agentfn:page"),
         max_request_bytes=_int(env, "AGENTFN_MAX_REQUEST_BYTES", 16 * 1024, 1024),
     )
     app.config["AGENTFN_PAGE_WINDOW"] = window

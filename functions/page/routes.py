@@ -1,4 +1,4 @@
-"""The page fetcher's door (DESIGN section 9): POST /v1/open, for callers (the model function forwards them)."""
+"""The page fetcher's door: POST /v1/open, for callers (the model function forwards them)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """TEST DOUBLE of the Radar's digest archive (outside this project), for the dev stack and the tests.
 
-It speaks the contract in `upstream.md`, verifies the forwarded caller token with `agentfn.shared.identity`
-as the real service would, and lists the digests each caller's groups allow: readers are `platform-users`
+It speaks the contract in `upstream.md`, takes only a token exchanged for it (audience `agentfn:upstream:radar_latest`, actor its read tool),
+verified with `agentfn.shared.identity` as the real service would, and lists the digests each caller's groups allow: readers are `platform-users`
 and `staff`; only `staff` reads the internal digests.
 `flask --app 'agentfn.radar_latest.dev_upstream:create_app()' run -h 127.0.0.1` (loopback only).
 
@@ -10,6 +10,8 @@ Configuration (environment):
 | name | default | meaning |
 |---|---|---|
 | `AGENTFN_JWT_ISSUER`, `AGENTFN_JWKS_URL` | (required) | the caller tokens it trusts, as `agentfn.shared.identity` |
+| `AGENTFN_TRUSTED_ACTORS` | (required) | the read tool's service account (the actor of the tokens it takes) |
+| `AGENTFN_EXCHANGED_AUDIENCE` | `agentfn:upstream:radar_latest` | the audience it takes |
 | `AGENTFN_DEV_UPSTREAM_DELAY_SECONDS` | `0` | a delay before every answer (to play a slow service) |
 | `AGENTFN_DEV_UPSTREAM_FAIL_STATUS` | `0` (off) | answer every call with this status (to play a failing service) |
 """

@@ -128,7 +128,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         "agentfn.run_code",
         openapi=openapi(descriptor, CONTENT, call_problems=(429, 503)),
         readiness={"database": database, "sandbox": lambda: sandbox.ready() and self_test.ok()},
-        identity=Identity.from_env(env),
+        identity=Identity.from_env(env, gateway=False, audience="agentfn:tool:run_code"),
         max_request_bytes=int(env.get("AGENTFN_MAX_REQUEST_BYTES", str(http.DEFAULT_MAX_BYTES))),
     )
 

@@ -1,6 +1,6 @@
 """The tool catalog: which tools exist, which function serves each, and the channels its descriptor allows.
 
-The source is the tools' own descriptor files, `functions/<function>/tool.json` (DESIGN section 2). Two
+The source is the tools' own descriptor files, `functions/<function>/tool.json`. Two
 entries come from `catalog/*.json` in this package: the memory tools `remember` and `forget`, which the
 model function serves through memory's doors and which have no tool function of their own, and
 `open_page`, only while the page fetcher has no `tool.json` yet (a descriptor file always wins).
@@ -23,7 +23,7 @@ from agentfn.shared.tools import DESCRIPTOR_FILE, check_descriptor
 
 SOURCE_FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 # No tool function may be called alone or over MCP through these, whatever a descriptor says
-# (DESIGN T5, T6, P4): a second wall behind the descriptors' own flags.
+# (RFC 0002): a second wall behind the descriptors' own flags.
 NEVER_ALONE_OR_MCP = frozenset({"run_code", "open_page", "remember", "forget"})
 # Tools only some agents may ever be given (RFC 0002: only the reviewer runs code and opens pages).
 ONLY_FOR = {"run_code": frozenset({"code-reviewer"}), "open_page": frozenset({"code-reviewer"})}

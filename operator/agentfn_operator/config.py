@@ -1,4 +1,4 @@
-"""The operator's settings, all from the environment (DESIGN section 2: `AGENTFN_` names, README table).
+"""The operator's settings, all from the environment (`AGENTFN_` names, listed in the README's configuration table).
 
 | name | default | meaning |
 |---|---|---|

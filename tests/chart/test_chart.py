@@ -60,7 +60,9 @@ def test_the_runtime_class_is_gvisor_on_runsc_when_asked():
 
 EXPECTED_ROUTES = {
     "agentfn-memory": [("PathPrefix", "/v1/entries"), ("Exact", "/v1/recall")],
-    "agentfn-model": [("PathPrefix", "/v1/agents"), ("PathPrefix", "/v1/tools"), ("PathPrefix", "/mcp")],
+    "agentfn-model": [("PathPrefix", "/v1/agents"), ("PathPrefix", "/v1/tools"), ("PathPrefix", "/mcp"),
+                      ("Exact", "/.well-known/oauth-protected-resource"),
+                      ("Exact", "/.well-known/oauth-protected-resource/mcp")],
 }
 
 
@@ -183,7 +185,7 @@ def readme_names() -> set[str]:
     return set(re.findall(r"`(AGENTFN_[A-Z0-9_]+)`", README))
 
 
-BUILT = [r"AGENTFN_TOOL_[A-Z0-9_]+_URL", r"AGENTFN_TIER_[A-Z0-9]+_(URL|MODEL|API_KEY_FILE|TOOL_MODE|DEADLINE_SECONDS|"
+BUILT = [r"AGENTFN_TOOL_[A-Z0-9_]+_(URL|AUDIENCE)", r"AGENTFN_TIER_[A-Z0-9]+_(URL|MODEL|API_KEY_FILE|TOOL_MODE|DEADLINE_SECONDS|"
          r"MAX_TOKENS|CONTEXT_TOKENS|TEMPERATURE)"]
 
 

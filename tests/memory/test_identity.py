@@ -4,6 +4,8 @@ import base64
 import hashlib
 import hmac
 import json
+import secrets
+import threading
 import time
 
 import jwt
@@ -14,6 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 SERVICE = "system:serviceaccount:agentfn:agentfn-model"
+MODEL = SERVICE
 DOORS = [
     ("get", "/v1/entries", None),
     ("post", "/v1/entries", {"kind": "fact", "text": "t", "source": "s"}),
@@ -73,6 +76,7 @@ FORGED = {
     "no sub": lambda i: i.sign(claims(i, sub=None)),
     "no exp": lambda i: i.sign(claims(i, exp=None)),
     "groups not a list": lambda i: i.sign(claims(i, groups="admins")),
+    "a NUL in sub": lambda i: i.sign(claims(i, sub="mallory\x00admin")),
     "not a JWT": lambda i: "not.a.jwt",
     "empty": lambda i: "",
 }
@@ -134,3 +138,98 @@ def test_an_unreachable_key_set_is_503_not_401(memory_env, tmp_path, issuer):
         assert "keys cannot be fetched" in response.json()["detail"]
     finally:
         server.stop()
+
+
+# --- exchanged tokens: memory takes those meant for it from the model function, and no other ----------------
+
+EXCHANGED = {
+    "for memory, by the model function": ("agentfn:memory", MODEL, 200),
+    "for the page fetcher": ("agentfn:page", MODEL, 401),
+    "for a tool": ("agentfn:tool:platform_status", MODEL, 401),
+}
+
+
+@pytest.mark.parametrize(("audience", "actor", "status"), EXCHANGED.values(), ids=EXCHANGED.keys())
+def test_memory_takes_a_token_exchanged_for_it_and_no_other(memory, issuer, audience, actor, status):
+    token = issuer.exchanged(audience, "exchanged-reader", actor=actor)
+    response = requests.get(memory.url + "/v1/entries", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    assert response.status_code == status, response.text
+
+
+def test_a_token_for_memory_from_an_untrusted_actor_is_refused(memory, issuer):
+    token = issuer.sign({**claims(issuer, aud="agentfn:memory"), "act": {"sub": "system:serviceaccount:agentfn:page"}})
+    response = requests.get(memory.url + "/v1/entries", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    assert response.status_code == 401 and "not exchanged by a service this part trusts" in response.json()["detail"]
+
+
+# --- the service key set's bearer token is read on each fetch (a projected token rotates) --------------------
+
+class RotatingKeySet:
+    """A stand-in for the API server's /openid/v1/jwks: it answers only the bearer token it currently wants,
+    and its keys and that token change together, as when the cluster rotates keys and the kubelet the token."""
+
+    def __init__(self):
+        from support import free_port
+        from werkzeug.serving import make_server
+
+        self.keys, self.wanted, self.fetches = [], "", []
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = make_server("127.0.0.1", self.port, self.app, threaded=True)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def app(self, environ, start_response):
+        sent = environ.get("HTTP_AUTHORIZATION", "")
+        self.fetches.append(sent)
+        if sent != f"Bearer {self.wanted}":
+            start_response("401 Unauthorized", [("Content-Type", "application/json")])
+            return [b'{"message": "Unauthorized"}']
+        body = json.dumps({"keys": [k for _, k in self.keys]}).encode()
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    def add_key(self) -> tuple:
+        key = ec.generate_private_key(ec.SECP256R1())
+        kid = f"sa-key-{len(self.keys)}"
+        jwk = {**json.loads(jwt.algorithms.ECAlgorithm.to_jwk(key.public_key())), "kid": kid, "use": "sig", "alg": "ES256"}
+        self.keys.append((key, jwk))
+        return key, kid
+
+    def service_token(self, key, kid: str) -> str:
+        now = int(time.time())
+        return jwt.encode({"iss": "https://kubernetes.default.svc.cluster.local", "sub": SERVICE, "aud": SERVICE_AUDIENCE,
+                           "iat": now, "nbf": now, "exp": now + 600}, key, algorithm="ES256", headers={"kid": kid})
+
+
+def test_the_service_key_sets_token_file_is_read_on_each_fetch(memory_env, issuer, tmp_path):
+    from support import Gunicorn
+
+    jwks = RotatingKeySet()
+    token_file = tmp_path / "token"
+    jwks.wanted = "projected-token-1"
+    token_file.write_text(jwks.wanted)
+    first = jwks.add_key()
+    env = {**memory_env, "AGENTFN_SERVICE_JWT_ISSUER": "https://kubernetes.default.svc.cluster.local",
+           "AGENTFN_SERVICE_JWKS_URL": jwks.url + "/openid/v1/jwks", "AGENTFN_SERVICE_JWKS_TOKEN_FILE": str(token_file),
+           "AGENTFN_JWKS_COOLDOWN_SECONDS": "0"}
+    server = Gunicorn("agentfn.memory.app:create_app()", {**env, "AGENTFN_WORKERS": "1"}, tmp_path / "memory.log")
+    server.start()
+
+    def write_episode(token: str) -> requests.Response:
+        return requests.post(server.url + "/internal/v1/episodes", headers={"Authorization": f"Bearer {token}"},
+                             json={"subject": f"rotated-{secrets.token_hex(3)}", "text": "They rotated the keys."},
+                             timeout=30)
+
+    try:
+        assert write_episode(jwks.service_token(*first)).status_code == 201
+        # The kubelet rotates the projected token; the cluster signs with a new key. Memory must fetch the
+        # new key set with the token now in the file, not the one it read at its first fetch.
+        jwks.wanted = "projected-token-2"
+        token_file.write_text(jwks.wanted)
+        second = jwks.add_key()
+        response = write_episode(jwks.service_token(*second))
+        assert response.status_code == 201, response.text
+        assert jwks.fetches[-1] == "Bearer projected-token-2"
+    finally:
+        server.stop()
+        jwks.server.shutdown()

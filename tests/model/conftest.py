@@ -15,11 +15,12 @@ import threading
 import time
 from pathlib import Path
 
+import jwt
 import pytest
 import requests
 from agentfn.cli.postgres import free_port
 from agentfn.model import weights
-from support import Gunicorn
+from support import MCP_RESOURCE, Gunicorn, account
 from werkzeug.serving import make_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripted engine beside this file
@@ -65,7 +66,8 @@ def engine():
 
 @pytest.fixture(scope="session")
 def upstreams(issuer):
-    served = {t: Served(importlib.import_module(f"agentfn.{t}.dev_upstream").create_app(issuer.env())) for t in READ_TOOLS}
+    served = {t: Served(importlib.import_module(f"agentfn.{t}.dev_upstream").create_app(issuer.upstream_env(t)))
+              for t in READ_TOOLS}
     yield served
     for s in served.values():
         s.stop()
@@ -91,9 +93,9 @@ def tools(upstreams, issuer, logs):
     servers = {}
     try:
         for tool, variable in READ_TOOLS.items():
-            server = Gunicorn(f"agentfn.{tool}.app:create_app()", {**issuer.env(), variable: upstreams[tool].url,
-                                                                   "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": "5"},
-                              logs / f"{tool}.log")
+            server = Gunicorn(f"agentfn.{tool}.app:create_app()", {
+                **issuer.env(), variable: upstreams[tool].url, "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": "5",
+                "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(logs, tool))}, logs / f"{tool}.log")
             server.start()
             servers[tool] = server
         yield servers
@@ -175,6 +177,12 @@ def approval_key_file(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def exchange_token_file(issuer, tmp_path_factory) -> Path:
+    """The model function's workload token for the issuer (client authentication of its token exchanges)."""
+    return issuer.assertion_file(tmp_path_factory.mktemp("secrets"), "model")
+
+
 def tier_env(name: str, url: str, mode: str, **extra) -> dict[str, str]:
     prefix = f"AGENTFN_TIER_{name.upper()}_"
     env = {prefix + "URL": url, prefix + "MODEL": "scripted", prefix + "TOOL_MODE": mode, prefix + "DEADLINE_SECONDS": "20",
@@ -190,13 +198,14 @@ def offline_port() -> int:
 
 @pytest.fixture(scope="session")
 def model_env(model_dsn, issuer, engine, tools, memory, page, registry_file, service_token_file, offline_port,
-              approval_key_file):
+              approval_key_file, exchange_token_file):
     return {**issuer.env(), "AGENTFN_DATABASE_URL": model_dsn,
             "AGENTFN_REGISTRY_FILE": str(registry_file), "AGENTFN_MEMORY_URL": memory.url, "AGENTFN_PAGE_URL": page.url,
             "AGENTFN_TOOL_PLATFORM_STATUS_URL": tools["platform_status"].url,
             "AGENTFN_TOOL_LIST_MODELS_URL": tools["list_models"].url,
             "AGENTFN_SERVICE_TOKEN_FILE": str(service_token_file), "AGENTFN_TIERS": "fast,small,offline",
             "AGENTFN_APPROVAL_KEY_FILE": str(approval_key_file),
+            "AGENTFN_EXCHANGE_TOKEN_FILE": str(exchange_token_file), "AGENTFN_MCP_RESOURCE": MCP_RESOURCE,
             **tier_env("fast", engine.url + "/v1", "native"), **tier_env("small", engine.url + "/v1", "constrained"),
             **tier_env("offline", f"http://127.0.0.1:{offline_port}/v1", "constrained", MODEL=weights.chosen().alias,
                        DEADLINE_SECONDS="240", MAX_TOKENS="40", CONTEXT_TOKENS="2048", TEMPERATURE="0"),
@@ -227,12 +236,24 @@ def frugal_model(model_env, logs):
 
 
 class Person:
-    """A caller: a fresh subject, its groups, its token (kept to compare what reaches a tool)."""
+    """A caller: a fresh subject, its groups, its gateway token (kept to compare what reaches a tool) and its
+    token for /mcp (audience the MCP resource, as an MCP client gets it)."""
 
     def __init__(self, issuer, groups=("platform-users", "developers")):
         self.subject = f"person-{secrets.token_hex(4)}"
+        self.groups = list(groups)
         self.token = issuer.caller_token(self.subject, list(groups))
+        self.mcp_token = issuer.caller_token(self.subject, list(groups), audience=MCP_RESOURCE)
         self.headers = {"Authorization": f"Bearer {self.token}"}
+
+
+def exchanged_for_upstream(token: str, who: Person, tool: str) -> bool:
+    """Whether what a dev upstream received is the caller's token exchanged twice (model function, then the tool)
+    for that upstream, and not the caller's own (read, not verified: the upstream verified it)."""
+    claims = jwt.decode(token, options={"verify_signature": False})
+    return (token not in (who.token, who.mcp_token) and claims["sub"] == who.subject and claims["groups"] == who.groups
+            and claims["aud"] == f"agentfn:upstream:{tool}"
+            and claims["act"] == {"sub": account(tool), "act": {"sub": MODEL_SERVICE}})
 
 
 @pytest.fixture

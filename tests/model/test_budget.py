@@ -41,10 +41,12 @@ def test_the_budget_spent_mid_turn_ends_it_with_an_error_event(frugal_model, eng
     assert again.json()["type"].endswith("/daily-tokens")
 
 
-def test_twenty_concurrent_turns_never_overspend_a_small_budget(frugal_model, engine, person, model_env):
+def twenty_at_once(model, person, turn, engine) -> list:
+    """Twenty turns of the guide at once, `turn(i)` giving each its engine script and message; the ones done.
+    Every turn is done or refused (429, or an error event), and some of each."""
     def one(i):
-        sid = engine.script({"text": f"answer {i}", "usage": {"prompt_tokens": 300, "completion_tokens": 60}})
-        return take_turn(frugal_model.url, person, "guide", f"Question {i}. script:{sid}")
+        script, message = turn(i)
+        return take_turn(model.url, person, "guide", f"{message} script:{engine.script(script)}")
 
     with ThreadPoolExecutor(20) as pool:
         results = list(pool.map(one, range(20)))
@@ -52,6 +54,12 @@ def test_twenty_concurrent_turns_never_overspend_a_small_budget(frugal_model, en
     refused = [r for r, events in results if r.status_code == 429 or (events and events[-1][0] == "error")]
     assert len(done) + len(refused) == 20, [(r.status_code, e[-1][0] if e else r.text[:90]) for r, e in results]
     assert done and refused, (len(done), len(refused))
+    return done
+
+
+def test_twenty_concurrent_turns_never_overspend_a_small_budget(frugal_model, engine, person, model_env):
+    done = twenty_at_once(frugal_model, person, lambda i: (
+        {"text": f"answer {i}", "usage": {"prompt_tokens": 300, "completion_tokens": 60}}, f"Question {i}."), engine)
     budget, rows = spent(model_env, person.subject)
     # Held before the round, so the day's limit holds even with twenty turns in two processes at once.
     assert budget <= SMALL_DAILY + MAX_ROUND
@@ -70,16 +78,8 @@ def test_concurrent_turns_of_emoji_never_overspend_a_small_budget(frugal_model, 
     # a token per UTF-8 byte, the most any byte-level tokenizer may. The hold must never be below it.
     emoji = "\U0001F642" * 250  # 1,000 bytes: a third of the budget held at 3 characters a token would cover it
 
-    def one(i):
-        sid = engine.script({"text": "\U0001F44D" * 20, "usage": "bytes"})
-        return take_turn(frugal_model.url, person, "guide", f"{emoji} Question {i}. script:{sid}")
-
-    with ThreadPoolExecutor(20) as pool:
-        results = list(pool.map(one, range(20)))
-    done = [r for r, events in results if r.status_code == 200 and events[-1][0] == "done"]
-    refused = [r for r, events in results if r.status_code == 429 or (events and events[-1][0] == "error")]
-    assert len(done) + len(refused) == 20, [(r.status_code, e[-1][0] if e else r.text[:90]) for r, e in results]
-    assert done and refused, (len(done), len(refused))
+    done = twenty_at_once(frugal_model, person, lambda i: (
+        {"text": "\U0001F44D" * 20, "usage": "bytes"}, f"{emoji} Question {i}."), engine)
     budget, rows = spent(model_env, person.subject)
     assert budget == sum(tokens for _, tokens, _ in rows)
     per_turn = budget // len(done)

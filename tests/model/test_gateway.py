@@ -16,7 +16,9 @@ HIDDEN = ("/internal/v1/episodes", "/healthz", "/readyz", "/openapi.json", "/v1/
           "/v1/agents/../../internal/v1/episodes", "/v1/agents/%2e%2e/%2e%2e/internal/v1/episodes",
           "/v1/entries/../../internal/v1/episodes", "/v1/entriesx", "/v1/entries/x/y", "/v1/recall/x", "/v1/recallx",
           "/v1/toolsx", "/v1/agentsx", "/v1/pages", "/v1/pages/open", "/v1/runs", "/mcpx", "/", "/v2/entries",
-          "//internal/v1/episodes", "/V1/entries")
+          "//internal/v1/episodes", "/V1/entries", "/.well-known/oauth-protected-resource/x",
+          "/.well-known/oauth-protected-resourcex", "/.well-known/openid-configuration", "/.well-known/jwks.json",
+          "/.well-known/../internal/v1/episodes")
 
 
 def raw(gateway, method: str, path: str, headers: dict | None = None, body: bytes | None = None):

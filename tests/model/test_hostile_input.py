@@ -39,13 +39,16 @@ CASES = [
 
 
 @pytest.mark.parametrize(("door", "body", "field"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_a_hostile_pattern_body_is_refused_at_once(model, tools, person, door, body, field):
+def test_a_hostile_pattern_body_is_refused_at_once(model, tools, issuer, person, door, body, field):
     url = {"turns": f"{model.url}/v1/agents/reviewer/turns", "sessions/end": f"{model.url}/v1/agents/reviewer/sessions/end",
            "tool": f"{model.url}/v1/tools/platform_status/call",
            "tool function": f"{tools['platform_status'].url}/v1/call"}[door]
-    headers = {**person.headers, "Content-Type": "application/json"}
+    # The tool function takes only a token exchanged for it (what the model function sends).
+    auth = issuer.tool_headers("platform_status", person.subject, person.groups) if door == "tool function" \
+        else person.headers
+    headers = {**auth, "Content-Type": "application/json"}
     # Warm: the token's keys fetched and the schema compiled, so the bound times the check alone.
-    assert requests.post(url, json={"nothing": True}, headers=person.headers, timeout=60).status_code == 422
+    assert requests.post(url, json={"nothing": True}, headers=auth, timeout=60).status_code == 422
     data = json.dumps(body).encode()
     assert len(data) < 16 * 1024 if door == "tool function" else len(data) < 256 * 1024
     started = time.perf_counter()

@@ -27,7 +27,7 @@ def declare(api: kmock.KubernetesEmulator) -> None:
     verbs = {"get", "list", "watch", "create", "patch", "update", "delete"}
     for resource, kind in [(AGENTS, "Agent"), (GRANTS, "ToolGrant")]:
         api.resources[resource] = kmock.ResourceInfo(kind=kind, namespaced=True, verbs=verbs, subresources={"status"})
-    # kopf starts no watchers unless namespaces are known too (NOTES.md).
+    # kopf starts no watchers unless namespaces are known too.
     api.resources["v1/namespaces"] = kmock.ResourceInfo(kind="Namespace", namespaced=False, verbs=verbs)
     for resource, kind in [(CONFIGMAPS, "ConfigMap"), (POLICIES, "NetworkPolicy"), (LEASES, "Lease"), (EVENTS, "Event")]:
         api.resources[resource] = kmock.ResourceInfo(kind=kind, namespaced=True, verbs=verbs)

@@ -1,4 +1,4 @@
-"""Third tier, DESIGN section 3: memory's WriteEpisode takes the model function's ServiceAccount token
+"""Third tier: memory's WriteEpisode takes the model function's ServiceAccount token
 from the real apiserver's TokenRequest (audience agentfn-memory), checked against the apiserver's own
 JWKS (`/openid/v1/jwks`, served by 1.20 behind the ServiceAccountIssuerDiscovery gate, on by default),
 and refuses another ServiceAccount's token, another audience's, and another issuer's."""

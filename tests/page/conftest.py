@@ -172,7 +172,7 @@ class Opener:
 
     def __call__(self, url: str, *, subject: str | None = None, headers: dict[str, str] | None = None,
                  **body) -> requests.Response:
-        token = self.issuer.caller_token(subject or fresh_subject())
+        token = self.issuer.exchanged("agentfn:page", subject or fresh_subject())
         return self.session.post(self.base + "/v1/open", json={"url": url, **body},
                                  headers={**(headers or {}), "Authorization": f"Bearer {token}"}, timeout=30)
 

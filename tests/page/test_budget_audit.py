@@ -15,7 +15,7 @@ SECRET_WORD = "marmalade-velvet"  # in the article's text (public_web.py)
 
 def call(base, issuer, subject, url, **body):
     """One call of a page fetcher's door as `subject`."""
-    token = issuer.caller_token(subject)
+    token = issuer.exchanged("agentfn:page", subject)
     return requests.post(base + "/v1/open", json={"url": url, **body}, headers={"Authorization": f"Bearer {token}"},
                          timeout=30)
 

@@ -69,7 +69,7 @@ BAD = [
 
 @pytest.mark.parametrize(("body", "ctype", "status", "words"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
 def test_bad_input_is_a_problem_and_fetches_nothing(page, issuer, lab, body, ctype, status, words):
-    headers = {"Authorization": f"Bearer {issuer.caller_token('bad-input')}"}
+    headers = {"Authorization": f"Bearer {issuer.exchanged('agentfn:page', 'bad-input')}"}
     kwargs = {"data": body, "headers": {**headers, "Content-Type": ctype}} if ctype else {"json": body,
                                                                                           "headers": headers}
     before = len(lab.public_hits())
@@ -81,8 +81,8 @@ def test_bad_input_is_a_problem_and_fetches_nothing(page, issuer, lab, body, cty
 
 
 def test_only_post_opens(page, issuer):
-    response = requests.get(page.url + "/v1/open", headers={"Authorization": f"Bearer {issuer.caller_token('x')}"},
-                            timeout=10)
+    token = issuer.exchanged("agentfn:page", "x")
+    response = requests.get(page.url + "/v1/open", headers={"Authorization": f"Bearer {token}"}, timeout=10)
     assert response.status_code == 405 and response.json()["detail"] == "GET is not allowed here"
 
 
@@ -113,6 +113,22 @@ schema = schemathesis.pytest.from_fixture("page_schema")
 @schema.parametrize()
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 def test_the_door_answers_as_documented(case, issuer):
-    response = case.call(headers={"Authorization": f"Bearer {issuer.caller_token('schemathesis-caller')}"})
+    response = case.call(headers={"Authorization": f"Bearer {issuer.exchanged('agentfn:page', 'schemathesis-caller')}"})
     assert response.status_code < 500, response.text
+    if response.status_code == 413:
+        return  # a body over the door's byte cap is refused (as documented) before its schema is read
     case.validate_response(response)
+
+
+@pytest.mark.parametrize("token", [
+    pytest.param(lambda i: i.caller_token("a-caller"), id="the caller's own gateway token"),
+    pytest.param(lambda i: i.exchanged("agentfn:tool:platform_status", "a-caller"), id="exchanged for a tool"),
+    pytest.param(lambda i: i.exchanged("agentfn:memory", "a-caller"), id="exchanged for memory"),
+])
+def test_the_fetcher_takes_only_a_token_exchanged_for_it(page, issuer, lab, token):
+    """Never callable on its own: by signature, not only because no route leads here."""
+    before = len(lab.public_hits())
+    response = requests.post(page.url + "/v1/open", json={"url": f"{PUB}/article"}, timeout=10,
+                             headers={"Authorization": f"Bearer {token(issuer)}"})
+    assert response.status_code == 401, response.text
+    assert lab.public_hits()[before:] == []

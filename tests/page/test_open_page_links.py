@@ -61,6 +61,7 @@ def model(page, issuer, model_dsn, engine, tmp_path_factory):
         **issuer.env(), "AGENTFN_DATABASE_URL": model_dsn, "AGENTFN_REGISTRY_FILE": str(where / "registry.json"),
         "AGENTFN_PAGE_URL": page.url, "AGENTFN_TIERS": "fast", "AGENTFN_TIER_FAST_URL": engine.url + "/v1",
         "AGENTFN_TIER_FAST_MODEL": "scripted", "AGENTFN_TOOL_TIMEOUT_SECONDS": "5", "NO_PROXY": "127.0.0.1",
+        "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(where, "model")),
         "no_proxy": "127.0.0.1"}, where / "model.log")
     server.start()
     yield server

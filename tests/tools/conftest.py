@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib
 import secrets
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 import requests
@@ -54,14 +56,17 @@ def dev_upstream(tool: str, env: dict) -> Served:
 
 @pytest.fixture(scope="session")
 def upstreams(issuer):
-    served = {tool: dev_upstream(tool, issuer.env()) for tool in READ_TOOLS}
+    served = {tool: dev_upstream(tool, issuer.upstream_env(tool)) for tool in READ_TOOLS}
     yield served
     for s in served.values():
         s.stop()
 
 
 def tool_env(issuer, tool: str, upstream_url: str) -> dict[str, str]:
-    return {**issuer.env(), READ_TOOLS[tool]: upstream_url, "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": str(UPSTREAM_TIMEOUT)}
+    """A read tool's settings: its upstream, and its own workload token to exchange the caller's for the upstream's."""
+    assertion = issuer.assertion_file(Path(tempfile.mkdtemp(prefix="agentfn-tool-")), tool)
+    return {**issuer.env(), READ_TOOLS[tool]: upstream_url, "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": str(UPSTREAM_TIMEOUT),
+            "AGENTFN_EXCHANGE_TOKEN_FILE": str(assertion)}
 
 
 @pytest.fixture(scope="session")
@@ -117,4 +122,4 @@ def call(url: str, headers: dict, arguments: dict | None = None, **kw) -> reques
 @pytest.fixture
 def coder(run_code, issuer):
     """A fresh caller of run_code each test, so daily runs never carry over."""
-    return Client(run_code.url, issuer.headers(f"coder-{secrets.token_hex(4)}"))
+    return Client(run_code.url, issuer.tool_headers("run_code", f"coder-{secrets.token_hex(4)}"))

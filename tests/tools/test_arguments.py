@@ -45,7 +45,7 @@ CASES = [
 @pytest.mark.parametrize(("tool", "body", "status", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_a_bad_argument_is_refused_before_anything_runs(every_tool, upstreams, issuer, tool, body, status, words):
     subject = f"refused-{tool}"
-    headers = issuer.headers(subject, READER)
+    headers = issuer.tool_headers(tool, subject, READER)
     before = len(upstreams[tool].controls.received) if tool in upstreams else None
     response = requests.post(every_tool[tool].url + "/v1/call", json=body, headers=headers, timeout=30)
     assert response.status_code == status, response.text
@@ -56,7 +56,7 @@ def test_a_bad_argument_is_refused_before_anything_runs(every_tool, upstreams, i
 
 
 def test_a_refused_run_costs_no_daily_run(run_code, issuer):
-    headers = issuer.headers("refused-runner")
+    headers = issuer.tool_headers("run_code", "refused-runner")
     for _ in range(8):  # more than the daily runs
         assert requests.post(run_code.url + "/v1/call", json={"arguments": {"code": ""}}, headers=headers).status_code == 422
     ok = requests.post(run_code.url + "/v1/call", json={"arguments": {"code": "print(1)"}}, headers=headers)
@@ -71,7 +71,7 @@ def test_a_refused_run_costs_no_daily_run(run_code, issuer):
 @pytest.mark.parametrize("tool", ["platform_status", "run_code"])
 def test_a_body_that_is_not_arguments_is_refused(every_tool, issuer, tool, name, data, ctype, status, words):
     response = requests.post(every_tool[tool].url + "/v1/call", data=data,
-                             headers={**issuer.headers("sloppy", READER), "Content-Type": ctype}, timeout=30)
+                             headers={**issuer.tool_headers(tool, "sloppy", READER), "Content-Type": ctype}, timeout=30)
     assert response.status_code == status, response.text
     assert words in response.json()["detail"]
 
@@ -79,5 +79,5 @@ def test_a_body_that_is_not_arguments_is_refused(every_tool, issuer, tool, name,
 def test_a_refusal_never_quotes_the_argument(every_tool, issuer):
     secret = "hunter2-" * 3000
     response = requests.post(every_tool["run_code"].url + "/v1/call", json={"arguments": {"code": secret}},
-                             headers=issuer.headers("quoter"), timeout=30)
+                             headers=issuer.tool_headers("run_code", "quoter"), timeout=30)
     assert response.status_code == 422 and "hunter2" not in response.text

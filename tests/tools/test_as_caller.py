@@ -1,6 +1,7 @@
-"""The reads run as the caller: the caller's token reaches the platform service byte for byte, the service
-decides what each caller sees, forged tokens stop at the door, and the service's refusals and failures come
-back as clear problems."""
+"""The reads run as the caller: each tool takes only a token the model function exchanged for it, the
+platform service receives one exchanged again for it (the caller's subject and groups, never a token another
+part would take), the service decides what each caller sees, forged tokens stop at the door, and the
+service's refusals and failures come back as clear problems."""
 
 import base64
 import json
@@ -9,8 +10,8 @@ import time
 import jwt
 import pytest
 import requests
-from agentfn.shared.dev_issuer import CALLER_AUDIENCE
 from cryptography.hazmat.primitives.asymmetric import ec
+from support import MODEL_SERVICE, account
 
 from .conftest import READ_TOOLS, UPSTREAM_TIMEOUT, Served, call, dev_upstream, tool_env
 
@@ -24,25 +25,44 @@ PRIVILEGED = {
 }
 
 
-def test_the_callers_token_reaches_the_service_byte_for_byte(tools, upstreams, issuer):
+def unverified(token: str) -> dict:
+    return jwt.decode(token, options={"verify_signature": False})
+
+
+def test_the_service_receives_a_token_exchanged_for_it(tools, upstreams, issuer):
     for tool in READ_TOOLS:
-        token = issuer.caller_token(f"forwarded-{tool}", READERS[tool])
-        response = call(tools[tool].url, {"Authorization": f"Bearer {token}"})
+        sent = issuer.tool_headers(tool, f"forwarded-{tool}", READERS[tool])
+        response = call(tools[tool].url, sent)
         assert response.status_code == 200, response.text
-        assert upstreams[tool].controls.received[-1] == token
+        received = upstreams[tool].controls.received[-1]
+        assert received != sent["Authorization"].removeprefix("Bearer ")
+        claims = unverified(received)
+        assert claims["sub"] == f"forwarded-{tool}" and claims["groups"] == READERS[tool]
+        assert claims["aud"] == f"agentfn:upstream:{tool}"
+        assert claims["act"] == {"sub": account(tool), "act": {"sub": MODEL_SERVICE}}  # the tool, for the model function
+        assert claims["exp"] - claims["iat"] <= 300
+
+
+@pytest.mark.parametrize("tool", READ_TOOLS)
+def test_the_service_takes_no_token_another_part_would_take(tools, upstreams, issuer, tool):
+    """What reaches a platform service opens no other door: not another tool's, not memory's."""
+    assert call(tools[tool].url, issuer.tool_headers(tool, "replayer", READERS[tool])).status_code == 200
+    received = upstreams[tool].controls.received[-1]
+    for other in READ_TOOLS:
+        assert call(tools[other].url, {"Authorization": f"Bearer {received}"}).status_code == 401
 
 
 @pytest.mark.parametrize("tool", READ_TOOLS)
 def test_two_callers_with_different_groups_see_different_things(tools, issuer, tool):
     group, privileged_sight = PRIVILEGED[tool]
-    plain = call(tools[tool].url, issuer.headers("plain-reader", READERS[tool]), {}).json()["content"]
-    privileged = call(tools[tool].url, issuer.headers("privileged-reader", [group]), {}).json()["content"]
+    plain = call(tools[tool].url, issuer.tool_headers(tool, "plain-reader", READERS[tool]), {}).json()["content"]
+    privileged = call(tools[tool].url, issuer.tool_headers(tool, "privileged-reader", [group]), {}).json()["content"]
     assert privileged_sight(privileged) and not privileged_sight(plain)
     assert plain != privileged
 
 
 def test_what_each_read_says(tools, issuer):
-    ops = issuer.headers("olga", ["platform-ops"])
+    ops = issuer.tool_headers("platform_status", "olga", ["platform-ops"])
     status = call(tools["platform_status"].url, ops).json()["content"]
     assert status["figures"] == {"services": 6, "up": 4, "degraded": 1, "down": 1, "queue_waiting": 3,
                                  "queue_running": 2, "open_incidents": 1}
@@ -50,42 +70,56 @@ def test_what_each_read_says(tools, issuer):
     assert len(status["text"]) <= 400
     one = call(tools["platform_status"].url, ops, {"service": "radar"}).json()["content"]
     assert one["text"].startswith("radar is degraded: digests published late.") and len(one["attention"]) == 1
-    hidden = call(tools["platform_status"].url, issuer.headers("alice", ["platform-users"]), {"service": "operator"})
+    hidden = call(tools["platform_status"].url, issuer.tool_headers("platform_status", "alice", ["platform-users"]),
+                  {"service": "operator"})
     assert hidden.json()["content"]["text"] == "No service named operator is visible to you."
 
-    tiers = call(tools["list_models"].url, issuer.headers("rita", ["research"]), {"embeds": False}).json()["content"]
+    tiers = call(tools["list_models"].url, issuer.tool_headers("list_models", "rita", ["research"]), {"embeds": False}).json()["content"]
     assert tiers == {"tiers": [{"name": "deep", "engine": "llama.cpp", "model": "Qwen3-32B-Q4_K_M",
                                 "context_tokens": 131072, "deadline_seconds": 120, "embeds": False,
                                 "embedding_model": None}], "count": 1}
 
-    digests = call(tools["radar_latest"].url, issuer.headers("alice", ["platform-users"]), {"count": 2}).json()["content"]
+    digests = call(tools["radar_latest"].url, issuer.tool_headers("radar_latest", "alice", ["platform-users"]),
+                   {"count": 2}).json()["content"]
     assert [d["date"] for d in digests["digests"]] == ["2026-12-01", "2026-11-24"] and digests["count"] == 2
     assert all(d["url"].startswith("https://") and len(d["summary"]) <= 300 for d in digests["digests"])
 
 
-def claims(issuer, **changes):
+def claims(issuer, tool, **changes):
     now = int(time.time())
-    base = {"iss": issuer.url, "sub": "mallory", "aud": CALLER_AUDIENCE, "iat": now, "nbf": now, "exp": now + 600,
-            "groups": ["platform-ops", "research", "staff"]}
+    base = {"iss": issuer.url, "sub": "mallory", "aud": f"agentfn:tool:{tool}", "iat": now, "nbf": now, "exp": now + 600,
+            "groups": ["platform-ops", "research", "staff"], "act": {"sub": MODEL_SERVICE}}
     return {k: v for k, v in {**base, **changes}.items() if v is not None}
 
 
-def tampered(issuer):
-    header, _, signature = issuer.caller_token("mallory", ["platform-users"]).split(".")
-    payload = base64.urlsafe_b64encode(json.dumps(claims(issuer)).encode()).rstrip(b"=").decode()
+def tampered(issuer, tool):
+    header, _, signature = issuer.exchanged(f"agentfn:tool:{tool}", "mallory", ["platform-users"]).split(".")
+    payload = base64.urlsafe_b64encode(json.dumps(claims(issuer, tool)).encode()).rstrip(b"=").decode()
     return f"{header}.{payload}.{signature}"
 
 
+def other_tool(tool):
+    return "run_code" if tool != "run_code" else "platform_status"
+
+
 FORGED = {
-    "alg none": lambda i: jwt.encode(claims(i), None, algorithm="none"),
-    "another key under the issuer's kid": lambda i: jwt.encode(claims(i), ec.generate_private_key(ec.SECP256R1()),
-                                                               algorithm="ES256", headers={"kid": i.kid}),
+    "alg none": lambda i, t: jwt.encode(claims(i, t), None, algorithm="none"),
+    "another key under the issuer's kid": lambda i, t: jwt.encode(claims(i, t), ec.generate_private_key(ec.SECP256R1()),
+                                                                  algorithm="ES256", headers={"kid": i.kid}),
     "groups raised in a signed payload": tampered,
-    "expired": lambda i: i.sign(claims(i, exp=int(time.time()) - 120, iat=int(time.time()) - 900,
-                                       nbf=int(time.time()) - 900)),
-    "wrong audience": lambda i: i.sign(claims(i, aud="someone-else")),
-    "wrong issuer": lambda i: i.sign(claims(i, iss="https://evil.example")),
-    "a service account": lambda i: i.service_token("system:serviceaccount:agentfn:agentfn-model", audience=CALLER_AUDIENCE),
+    "expired": lambda i, t: i.sign(claims(i, t, exp=int(time.time()) - 120, iat=int(time.time()) - 900,
+                                          nbf=int(time.time()) - 900)),
+    "wrong audience": lambda i, t: i.sign(claims(i, t, aud="someone-else")),
+    "wrong issuer": lambda i, t: i.sign(claims(i, t, iss="https://evil.example")),
+    "a service account": lambda i, t: i.service_token(MODEL_SERVICE, audience=f"agentfn:tool:{t}"),
+    # Never callable on its own: the caller's own gateway token, even valid, opens no tool.
+    "the caller's own gateway token": lambda i, t: i.caller_token("mallory", ["platform-users"]),
+    "exchanged for another tool": lambda i, t: i.exchanged(f"agentfn:tool:{other_tool(t)}", "mallory", ["platform-users"]),
+    "exchanged for memory": lambda i, t: i.exchanged("agentfn:memory", "mallory", ["platform-users"]),
+    "for this tool, no actor": lambda i, t: i.sign(claims(i, t, act=None)),
+    "for this tool, an untrusted actor": lambda i, t: i.sign(claims(i, t, act={"sub": account("page")})),
+    "for this tool, the actor nested under another": lambda i, t: i.sign(claims(i, t, act={
+        "sub": account("page"), "act": {"sub": MODEL_SERVICE}})),
     "none at all": None,
 }
 
@@ -94,7 +128,7 @@ FORGED = {
 @pytest.mark.parametrize("tool", [*READ_TOOLS, "run_code"])
 def test_a_forged_token_stops_at_the_door(every_tool, upstreams, issuer, tool, forge):
     before = len(upstreams[tool].controls.received) if tool in upstreams else None
-    headers = {"Authorization": f"Bearer {forge(issuer)}"} if forge else {}
+    headers = {"Authorization": f"Bearer {forge(issuer, tool)}"} if forge else {}
     arguments = {"code": "print('ran')"} if tool == "run_code" else {}
     response = call(every_tool[tool].url, headers, arguments)
     assert response.status_code == 401, response.text
@@ -105,19 +139,18 @@ def test_a_forged_token_stops_at_the_door(every_tool, upstreams, issuer, tool, f
 
 @pytest.mark.parametrize("tool", READ_TOOLS)
 def test_the_service_refusing_the_caller_is_not_allowed(tools, upstreams, issuer, tool):
-    token = issuer.caller_token("outsider", ["visitors"])
-    response = call(tools[tool].url, {"Authorization": f"Bearer {token}"})
+    response = call(tools[tool].url, issuer.tool_headers(tool, "outsider", ["visitors"]))
     assert response.status_code == 403, response.text
     problem = response.json()
     assert problem["type"].endswith("/not-allowed") and "does not allow this caller" in problem["detail"]
-    assert upstreams[tool].controls.received[-1] == token  # the service said no, not the tool
+    assert unverified(upstreams[tool].controls.received[-1])["sub"] == "outsider"  # the service said no, not the tool
 
 
 @pytest.mark.parametrize("tool", READ_TOOLS)
 def test_a_slow_service_is_a_timeout_problem(tools, upstreams, issuer, tool):
     upstreams[tool].controls.delay_seconds = UPSTREAM_TIMEOUT + 2
     started = time.monotonic()
-    response = call(tools[tool].url, issuer.headers("patient", READERS[tool]))
+    response = call(tools[tool].url, issuer.tool_headers(tool, "patient", READERS[tool]))
     assert response.status_code == 504, response.text
     assert time.monotonic() - started < UPSTREAM_TIMEOUT + 1.5
     assert response.json()["type"].endswith("/upstream") and "did not answer within" in response.json()["detail"]
@@ -127,7 +160,7 @@ def test_a_slow_service_is_a_timeout_problem(tools, upstreams, issuer, tool):
 @pytest.mark.parametrize("tool", READ_TOOLS)
 def test_a_failing_service_is_an_upstream_problem(tools, upstreams, issuer, tool, status):
     upstreams[tool].controls.fail_status = status
-    response = call(tools[tool].url, issuer.headers("unlucky", READERS[tool]))
+    response = call(tools[tool].url, issuer.tool_headers(tool, "unlucky", READERS[tool]))
     assert response.status_code == 502, response.text
     assert f"failed (HTTP {status})" in response.json()["detail"]
     assert "fault the test asked for" not in response.text  # the service's words never pass through
@@ -139,7 +172,7 @@ def fragile(issuer):
     made = []
 
     def make(tool: str, upstream_tool: str | None = None):
-        upstream = dev_upstream(upstream_tool or tool, issuer.env())
+        upstream = dev_upstream(upstream_tool or tool, issuer.upstream_env(tool))
         from importlib import import_module
 
         served = Served(import_module(f"agentfn.{tool}.app").create_app(tool_env(issuer, tool, upstream.url)))
@@ -154,7 +187,7 @@ def fragile(issuer):
 @pytest.mark.parametrize("tool", READ_TOOLS)
 def test_a_service_that_is_down_is_an_upstream_problem(fragile, issuer, tool):
     upstream, served = fragile(tool)
-    headers = issuer.headers("early-bird", READERS[tool])
+    headers = issuer.tool_headers(tool, "early-bird", READERS[tool])
     assert call(served.url, headers).status_code == 200
     upstream.stop()
     response = call(served.url, headers)
@@ -165,20 +198,20 @@ def test_a_service_that_is_down_is_an_upstream_problem(fragile, issuer, tool):
 
 def test_a_service_outside_its_contract_is_an_upstream_problem(fragile, issuer):
     _, served = fragile("list_models", upstream_tool="radar_latest")  # answers 404 to /v1/tiers
-    response = call(served.url, issuer.headers("confused", ["platform-users"]))
+    response = call(served.url, issuer.tool_headers("list_models", "confused", ["platform-users"]))
     assert response.status_code == 502
     assert "outside its contract (HTTP 404)" in response.json()["detail"]
 
 
 def test_a_whole_number_count_given_as_a_float_is_a_count(tools, issuer):
     # JSON Schema calls 2.0 an integer; the Radar's contract wants "2" (found by schemathesis).
-    response = call(tools["radar_latest"].url, issuer.headers("pedant", ["platform-users"]), {"count": 2.0})
+    response = call(tools["radar_latest"].url, issuer.tool_headers("radar_latest", "pedant", ["platform-users"]), {"count": 2.0})
     assert response.status_code == 200 and response.json()["content"]["count"] == 2
 
 
 def test_logs_hold_neither_the_token_nor_what_the_service_said(tools, issuer):
-    token = issuer.caller_token("log-watcher", ["platform-ops", "research", "staff"])
     for tool in READ_TOOLS:
+        token = issuer.exchanged(f"agentfn:tool:{tool}", "log-watcher", ["platform-ops", "research", "staff"])
         assert call(tools[tool].url, {"Authorization": f"Bearer {token}"}).status_code == 200
         text = tools[tool].log.read_text()
         assert token.split(".")[1] not in text and token.split(".")[2] not in text

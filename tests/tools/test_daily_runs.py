@@ -19,7 +19,7 @@ def next_midnight_utc() -> str:
 
 
 def test_concurrent_calls_never_exceed_the_daily_runs(run_code, issuer):
-    headers = issuer.headers(f"hasty-{secrets.token_hex(4)}")
+    headers = issuer.tool_headers("run_code", f"hasty-{secrets.token_hex(4)}")
     with ThreadPoolExecutor(12) as pool:
         responses = list(pool.map(lambda _: call(run_code.url, headers, {"code": "print('one')"}), range(3 * DAILY)))
     ok = [r for r in responses if r.status_code == 200]
@@ -30,7 +30,7 @@ def test_concurrent_calls_never_exceed_the_daily_runs(run_code, issuer):
 
 
 def test_spent_runs_are_a_429_that_says_when_they_reset(run_code, issuer):
-    headers = issuer.headers(f"thrifty-{secrets.token_hex(4)}")
+    headers = issuer.tool_headers("run_code", f"thrifty-{secrets.token_hex(4)}")
     for left in reversed(range(DAILY)):
         assert call(run_code.url, headers, {"code": "pass"}).json()["content"]["runs_left"] == left
     response = call(run_code.url, headers, {"code": "print('one more')"})
@@ -44,7 +44,7 @@ def test_spent_runs_are_a_429_that_says_when_they_reset(run_code, issuer):
 
 
 def test_callers_have_runs_of_their_own(run_code, issuer):
-    spender, other = (issuer.headers(f"{who}-{secrets.token_hex(4)}") for who in ("spender", "other"))
+    spender, other = (issuer.tool_headers("run_code", f"{who}-{secrets.token_hex(4)}") for who in ("spender", "other"))
     for _ in range(DAILY):
         call(run_code.url, spender, {"code": "pass"})
     assert call(run_code.url, spender, {"code": "pass"}).status_code == 429
@@ -82,7 +82,7 @@ def test_a_sandbox_that_cannot_start_is_not_ready_and_costs_no_run(run_code_env,
             time.sleep(0.05)
         assert ready.status_code == 503 and ready.json()["checks"] == {"database": True, "sandbox": False}
         subject = f"unlucky-{secrets.token_hex(4)}"
-        response = call(served.url, issuer.headers(subject), {"code": "print(1)"})
+        response = call(served.url, issuer.tool_headers("run_code", subject), {"code": "print(1)"})
         assert response.status_code == 503 and "sandbox could not start" in response.json()["detail"]
         with psycopg.connect(run_code_env["AGENTFN_DATABASE_URL"]) as conn:
             runs = conn.execute("SELECT runs FROM run_code.daily_runs WHERE subject = %s", (subject,)).fetchone()

@@ -1,4 +1,4 @@
-"""Each tool's descriptor: one file, served unchanged at GET /v1/tool, strict, with the channels DESIGN allows."""
+"""Each tool's descriptor: one file, served unchanged at GET /v1/tool, strict, with the channels RFC 0002 allows."""
 
 import json
 from importlib import resources
@@ -10,7 +10,7 @@ from jsonschema import Draft202012Validator
 
 from .conftest import TOOLS
 
-# DESIGN T5/T6: the reads are callable alone and over MCP; run_code never.
+# RFC 0002: the reads are callable alone and over MCP; run_code never.
 CHANNELS = {"platform_status": True, "list_models": True, "radar_latest": True, "run_code": False}
 # A call that changes state or spends the person's quota waits for their approval; the reads do not.
 CHANGES_STATE = {"platform_status": False, "list_models": False, "radar_latest": False, "run_code": True}
@@ -22,7 +22,7 @@ def descriptor_file(tool: str) -> dict:
 
 @pytest.mark.parametrize("tool", TOOLS)
 def test_the_door_serves_the_file_unchanged(every_tool, issuer, tool):
-    response = requests.get(every_tool[tool].url + "/v1/tool", headers=issuer.headers("reader", ["platform-users"]))
+    response = requests.get(every_tool[tool].url + "/v1/tool", headers=issuer.tool_headers(tool, "reader", ["platform-users"]))
     assert response.status_code == 200
     assert response.json() == descriptor_file(tool)
     assert list(response.json()) == ["name", "description", "input_schema", "callable_alone", "mcp", "changes_state"]

@@ -25,7 +25,8 @@ schema = schemathesis.pytest.from_fixture("tool_schema")
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 def test_every_door_answers_as_documented(case, issuer):
     # A fresh subject each case, so run_code's daily runs never turn every later case into a 429.
-    headers = issuer.headers(f"schemathesis-{next(fresh)}", GROUPS)
+    tool = case.operation.schema.raw_schema["info"]["title"].removeprefix("agentfn tool ")
+    headers = issuer.tool_headers(tool, f"schemathesis-{next(fresh)}", GROUPS)
     response = case.call(headers=headers)
     assert response.status_code < 500, response.text
     case.validate_response(response)

@@ -375,7 +375,7 @@ def service(request):
 
 
 def caller(service, issuer, who: str) -> Client:
-    return Client(service.url, issuer.headers(f"{who}-{secrets.token_hex(4)}"))
+    return Client(service.url, issuer.tool_headers("run_code", f"{who}-{secrets.token_hex(4)}"))
 
 
 def test_the_service_says_what_bounds_its_runs(service, issuer):

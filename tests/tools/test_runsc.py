@@ -27,7 +27,7 @@ def gvisor(run_code_env, tmp_path_factory):
 
 def run(server, issuer, code: str) -> dict:
     response = requests.post(server.url + "/v1/call", json={"arguments": {"code": code}}, timeout=30,
-                             headers=issuer.headers(f"gvisor-{secrets.token_hex(4)}"))
+                             headers=issuer.tool_headers("run_code", f"gvisor-{secrets.token_hex(4)}"))
     assert response.status_code == 200, response.text
     return response.json()["content"]
 

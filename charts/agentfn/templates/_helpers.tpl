@@ -27,10 +27,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "agentfn.functions" -}}
 memory: {public: true, db: true}
 page: {public: false, db: true}
-model: {public: true, db: true}
-platform_status: {public: false, db: false, tool: true}
-list_models: {public: false, db: false, tool: true}
-radar_latest: {public: false, db: false, tool: true}
+model: {public: true, db: true, exchanges: true}
+platform_status: {public: false, db: false, tool: true, exchanges: true}
+list_models: {public: false, db: false, tool: true, exchanges: true}
+radar_latest: {public: false, db: false, tool: true, exchanges: true}
 run_code: {public: false, db: true, tool: true}
 {{- end -}}
 

@@ -1,4 +1,4 @@
--- The model function's record (DESIGN L4) and its budgets. Only who, which agent, how much and how long:
+-- The model function's record (RFC 0002: steps, tools and timings, never text) and its budgets. Only who, which agent, how much and how long:
 -- never the messages, the arguments, the results or the answer.
 
 -- One row per generation: a turn, a session's end (the episode's summary), or a tool called alone or over MCP.
