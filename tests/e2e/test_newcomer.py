@@ -59,12 +59,14 @@ class Platform:
         self.process: subprocess.Popen | None = None
         self.starts: list[float] = []
         self.log = clone / "up.log"
+        self.netns: str | None = None  # set once the platform moves into the tour's web (web_lab.py)
 
     def start(self, timeout: float = 900) -> str:
         offset = self.log.stat().st_size if self.log.exists() else 0
         started = time.monotonic()
         out = open(self.log, "a")
-        self.process = subprocess.Popen(["bash", "-c", FIRST_COMMAND], cwd=self.clone, env=self.env, stdout=out,
+        enter = ["nsenter", f"--net={self.netns}", "--"] if self.netns else []
+        self.process = subprocess.Popen([*enter, "bash", "-c", FIRST_COMMAND], cwd=self.clone, env=self.env, stdout=out,
                                         stderr=subprocess.STDOUT, start_new_session=True)
         while BANNER not in (text := self.since(offset)):
             assert self.process.poll() is None, text[-3000:]
@@ -119,6 +121,28 @@ def platform():
     timings = {"first_start_s": round(up.starts[0], 1), "later_starts_s": [round(s, 1) for s in up.starts[1:]]}
     (ROOT / "var").mkdir(exist_ok=True)
     (ROOT / "var" / "newcomer-timings.json").write_text(json.dumps(timings))
+
+
+@pytest.fixture(scope="module")
+def web(platform, tmp_path_factory):
+    """The tour's web: the platform, installed and started once on the host, moves into a network namespace
+    where https://example.com is the test's own page (web_lab.py); its gateway and issuer stay reachable at
+    the same host ports. Every later test of the module runs against it there."""
+    directory = tmp_path_factory.mktemp("web")
+    platform.stop()
+    lab = subprocess.Popen([str(platform.clone / ".venv/bin/python"), str(Path(__file__).with_name("web_lab.py")),
+                            "--dir", str(directory), "--expose", str(platform.base), "--expose", str(platform.base + 1)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(directory / "lab.log", "wb"))
+    line = lab.stdout.readline()
+    assert line, (directory / "lab.log").read_text()
+    platform.netns = f"/proc/{json.loads(line)['pid']}/ns/net"
+    platform.env.update({"AGENTFN_DNS_SERVERS": "127.0.0.1:53", "AGENTFN_PAGE_CA_FILE": str(directory / "ca.pem")})
+    platform.start()
+    yield lab
+    if platform.process.poll() is None:
+        platform.stop()
+    lab.stdin.close()
+    lab.wait(10)
 
 
 def events(output: str) -> list[tuple[str, dict]]:
