@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import py3langid
 import pytest
 import requests
 
@@ -250,8 +251,13 @@ def test_the_public_doors_reach_their_function_which_checks_the_token(platform, 
     assert answer.status_code == 401 and answer.headers["Content-Type"] == PROBLEM
 
 
-def test_the_tour(platform):
-    """README's five-minute tour, step by step, through the CLI."""
+def answer_of(turn: list[tuple[str, dict]]) -> str:
+    return "".join(d["text"] for n, d in turn if n == "delta")
+
+
+def test_the_tour(platform, web):
+    """README's five-minute tour, step by step, through the CLI, on the default offline engine at
+    temperature 0: what the README says happens, happens."""
     alice = platform.token("alice")
     # Keep a preference.
     kept = platform.cli("memory", "add", "Answer me in one short sentence.", "--kind", "preference", "--source", "tour",
@@ -262,17 +268,31 @@ def test_the_tour(platform):
     preference = entries[0]["id"]
     assert preference[:8] in kept.stdout
 
-    # Ask something that recalls it; the citation, when the model gives one, is among the recalled.
+    # A question the preference answers: recalled, cited, followed; no tool.
     asked = chat_turn(platform, alice, "How long should your answers be?")
     assert preference in [e["id"] for e in asked[0][1]["entries"]]
+    done = asked[-1][1]
+    assert done["cited"] == [preference] and done["steps"] == 0, done
+    said = answer_of(asked)
+    assert said.strip() and len(re.findall(r"[.!?](\s|$)", said.strip())) <= 1, said  # one short sentence
 
-    # Run code and open a page: the model chooses; whatever it chose ran as alice and was reported.
-    for ask in ("Run this Python code in the sandbox: print(6 * 7)", "Open the page https://example.com and read it"):
-        turn = chat_turn(platform, alice, ask)
-        for step in [s for s in steps_of(turn) if s["status"] in ("ok", "error")]:
-            assert step["ms"] >= 0
-            if step["status"] == "error":
-                assert {"title", "status"} <= set(step["result"])  # a problem, never a traceback
+    # Code to run: the model asks, the person approves (--yes), the sandbox prints 42.
+    ran = platform.cli("chat", "code-reviewer", "--json", "--yes", "-m", "Run this Python code in the sandbox: print(6 * 7)",
+                       token=alice)
+    first, second = turns_of(events(ran.stdout))
+    asks = [d for n, d in first if n == "step" and d["status"] == "needs_approval"]
+    assert [(a["tool"], a["arguments"]) for a in asks] == [("run_code", {"code": "print(6 * 7)"})], first
+    assert first[-1][0] == "done" and first[-1][1]["pending"] == [asks[0]["n"]]
+    check_turn(second, REVIEWER_TOOLS)
+    runs = [d for n, d in second if n == "step" and d["tool"] == "run_code" and d["status"] == "ok"]
+    assert len(runs) == 1 and runs[0]["result"]["stdout"].strip() == "42", second
+    assert "42" in answer_of(second)
+
+    # A page to open: the person's own URL, fetched once (no approval: it changes nothing); its title shows.
+    opened = chat_turn(platform, alice, "Open the page https://example.com and read it")
+    pages = [d for d in steps_of(opened) if d["tool"] == "open_page" and d["status"] == "ok"]
+    assert len(pages) == 1 and pages[0]["result"]["title"] == "Example Domain", steps_of(opened)
+    assert "Example Domain" in answer_of(opened)
 
     # The same tools, on their own where the table allows it: a reviewed read, as alice.
     assert "platform_status" in platform.cli("tools", token=alice).stdout
@@ -280,25 +300,26 @@ def test_the_tour(platform):
     refused = platform.cli("call", "run_code", "--arg", "code=print(1)", token=alice, check=False)
     assert refused.returncode != 0 and "Not Found" in refused.stderr  # never callable on its own
 
-    # End the session: the summary is written on the fast tier and kept by the model function, as itself,
-    # for alice, or, when it breaks the episode rules twice (the 135M model often writes "I" or too much),
-    # refused with the rules it broke and nothing kept. Either way the screen and memory agree.
-    # --yes: a piped line would otherwise answer the approval the model may ask for, and /end with it.
-    ended = platform.cli("chat", "code-reviewer", "--yes", token=alice,
-                         stdin="Remember that I review Python code on Fridays.\n/end\n/quit\n")
+    # End the session: the summary is kept as an episode in alice's language, by the model function.
+    ended = platform.cli("chat", "code-reviewer", token=alice,
+                         stdin="I review Python code on Fridays, mostly data pipelines.\n/end\n/quit\n")
+    assert "episode kept" in ended.stdout, ended.stdout + ended.stderr
     episodes = platform.get("/v1/entries", alice, kind="episode").json()["entries"]
-    if "episode kept" in ended.stdout:
-        assert len(episodes) == 1 and episodes[0]["source"] == "session"
-        assert episodes[0]["id"] in ended.stdout.replace("\n", "")
-    else:
-        assert "the summary broke the episode rules twice" in ended.stderr and "nothing was kept" in ended.stderr
-        assert episodes == []
+    assert len(episodes) == 1 and episodes[0]["source"] == "session"
+    assert episodes[0]["id"] in ended.stdout.replace("\n", "")
+    assert py3langid.classify(episodes[0]["text"])[0] == "en", episodes[0]["text"]
+
+    # memory list: the preference and the episode, nothing else (no junk the model kept on its own).
+    listed = platform.cli("memory", "list", token=alice).stdout
+    mine = platform.get("/v1/entries", alice).json()["entries"]
+    assert sorted(e["kind"] for e in mine) == ["episode", "preference"], mine
+    assert all(e["id"][:8] in listed for e in mine)
+
     # Nobody else sees alice's entries; she forgets one and it is gone.
     bob = platform.token("bob")
     assert platform.get("/v1/entries", bob).json()["entries"] == []
-    mine = platform.get("/v1/entries", alice).json()["entries"]
-    platform.cli("memory", "forget", mine[0]["id"], token=alice)
-    assert mine[0]["id"] not in json.dumps(platform.get("/v1/entries", alice).json())
+    platform.cli("memory", "forget", episodes[0]["id"], token=alice)
+    assert episodes[0]["id"] not in json.dumps(platform.get("/v1/entries", alice).json())
 
     # Who may call what, from the registry the operator's local mode wrote from examples/.
     audit = platform.cli("audit", "var/registry.json").stdout
