@@ -5,7 +5,8 @@ to a file or a log). Each turn streams: tool steps as cards, the answer as it ar
 entries with the cited ones marked, and one dim line of usage and timing.
 
 A step that changes state waits for the person: its card shows the exact arguments and asks
-`approve? [y/N]` (`--yes` approves every one, for scripts); then the same conversation is sent again with
+`approve? [y/N]` (`--yes` approves every one, for scripts; a command typed there, such as /end, declines and
+then runs); then the same conversation is sent again with
 the answers, and the approved calls run as the first steps of that turn, which goes on to the answer.
 """
 
@@ -37,6 +38,7 @@ class Chat:
         self.yes = yes
         self.messages: list[dict[str, str]] = []
         self.asked: list[dict] = []  # the last turn's steps awaiting the person's approval
+        self.typed: list[str] = []  # a command typed at an approval prompt: it runs next
 
     def emit(self, name: str, data: dict) -> None:
         print(json.dumps({"event": name, "data": data}, ensure_ascii=False), flush=True)
@@ -93,6 +95,8 @@ class Chat:
                     asker.print(line.strip())
             except (EOFError, KeyboardInterrupt):
                 line = ""
+            if line.strip().startswith("/"):
+                self.typed.append(line.strip())  # the person meant the command: the call is declined, it runs
             answer = line.strip().lower() in ("y", "yes")
         if self.as_json:
             self.emit("approval", {"n": step.get("n"), "tool": step.get("tool"), "approve": answer})
@@ -188,6 +192,9 @@ class Chat:
         """The person's lines: a prompt at a terminal, else standard input line by line, echoed."""
         interactive = sys.stdin.isatty()
         while True:
+            if self.typed:
+                yield self.typed.pop(0)
+                continue
             try:
                 if interactive:
                     line = self.out.input(Text("you> ", style="bold green"))

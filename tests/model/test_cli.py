@@ -298,6 +298,16 @@ def test_chat_shows_the_approval_card_and_asks_before_a_call_that_changes_state(
     assert [m["content"] for m in second if m["role"] == "user"] == [f"Keep that I work on the ledger team. script:{sid}"]
 
 
+def test_a_command_typed_at_the_approval_prompt_declines_the_call_then_runs(cli, gateway, engine, person):
+    sid = engine.script(KEEP, {"text": "Kept nothing."})
+    done = cli("chat", "asker", stdin=f"Keep that I work on the ledger team. script:{sid}\n/help\n/quit\n")
+    assert done.returncode == 0, done.stderr
+    out = " ".join(done.stdout.split())
+    assert "status declined" in out and "agent> Kept nothing." in done.stdout
+    assert out.index("agent> Kept nothing.") < out.index("/end [closing words]")  # /help ran after the turn
+    assert door(gateway, person, "/v1/entries").json()["entries"] == []
+
+
 def test_chat_yes_runs_an_approved_call_to_completion_in_one_shot(cli, gateway, engine, person):
     sid = engine.script(KEEP, {"text": "Kept."})
     done = cli("chat", "asker", "--yes", "-m", f"Keep that I work on the ledger team. script:{sid}")
