@@ -100,6 +100,31 @@ WHEN = {"run_code": "For code the person asks you to run.", "platform_status": "
         "list_models": "For questions about the model tiers.", "radar_latest": "For the Radar's latest digests."}
 
 
+# Worked replies, for each tool and for messages that need none: a small model copies a shape it has seen far
+# more reliably than it follows a rule. None of them is a message of the tool-choice benchmark's set.
+EXAMPLES = [
+    (None, "What does a decorator do in Python?", {"answer": "It wraps a function to add behaviour around it."}),
+    ("run_code", "Run print(sum(range(5))) for me", {"tool": "run_code", "arguments": {"code": "print(sum(range(5)))"}}),
+    (None, "Is `def f(x): return x*2` a clear function?", {"answer": "It works, but a name like double says more."}),
+    ("platform_status", "Any outages today?", {"tool": "platform_status", "arguments": {}}),
+    (None, "Bok, tko si ti?", {"answer": "Ja sam tvoj recenzent koda."}),
+    ("open_page", "Read https://example.org/news", {"tool": "open_page", "arguments": {"url": "https://example.org/news"}}),
+    ("remember", "Remember that I work on Linux.", {"tool": "remember", "arguments": {"kind": "fact", "text": "I work on Linux."}}),
+    (None, "What is the difference between == and is?", {"answer": "== compares values; is compares identity."}),
+    ("platform_status", "Is the billing service up?", {"tool": "platform_status", "arguments": {"service": "billing"}}),
+    ("remember", "Zapamti da volim tabove.", {"tool": "remember", "arguments": {"kind": "preference", "text": "Volim tabove."}}),
+    ("forget", "(notes: [ID] preference: Uses tabs.) Forget my note about tabs.",
+     {"tool": "forget", "arguments": {"id": "ID"}}),
+]
+
+
+def examples(tools: list) -> str:
+    offered = {t.name for t in tools}
+    shown = [(say, reply) for tool, say, reply in EXAMPLES if tool is None or tool in offered]
+    return "Examples:\n" + "\n".join(f"Person: {say}\nReply: {json.dumps(reply, ensure_ascii=False)}"
+                                      for say, reply in shown)
+
+
 def system(brief: str, today: str, *, tools: list, constrained: bool, memory_tools: bool) -> str:
     """The system prompt: the same for every turn of an agent on a day, so an engine's prompt cache keeps it.
 
@@ -121,6 +146,7 @@ def system(brief: str, today: str, *, tools: list, constrained: bool, memory_too
     if tools and constrained:
         parts.append('Reply with one JSON object: {"tool": NAME, "arguments": {...}} to call one tool, or '
                      '{"answer": "..."} to answer the person.')
+        parts.append(examples(tools))
     elif constrained:
         parts.append('Reply with one JSON object: {"answer": "..."}.')
     parts.append(f"Today is {today}.")
