@@ -325,6 +325,10 @@ class Engine:
                 if item is _END:
                     break
                 if isinstance(item, EngineFailed):
+                    # The pump's timeout is the time left to the deadline: its timeout is the deadline,
+                    # however near the waiting side was to seeing it first.
+                    if item.kind == "timeout" and time.monotonic() >= deadline - 0.25:
+                        raise DeadlinePassed() from None
                     raise item
                 if item.usage is not None:
                     usage = Usage(item.usage.prompt_tokens or 0, item.usage.completion_tokens or 0)

@@ -41,10 +41,11 @@ def test_recalled_notes_are_shown_with_ids_and_only_recalled_ids_are_cited(model
     assert next(e for e in recalled if e["kind"] == "episode")["date"] == episode["created_at"][:10]
     done = events[-1][1]
     assert events[-1][0] == "done" and done["cited"] == [note["id"]]  # the made-up id is not cited
-    # The notes follow the person's message; the system prompt stays the same turn after turn (a cached prefix).
+    # The notes are in the person's message, before their words (the last the model reads); the system prompt
+    # stays the same turn after turn (a cached prefix).
     sent = engine.requests(sid)[0]["messages"]
     system, last = sent[0]["content"], sent[-1]["content"]
-    assert sent[-1]["role"] == "user" and last.startswith(QUESTION)
+    assert sent[-1]["role"] == "user" and last.endswith(f"{QUESTION} script:{sid}")
     assert f"[{note['id']}] preference: {NOTE}" in last
     assert f"[{episode['id']}] episode, {episode['created_at'][:10]}: {EPISODE}" in last
     assert "cite it" in last and note["id"] not in system and NOTE not in system
