@@ -118,10 +118,30 @@ def request(person_language: str | None, conversation: str) -> str:
             f"Write the third-person summary of this conversation now, in {name}{start}.")
 
 
+# What an episode may not keep, put in plain words before the summariser reads the conversation: a small model
+# copies the code and addresses it reads into its summary however it is told, and the rules refuse it twice.
+PLAIN: list[tuple[re.Pattern, str]] = [
+    (re.compile(r"```.*?(?:```|$)", re.S), "some code"),
+    (re.compile(r"`[^`\n]+`"), "some code"),
+    (re.compile(r"\b[A-Za-z_][\w.]*\([^()\n]*\)"), "some code"),  # a call: print(6 * 7)
+    (dict(RULES)["e-mail"], "an e-mail address"),
+    (re.compile(r"\bhttps?://\S+|\bwww\.\S+", re.I), "a web address"),
+    (dict(RULES)["address"], "a web address"),  # what is left: a bare host, an IP address, a path
+]
+
+
+def plain(text: str) -> str:
+    for pattern, words in PLAIN:
+        text = pattern.sub(words, text)
+    return text
+
+
 def transcript(messages: list[dict[str, str]], tokens: int) -> str:
-    """The conversation as lines; the answers' citations (`[id]`) are dropped: an id means nothing in an episode."""
+    """The conversation as lines, in plain words (`PLAIN`); the answers' citations (`[id]`) are dropped: an id
+    means nothing in an episode."""
     kept = prompt.fit(messages, tokens)
-    return "\n".join(f"{'Person' if m['role'] == 'user' else 'Assistant'}: {CITATION.sub('', m['content'])}" for m in kept)
+    return "\n".join(f"{'Person' if m['role'] == 'user' else 'Assistant'}: {plain(CITATION.sub('', m['content']))}"
+                     for m in kept)
 
 
 def end_session(services: Services, caller: Caller, agent: Agent, messages: list[dict[str, str]],

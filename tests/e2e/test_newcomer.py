@@ -195,18 +195,6 @@ def turns_of(found: list[tuple[str, dict]]) -> list[list[tuple[str, dict]]]:
     return turns
 
 
-def chat_turn(platform: Platform, token: str, ask: str, approve: bool = True) -> list[tuple[str, dict]]:
-    """One message: with --yes the calls it asks approval for run in the approving turn that follows; else
-    the person answers no to each (as the README says to a call you did not ask for)."""
-    said = platform.cli("chat", "code-reviewer", "--json", *(["--yes"] if approve else []), "-m", ask, token=token,
-                        check=False, stdin=None if approve else "n\n" * 8)
-    found = events(said.stdout)
-    assert said.returncode == (0 if found and found[-1][0] == "done" else 1), said.stdout + said.stderr
-    for turn in turns_of(found):
-        check_turn(turn, REVIEWER_TOOLS)
-    return found
-
-
 REVIEWER_TOOLS = {"run_code", "platform_status", "open_page", "remember", "forget"}
 
 
@@ -270,47 +258,49 @@ def test_the_tour(platform, web):
     preference = entries[0]["id"]
     assert preference[:8] in kept.stdout
 
+    # The chat, as the README has it: one session, its lines typed in order, the person answering `y` to the
+    # one call they asked for; then /end. --json shows the same turns as events.
+    typed = ["How long should your answers be?", "Run this Python code in the sandbox: print(6 * 7)", "y",
+             "Open the page https://example.com and read it", "/end", "/quit"]
+    session = platform.cli("chat", "code-reviewer", "--json", token=alice, stdin="\n".join(typed) + "\n")
+    found = events(session.stdout)
+    episode = [d for n, d in found if n == "episode"]
+    asked, ran, approved, opened = turns_of([(n, d) for n, d in found if n != "episode"])
+    for turn in (asked, ran, approved, opened):
+        check_turn(turn, REVIEWER_TOOLS)
+
     # A question the preference answers: recalled and answered without a tool; a citation, when the model
     # writes one, names the preference (the README says the model may not cite or follow it).
-    asked = chat_turn(platform, alice, "How long should your answers be?", approve=False)
     assert preference in [e["id"] for e in asked[0][1]["entries"]]
     done = asked[-1][1]
     assert done["cited"] in ([], [preference]) and done["steps"] == 0, done
     assert answer_of(asked).strip()
 
-    # Code to run: the model asks, the person approves (--yes), the sandbox prints 42, the answer says it.
-    ran = platform.cli("chat", "code-reviewer", "--json", "--yes", "-m", "Run this Python code in the sandbox: print(6 * 7)",
-                       token=alice)
-    first, second = turns_of(events(ran.stdout))
-    asks = [d for n, d in first if n == "step" and d["status"] == "needs_approval"]
-    assert [(a["tool"], a["arguments"]["code"].replace(" ", "")) for a in asks] == [("run_code", "print(6*7)")], first
-    assert first[-1][0] == "done" and first[-1][1]["pending"] == [asks[0]["n"]]
-    check_turn(second, REVIEWER_TOOLS)
-    runs = [d for n, d in second if n == "step" and d["tool"] == "run_code" and d["status"] == "ok"]
-    assert len(runs) == 1 and runs[0]["result"]["stdout"].strip() == "42", second
-    assert "42" in answer_of(second)
+    # Code to run: the model asks, the person approves, the sandbox prints 42, the answer says it.
+    asks = [d for n, d in ran if n == "step" and d["status"] == "needs_approval"]
+    assert [(a["tool"], a["arguments"]["code"].replace(" ", "")) for a in asks] == [("run_code", "print(6*7)")], ran
+    assert ran[-1][0] == "done" and ran[-1][1]["pending"] == [asks[0]["n"]]
+    assert [d["approve"] for n, d in found if n == "approval"] == [True]
+    runs = [d for n, d in approved if n == "step" and d["tool"] == "run_code" and d["status"] == "ok"]
+    assert len(runs) == 1 and runs[0]["result"]["stdout"].strip() == "42", approved
+    assert "42" in answer_of(approved)
 
-    # A page to open: the person's own URL, fetched once (no approval: it changes nothing); its title shows
-    # on the card. Any call the model asks approval for on its own is declined, as the README advises.
-    opened = chat_turn(platform, alice, "Open the page https://example.com and read it", approve=False)
+    # A page to open: the person's own URL, fetched once, without asking (it changes nothing); its title shows.
     pages = [d for d in steps_of(opened) if d["tool"] == "open_page" and d["status"] == "ok"]
     assert len(pages) == 1 and pages[0]["result"]["title"] == "Example Domain", steps_of(opened)
-    assert answer_of(opened).strip()
+    assert answer_of(opened).strip() and opened[-1][1]["pending"] == []
+
+    # /end: the whole conversation, code and address included, is kept as an episode in alice's language.
+    assert len(episode) == 1, session.stdout + session.stderr
+    episodes = platform.get("/v1/entries", alice, kind="episode").json()["entries"]
+    assert [(e["id"], e["source"]) for e in episodes] == [(episode[0]["id"], "session")]
+    assert py3langid.classify(episodes[0]["text"])[0] == "en", episodes[0]["text"]
 
     # The same tools, on their own where the table allows it: a reviewed read, as alice.
     assert "platform_status" in platform.cli("tools", token=alice).stdout
     assert "services" in platform.cli("call", "platform_status", token=alice).stdout
     refused = platform.cli("call", "run_code", "--arg", "code=print(1)", token=alice, check=False)
     assert refused.returncode != 0 and "Not Found" in refused.stderr  # never callable on its own
-
-    # End the session: the summary is kept as an episode in alice's language, by the model function.
-    ended = platform.cli("chat", "code-reviewer", token=alice,
-                         stdin="I review Python code on Fridays, mostly data pipelines.\n/end\n/quit\n")
-    assert "episode kept" in ended.stdout, ended.stdout + ended.stderr
-    episodes = platform.get("/v1/entries", alice, kind="episode").json()["entries"]
-    assert len(episodes) == 1 and episodes[0]["source"] == "session"
-    assert episodes[0]["id"] in ended.stdout.replace("\n", "")
-    assert py3langid.classify(episodes[0]["text"])[0] == "en", episodes[0]["text"]
 
     # memory list: the preference and the episode, nothing else (no junk the model kept on its own).
     listed = platform.cli("memory", "list", token=alice).stdout

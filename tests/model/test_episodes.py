@@ -86,6 +86,25 @@ def test_a_session_ends_as_an_episode_the_person_recalls(model, engine, memory, 
     assert (kind, status, problem, rounds) == ("session_end", "ok", None, 1) and tokens_in > 0 and tokens_out > 0
 
 
+TOUR = [{"role": "user", "content": "Run this Python code in the sandbox: print(6 * 7)"},
+        {"role": "assistant", "content": "It printed 42."},
+        {"role": "user", "content": "Open the page https://example.com/docs and `grep` it; mail ops@example.org"},
+        {"role": "assistant", "content": "The page at www.example.com is about examples; see 10.0.0.1 and /etc/x/."},
+        {"role": "user", "content": "Thanks."}]
+
+
+def test_the_summariser_reads_code_and_addresses_in_plain_words(model, engine, memory, person):
+    # A small model copies what it reads into its summary: what the rules refuse never reaches it.
+    sid = engine.script({"text": "The person ran some code in the sandbox and read a web page about examples."})
+    response = end(model, person, "reviewer", with_script(TOUR, sid))
+    assert response.status_code == 201, response.text
+    read = engine.requests(sid)[0]["messages"][1]["content"]
+    assert "Person: Run this Python code in the sandbox: some code" in read and "It printed 42." in read
+    assert "Open the page a web address and some code it; mail an e-mail address" in read
+    for kept_out in ("print(", "example.com", "example.org", "@", "`", "10.0.0.1", "/etc/", "www."):
+        assert kept_out not in read, kept_out
+
+
 def test_a_summary_that_breaks_a_rule_is_written_again_once(model, engine, memory, person):
     sid = engine.script({"text": "The person read https://vault.example/rotate first."}, {"text": GOOD})
     response = end(model, person, "reviewer", with_script(CHAT_EN, sid))
