@@ -93,7 +93,8 @@ def summary(description: str) -> str:
 
 # When the person's message calls for a tool, in a few words before its description: a small model decides
 # better on what the person asks than on what the tool does.
-WHEN = {"run_code": "For code the person asks you to run.", "platform_status": "When the person asks whether the platform or a service is up, or about incidents.",
+WHEN = {"run_code": "For code the person asks you to run.",
+        "platform_status": "When the person asks whether the platform or a service is up, or about incidents.",
         "open_page": "For a URL the person asks you to open or read.",
         "remember": "When the person asks you to remember or note something.",
         "forget": "When the person asks you to forget or delete a note.",
