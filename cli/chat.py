@@ -5,9 +5,9 @@ to a file or a log). Each turn streams: tool steps as cards, the answer as it ar
 entries with the cited ones marked, and one dim line of usage and timing.
 
 A step that changes state waits for the person: its card shows the exact arguments and asks
-`approve? [y/N]` (`--yes` approves every one, for scripts; a command typed there, such as /end, declines and
-then runs); then the same conversation is sent again with
-the answers, and the approved calls run as the first steps of that turn, which goes on to the answer.
+`approve? [y/N]` (`--yes` approves every one, for scripts; a command typed there, such as /end, declines
+the call and then runs); then the same conversation is sent again with the answers, and the approved
+calls run as the first steps of that turn, which goes on to the answer.
 """
 
 from __future__ import annotations
