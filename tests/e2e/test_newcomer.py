@@ -129,6 +129,8 @@ def web(platform, tmp_path_factory):
     """The tour's web: the platform, installed and started once on the host, moves into a network namespace
     where https://example.com is the test's own page (web_lab.py); its gateway and issuer stay reachable at
     the same host ports. Every later test of the module runs against it there."""
+    if os.geteuid() != 0:
+        pytest.skip("the tour's web is a network namespace of the test's own: run as root")
     directory = tmp_path_factory.mktemp("web")
     platform.stop()
     lab = subprocess.Popen([str(platform.clone / ".venv/bin/python"), str(Path(__file__).with_name("web_lab.py")),
