@@ -68,7 +68,7 @@ def bench_apply(applies: int) -> dict:
     operator = None
     try:
         kube.start(build())
-        kube.kubectl("apply", "--validate=false", "-f", str(ROOT / "charts/agentfn/crds"))
+        kube.kubectl("apply", "--validate=false", "-f", str(ROOT / "charts/agentfn/files/crds"))
         kube.kubectl("wait", "--for=condition=Established", "crd/agents.agentfn.dev", "crd/toolgrants.agentfn.dev")
         kube.kubectl("create", "namespace", NS)
         kube.kubectl("apply", "-f", str(ROOT / "operator/deploy/rbac.yaml"))

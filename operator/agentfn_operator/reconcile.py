@@ -29,7 +29,7 @@ API_VERSION = "agentfn.dev/v1alpha1"
 MEMORY_TOOLS = frozenset({"remember", "forget"})
 MEMORY_MODES = ("none", "preferences", "facts")
 CHANNELS = ("step", "alone", "mcp")
-# The CRDs' defaults (charts/agentfn/crds/); a static test keeps the two in step.
+# The CRDs' defaults (charts/agentfn/files/crds/); a static test keeps the two in step.
 AGENT_DEFAULTS = {"tier": "fast", "tools": [], "memory": "none"}
 LIMIT_DEFAULTS = {"steps": 4, "tokensPerTurn": 8000, "deadlineSeconds": 60}
 LIMIT_BOUNDS = {"steps": (0, 4), "tokensPerTurn": (1, 1_000_000), "deadlineSeconds": (1, 600)}

@@ -21,7 +21,7 @@ from apiserver import KubeAPI
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-CRDS = ROOT / "charts" / "agentfn" / "crds"
+CRDS = ROOT / "charts" / "agentfn" / "files" / "crds"
 RBAC = ROOT / "operator" / "deploy" / "rbac.yaml"
 NAMESPACE = "agentfn"
 # The first build of the apiserver on a fresh machine (scripts/kube-apiserver.sh) takes about 8 minutes.
