@@ -49,6 +49,8 @@ def cluster_pods(prefix: str = "agentfn-") -> list[Pod]:
         Pod("postgres", ns, {"cnpg.io/cluster": f"{prefix}postgres", "cnpg.io/instanceRole": "primary"}),
         Pod("postgres-replica", ns, {"cnpg.io/cluster": f"{prefix}postgres", "cnpg.io/instanceRole": "replica"}),
         Pod("stranger", ns, {"app": "debug"}),
+        Pod("test-probe", ns, {"app.kubernetes.io/name": "agentfn", "app.kubernetes.io/instance": "agentfn",
+                               "app.kubernetes.io/component": "test"}),  # `helm test`'s pod
         Pod("gateway", "gateway-system", {"app": "gateway"}),
         Pod("activator", "knative-serving", {"app": "activator"}),
         Pod("kube-dns", "kube-system", {"k8s-app": "kube-dns"}),
