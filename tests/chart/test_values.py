@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 from jsonschema import Draft7Validator
 
-from .conftest import CHART, helm, template_args, values_defaults, values_schema
+from .conftest import CHART, ROOT, helm, template_args, values_defaults, values_schema
 
 VALIDATOR = Draft7Validator(values_schema())
 
@@ -81,3 +84,39 @@ def test_every_key_of_values_yaml_is_commented():
 def test_helm_applies_the_schema(sets, pattern):
     done = helm(*template_args(None, sets), check=False)
     assert done.returncode != 0 and re.search(pattern, done.stderr), done.stderr
+
+
+VALUES_DOC = ROOT / "scripts" / "values_doc.py"
+
+
+def values_doc(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(VALUES_DOC), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_the_schema_and_the_charts_readme_say_what_the_values_comments_say():
+    done = values_doc("--check")
+    assert done.returncode == 0, done.stderr
+    readme = (CHART / "README.md").read_text()
+    assert "| `crds.keep` | `true` | Keep them when the release is uninstalled" in readme
+    assert values_schema()["properties"]["tests"]["properties"]["tokenSecret"]["description"].startswith("A Secret of yours")
+
+
+# (id, change to a copy of values.yaml, what --check says)
+DRIFT = [
+    ("a comment changed", lambda t: t.replace("# Run the operator.", "# Run the operator, or not."),
+     r"values.schema.json is stale.*\n.*README.md is stale"),
+    ("a key the schema lacks", lambda t: t + "\n# Something new.\nsomethingNew: 1\n",
+     r"somethingNew: in values.yaml, not in values.schema.json"),
+    ("a key values.yaml lacks", lambda t: t.replace("  timeoutSeconds: 5\n", ""),
+     r"tests.timeoutSeconds: in values.schema.json, not in values.yaml"),
+]
+
+
+@pytest.mark.parametrize("change, pattern", [r[1:] for r in DRIFT], ids=[r[0] for r in DRIFT])
+def test_the_values_doc_check_fails_on_drift(tmp_path, change, pattern):
+    for name in ("values.yaml", "values.schema.json", "README.md"):
+        shutil.copy(CHART / name, tmp_path / name)
+    assert values_doc("--chart", str(tmp_path), "--check").returncode == 0
+    (tmp_path / "values.yaml").write_text(change((tmp_path / "values.yaml").read_text()))
+    done = values_doc("--chart", str(tmp_path), "--check")
+    assert done.returncode == 1 and re.search(pattern, done.stderr), done.stderr
