@@ -45,30 +45,11 @@ from agentfn.shared.dev_issuer import DevIssuer  # noqa: E402
 from agentfn.shared.exchange import TokenExchange  # noqa: E402
 from agentfn.shared.identity import Caller  # noqa: E402
 from support import MODEL_SERVICE, Gunicorn, Postgres, account, postgres_dir  # noqa: E402
+from bench_model import ENGINE_MAIN, wait_http  # noqa: E402  the scripted engine's process and its wait, shared
 
 RESULTS = ROOT / "benchmarks" / "results"
 GOAL_CACHED_MS = 2.0
 STEPS = 4
-ENGINE_MAIN = """
-import sys
-from werkzeug.serving import make_server
-sys.path.insert(0, sys.argv[2])
-from scripted_engine import create_app
-make_server("127.0.0.1", int(sys.argv[1]), create_app(), threaded=True).serve_forever()
-"""
-
-
-def wait_http(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            requests.get(url, timeout=1)
-            return
-        except requests.RequestException:
-            time.sleep(0.05)
-    raise RuntimeError(f"{url} did not answer")
-
-
 def registry() -> dict:
     everyone = {"subjects": [], "groups": ["system:authenticated"], "dailyLimit": None, "grant": "bench/status"}
     agent = {"object": "bench/agent", "brief": "Checks the platform.", "tier": "fast", "memory": "none",
