@@ -4,7 +4,8 @@
 
 It stands where the platform's gateway (Gateway API routes in a cluster) stands: memory's `/v1/entries*`
 and `/v1/recall`, the model function's `/v1/agents*`, `/v1/tools*`, `/mcp` and its protected-resource
-metadata (RFC 9728, `/.well-known/oauth-protected-resource[/mcp]`). Every other path is 404
+metadata (RFC 9728, `/.well-known/oauth-protected-resource[/mcp]`), and the workbench page at the site root
+(`/`, its `/assets/*` and `/workbench.json`). Every other path is 404
 whatever the method, `/internal/*` above all, and the page fetcher and the tool functions are never
 reached. It checks no token itself: memory and the model function verify the caller's JWT, which passes
 through unchanged. Responses stream through as they come, so a turn's events arrive one by one.
@@ -33,6 +34,7 @@ ROUTES = (
     (re.compile(r"/v1/tools(/[^/]+)*"), "model"),
     (re.compile(r"/mcp/?"), "model"),
     (re.compile(r"/\.well-known/oauth-protected-resource(/mcp)?"), "model"),
+    (re.compile(r"/|/assets/[^/]+|/workbench\.json"), "workbench"),
 )
 MAX_BODY = 1024 * 1024  # larger than any door takes: the function itself answers 413 below this
 TIMEOUT = (5, 600)  # connect; read between two chunks (a turn on a small CPU engine pauses long)
@@ -67,7 +69,7 @@ class Gateway:
 
     def respond(self, request: Request) -> Response:
         upstream = route(request.path)
-        if upstream is None:
+        if upstream not in self.upstreams:
             return problem(404, "Not Found", "no such door")
         if (request.content_length or 0) > MAX_BODY:
             return problem(413, "Content Too Large", f"the body is larger than {MAX_BODY} bytes")
@@ -94,4 +96,7 @@ def relay(answer: requests.Response) -> Iterator[bytes]:
 
 def create_app(env: Mapping[str, str] | None = None) -> Gateway:
     env = os.environ if env is None else env
-    return Gateway({"memory": env["AGENTFN_GATEWAY_MEMORY_URL"], "model": env["AGENTFN_GATEWAY_MODEL_URL"]})
+    upstreams = {"memory": env["AGENTFN_GATEWAY_MEMORY_URL"], "model": env["AGENTFN_GATEWAY_MODEL_URL"]}
+    if env.get("AGENTFN_GATEWAY_WORKBENCH_URL"):  # without it, the site root is 404 like any other path
+        upstreams["workbench"] = env["AGENTFN_GATEWAY_WORKBENCH_URL"]
+    return Gateway(upstreams)

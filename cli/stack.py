@@ -42,6 +42,7 @@ def account(part: str) -> str:
 BASE = int(os.environ.get("AGENTFN_DEV_PORT_BASE", "8800"))
 READS = ("platform_status", "list_models", "radar_latest")
 PORTS = {"gateway": BASE, "issuer": BASE + 1, "memory": BASE + 2, "page": BASE + 3, "model": BASE + 4, "engine": BASE + 5,
+         "workbench": BASE + 6,
          **{tool: BASE + 10 + n for n, tool in enumerate((*READS, "run_code"))},
          **{f"{tool}-upstream": BASE + 20 + n for n, tool in enumerate(READS)},
          "postgres": BASE + 99}
@@ -205,10 +206,12 @@ class Stack:
                   "AGENTFN_EXCHANGE_TOKEN_FILE": str(self.exchange_token_files["model"]),
                   "AGENTFN_MCP_RESOURCE": self.mcp_resource,
                   **{f"AGENTFN_TOOL_{tool.upper()}_URL": url[tool] for tool in (*READS, "run_code")}}),
+            Part("workbench", "agentfn.workbench.app:create_app()", PORTS["workbench"], ident),
             # Ready when a public door answers through it: the model function's 401 to a caller without a token.
             Part("gateway", "agentfn.cli.gateway:create_app()", PORTS["gateway"],
                  {"AGENTFN_GATEWAY_MEMORY_URL": url["memory"], "AGENTFN_GATEWAY_MODEL_URL": url["model"],
-                  "AGENTFN_THREADS": "16"}, ready="/v1/agents", ready_status=401),
+                  "AGENTFN_GATEWAY_WORKBENCH_URL": url["workbench"], "AGENTFN_THREADS": "16"},
+                 ready="/v1/agents", ready_status=401),
         ]
 
     def launch(self, part: Part) -> None:
@@ -295,6 +298,7 @@ class Stack:
         self.console.rule(f"[bold]agentfn is up[/] in {time.monotonic() - self.started:.1f} s")
         for name, value in (
             ("gateway", f"{gateway}   (the public doors: /v1/entries, /v1/recall, /v1/agents, /v1/tools, /mcp)"),
+            ("workbench", f"{gateway}/   (in a browser: sign in at the dev issuer's page, as anyone)"),
             ("token", f"export AGENTFN_TOKEN=$({agentfn} token alice --groups developers,platform-users)"),
             ("chat", f"{agentfn} chat code-reviewer"),
             ("engine", f"{self.model.alias} offline on llama.cpp (AGENTFN_ENGINE_MODEL={self.model.name})" if self.model
@@ -303,7 +307,7 @@ class Stack:
             ("data", f"{self.var}   logs: {self.var / 'logs'}   agents: examples/ (edit to update)"),
             ("stop", "Ctrl-C"),
         ):
-            self.console.print(f"{name:9} {value}", soft_wrap=True, highlight=False)
+            self.console.print(f"{name:10} {value}", soft_wrap=True, highlight=False)
 
     def down(self) -> None:
         if not self.owns_postgres and not any(part.process for part in self.parts):

@@ -112,3 +112,12 @@ def memory(memory_env, tmp_path_factory):
 def caller(memory, issuer):
     """A fresh subject each test, so tests never see each other's entries."""
     return Client(memory.url, issuer.headers(f"user-{secrets.token_hex(4)}"))
+
+
+@pytest.fixture(scope="session")
+def workbench(issuer, tmp_path_factory):
+    """The workbench function under gunicorn: the page, its files and its sign-in settings."""
+    server = Gunicorn("agentfn.workbench.app:create_app()", issuer.env(), tmp_path_factory.mktemp("workbench") / "log")
+    server.start()
+    yield server
+    server.stop()

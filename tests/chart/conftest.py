@@ -30,7 +30,7 @@ SCHEMAS = ROOT / "tests" / "schemas"
 NAMESPACE = "agentfn"
 # Every values set the chart is rendered with: its defaults, then each file of ci/.
 VALUES_SETS = {"default": None, **{p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*-values.yaml"))}}
-FUNCTIONS = ["memory", "page", "model", "platform_status", "list_models", "radar_latest", "run_code"]
+FUNCTIONS = ["memory", "page", "model", "platform_status", "list_models", "radar_latest", "run_code", "workbench"]
 CRD_FILES = {
     ("serving.knative.dev", "Service"): "knative-serving-service-crd.yaml",
     ("gateway.networking.k8s.io", "HTTPRoute"): "gateway-api-httproutes-crd.yaml",

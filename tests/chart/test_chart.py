@@ -63,6 +63,7 @@ EXPECTED_ROUTES = {
     "agentfn-model": [("PathPrefix", "/v1/agents"), ("PathPrefix", "/v1/tools"), ("PathPrefix", "/mcp"),
                       ("Exact", "/.well-known/oauth-protected-resource"),
                       ("Exact", "/.well-known/oauth-protected-resource/mcp")],
+    "agentfn-workbench": [("Exact", "/"), ("PathPrefix", "/assets"), ("Exact", "/workbench.json")],
 }
 
 

@@ -41,8 +41,9 @@ def test_the_probe_pod_is_a_test_hook_of_the_model_image_that_checks_every_funct
     assert container["image"] == model["spec"]["template"]["spec"]["containers"][0]["image"]
     assert container["command"] == ["python", "-m", "agentfn.cli.probe"]
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert env["AGENTFN_PROBE_READY_URLS"].split(",") == [url("memory"), url("model")]
-    assert env["AGENTFN_PROBE_CLOSED_URLS"].split(",") == [url(f) for f in FUNCTIONS if f not in ("memory", "model")]
+    public = ("memory", "model", "workbench")
+    assert env["AGENTFN_PROBE_READY_URLS"].split(",") == [url(f) for f in public]
+    assert env["AGENTFN_PROBE_CLOSED_URLS"].split(",") == [url(f) for f in FUNCTIONS if f not in public]
     assert env["AGENTFN_PROBE_GATEWAY_URL"] == "https://agents.example.com"
     assert pod["spec"]["volumes"][0]["secret"]["secretName"] == "probe-token"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True

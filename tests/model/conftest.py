@@ -305,10 +305,11 @@ class GatewayServer(Gunicorn):
 
 
 @pytest.fixture(scope="session")
-def gateway(memory, model, logs):
-    """The one public URL: the dev gateway in front of memory and the model function."""
+def gateway(memory, model, workbench, logs):
+    """The one public URL: the dev gateway in front of memory, the model function and the workbench."""
     server = GatewayServer("agentfn.cli.gateway:create_app()", {"AGENTFN_GATEWAY_MEMORY_URL": memory.url,
-                                                                "AGENTFN_GATEWAY_MODEL_URL": model.url},
+                                                                "AGENTFN_GATEWAY_MODEL_URL": model.url,
+                                                                "AGENTFN_GATEWAY_WORKBENCH_URL": workbench.url},
                            logs / "gateway.log")
     server.start()
     yield server

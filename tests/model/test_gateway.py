@@ -15,10 +15,11 @@ METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 HIDDEN = ("/internal/v1/episodes", "/healthz", "/readyz", "/openapi.json", "/v1/open", "/v1/call", "/v1/tool",
           "/v1/agents/../../internal/v1/episodes", "/v1/agents/%2e%2e/%2e%2e/internal/v1/episodes",
           "/v1/entries/../../internal/v1/episodes", "/v1/entriesx", "/v1/entries/x/y", "/v1/recall/x", "/v1/recallx",
-          "/v1/toolsx", "/v1/agentsx", "/v1/pages", "/v1/pages/open", "/v1/runs", "/mcpx", "/", "/v2/entries",
+          "/v1/toolsx", "/v1/agentsx", "/v1/pages", "/v1/pages/open", "/v1/runs", "/mcpx", "/v2/entries",
           "//internal/v1/episodes", "/V1/entries", "/.well-known/oauth-protected-resource/x",
           "/.well-known/oauth-protected-resourcex", "/.well-known/openid-configuration", "/.well-known/jwks.json",
-          "/.well-known/../internal/v1/episodes")
+          "/.well-known/../internal/v1/episodes", "/index.html", "/assets", "/assets/", "/assets/a/b",
+          "/assets/../internal/v1/episodes", "/assets/%2e%2e/internal/v1/episodes", "/workbench.jsonx")
 
 
 def raw(gateway, method: str, path: str, headers: dict | None = None, body: bytes | None = None):
@@ -54,6 +55,16 @@ def test_the_public_doors_are_routed_and_ask_for_a_token(gateway, method, path, 
     response = requests.request(method, gateway.url + path, json=body, timeout=30)
     assert response.status_code == 401, response.text
     assert response.headers["Content-Type"] == "application/problem+json" and response.json()["status"] == 401
+
+
+@pytest.mark.parametrize(("path", "kind"), [("/", "text/html"), ("/assets/app.js", "text/javascript"),
+                                            ("/assets/app.css", "text/css"), ("/workbench.json", "application/json")])
+def test_the_workbench_is_at_the_site_root_with_its_policy(gateway, path, kind):
+    response = requests.get(gateway.url + path, timeout=30)
+    assert response.status_code == 200 and response.headers["Content-Type"].startswith(kind)
+    assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
+    missing = requests.get(gateway.url + "/assets/nothing.js", timeout=30)
+    assert missing.status_code == 404 and missing.headers["Content-Type"] == "application/problem+json"
 
 
 def test_with_a_token_the_doors_answer_as_the_caller(gateway, memory, person):
