@@ -101,7 +101,7 @@ def test_a_denied_step_is_declined_and_the_answer_goes_on(page, stack):
 def test_ending_the_session_shows_the_episode_kept(page, stack):
     script = stack.script({"text": "Hello."}, {"text": "The person greeted the assistant and asked nothing else."})
     sign_in(page, stack, "wb-dan")
-    say(page, f"script:{script} hello")
+    say(page, f"hello script:{script}")
     expect(page.locator(".answer").last).to_have_text("Hello.")
     page.get_by_role("button", name="End session").click()
     episode = page.get_by_role("article", name="Episode kept")
@@ -193,7 +193,7 @@ def test_tools_have_a_form_built_from_their_schema(page, stack):
     expect(page.locator("article[data-tool='run_code']")).to_have_count(0)  # never callable on its own
     tool.get_by_label(re.compile("^service")).fill("llm")
     tool.get_by_role("button", name="Call platform_status").click()
-    expect(tool.locator(".result")).to_contain_text('"service"')
+    expect(tool.locator(".result")).to_contain_text("llm is up")
     shot(page, "8-tools")
 
 
@@ -237,7 +237,6 @@ def test_the_page_is_held_to_its_site(stack):
     weight = len(answer.content) + sum(len(requests.get(stack.url + f"/assets/{name}", timeout=10).content)
                                        for name in ("app.js", "app.css", "icon.svg"))
     assert weight < 150 * 1024, weight
-    assert requests.get(stack.url + "/assets/../workbench.json", timeout=10).status_code == 404
 
 
 @pytest.mark.parametrize("width", [360, 1280])
