@@ -133,6 +133,16 @@ def memory_list(ctx: typer.Context, kind: str = typer.Option(None, help="fact, p
     out.print(render.entries(found) if found else Text("no entries", style="dim"))
 
 
+@memory.command("search")
+def memory_search(ctx: typer.Context, query: str = typer.Argument(..., help="a question, as recall would see it"),
+                  kind: list[str] = typer.Option(None, help="only this kind (repeat for more)")):
+    """What recall finds for a question: the caller's nearest entries above the model's threshold."""
+    with shown():
+        found = ctx.obj.client().json("POST", "/v1/recall", json={"query": query, **({"kinds": kind} if kind else {})})
+    out.print(render.recalled(found["entries"], ()) if found["entries"] else Text("recall finds nothing", style="dim"))
+    out.print(Text(f"similarity >= {found['threshold']} · {found['model']}", style="dim"))
+
+
 @memory.command("add")
 def memory_add(ctx: typer.Context, text: str = typer.Argument(..., help="what to keep"),
                kind: str = typer.Option("fact", help="fact or preference"),

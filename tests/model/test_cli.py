@@ -65,6 +65,18 @@ def test_memory_add_list_edit_forget(cli, gateway, person):
     assert "no entries" in cli("memory", "list").stdout
 
 
+def test_memory_search_shows_what_recall_finds_with_its_similarity(cli, gateway, person):
+    assert cli("memory", "add", NOTE, "--kind", "preference").returncode == 0
+    assert cli("memory", "add", "Works on the ledger service.").returncode == 0
+    found = cli("memory", "search", QUESTION)
+    assert found.returncode == 0, found.stderr
+    assert "four spaces" in found.stdout and "ledger" not in found.stdout
+    assert "similarity >=" in found.stdout
+    assert "recall finds nothing" in cli("memory", "search", QUESTION, "--kind", "fact").stdout
+    refused = cli("memory", "search", "x", "--kind", "diary")
+    assert refused.returncode != 0 and "kinds" in refused.stderr
+
+
 def test_memory_add_of_a_note_already_kept_says_so_and_keeps_one(cli, gateway, person):
     first = cli("memory", "add", "Prefers tabs over spaces.")
     again = cli("memory", "add", "prefers tabs  over spaces")

@@ -241,9 +241,12 @@ def test_the_page_is_held_to_its_site(stack):
 
 @pytest.mark.parametrize("width", [360, 1280])
 def test_readable_at_360_px_and_on_a_desktop_with_every_control_labelled(browser, stack, width):
+    token = stack.token(f"wb-kim-{width}")
+    add_note(stack, token, "Antworte mir auf Deutsch, bitte.", source="tour")
+    add_note(stack, token, "I review Go services and prefer table-driven tests.", kind="fact", source="intro")
     context = browser.new_context(viewport={"width": width, "height": 800})
     page = context.new_page()
-    sign_in(page, stack, "wb-kim")
+    sign_in(page, stack, f"wb-kim-{width}")
     for view in ("Chat", "Memory", "Tools"):
         page.locator("#nav").get_by_role("button", name=view).click()
         page.wait_for_load_state("networkidle")
