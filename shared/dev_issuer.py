@@ -29,7 +29,7 @@ Configuration (environment, for `create_app()`):
 | `AGENTFN_DEV_ISSUER_DIR` | `var/issuer` | where its keys are kept |
 | `AGENTFN_DEV_ISSUER_CLIENTS` | `{}` | JSON: service account -> `{"subject_audiences": [...], "audiences": [...]}` it may exchange |
 | `AGENTFN_DEV_ISSUER_EXCHANGE_SECONDS` | `300` | lifetime of an exchanged token (never past the subject token's) |
-| `AGENTFN_DEV_ISSUER_WEB_CLIENTS` | `{}` | JSON: client_id -> `{"redirect_uris": [...], "audience": "agentfn"}`, the public clients that sign people in |
+| `AGENTFN_DEV_ISSUER_WEB_CLIENTS` | `{}` | JSON: client_id -> `{"redirect_uris": [...], "audience": "agentfn"}` |
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ MAX_CODES = 10_000  # codes waiting to be redeemed; the oldest go first
 MAX_PARAMETER = 512  # state, nonce, login_hint
 CHALLENGE = re.compile(r"[A-Za-z0-9_-]{43}")  # base64url of a SHA-256, no padding
 VERIFIER = re.compile(r"[A-Za-z0-9._~-]{43,128}")  # RFC 7636 4.1
-GROUP = re.compile(r"[^\s,]{1,100}")
+GROUP = re.compile(r"[^\s,\x00-\x1f\x7f]{1,100}")
 # What the form carries back as hidden fields: the authorization request, checked again on POST.
 REQUEST_FIELDS = ("response_type", "client_id", "redirect_uri", "scope", "state", "code_challenge",
                   "code_challenge_method", "nonce", "response_mode")  # each at most once
@@ -71,7 +71,8 @@ def web_clients_from_env(value: str | None, default_audience: str) -> dict[str, 
         for uri in uris:
             parts = urlsplit(uri)
             if parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment or parts.username:
-                raise ValueError(f"web client {client_id}: {uri!r} is not an absolute http(s) URL without a fragment or user")
+                raise ValueError(f"web client {client_id}: {uri!r} is not an absolute http(s) URL "
+                                 "without a fragment or user")
         clients[client_id] = WebClient(client_id, frozenset(uris), c.get("audience", default_audience))
     return clients
 

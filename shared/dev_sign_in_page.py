@@ -23,7 +23,8 @@ at your organisation's OIDC issuer instead.</p>
 <p>
 <label for="subject">Subject (who you are)</label>
 <input id="subject" name="subject" type="text" value="{{ subject }}" required maxlength="255" autocomplete="username"
- autocapitalize="none" spellcheck="false" autofocus{% if error %} aria-invalid="true" aria-describedby="subject-error"{% endif %}>
+ autocapitalize="none" spellcheck="false" autofocus
+ {%- if error %} aria-invalid="true" aria-describedby="subject-error"{% endif %}>
 {% if error %}<span id="subject-error" class="error" role="alert">{{ error }}</span>{% endif %}
 </p>
 <fieldset>
