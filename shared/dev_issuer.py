@@ -46,7 +46,7 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from flask import Flask, jsonify, redirect, render_template_string, request, url_for
+from flask import Flask, jsonify, redirect, request, url_for
 
 from . import dev_sign_in_page
 from .dev_sign_in import (AUTHORIZATION_CODE, DEV_GROUPS, SCOPES, AuthorizationRequest, Codes, GrantError, PageError,
@@ -319,6 +319,9 @@ def create_app(issuer: DevIssuer | None = None) -> Flask:
 
 def sign_in_routes(app: Flask, issuer: DevIssuer) -> None:
     """`/authorize`: the sign-in page (GET) and its form (POST), with the page's own strict headers."""
+    # Compiled once; Flask's environment autoescapes a template made from a string (every value is text).
+    sign_in_template = app.jinja_env.from_string(dev_sign_in_page.PAGE)
+    error_template = app.jinja_env.from_string(dev_sign_in_page.ERROR)
 
     def page_headers(response, form_action: str = "'none'"):
         response.headers["Content-Security-Policy"] = (
@@ -330,14 +333,13 @@ def sign_in_routes(app: Flask, issuer: DevIssuer) -> None:
         return response
 
     def error_page(e: PageError):
-        html = render_template_string(dev_sign_in_page.ERROR, detail=e.description, css=url_for("sign_in_css"))
+        html = error_template.render(detail=e.description, css=url_for("sign_in_css"))
         return page_headers(app.response_class(html, e.status, mimetype="text/html"))
 
     def sign_in_page(ask: AuthorizationRequest, subject: str = "", chosen=(), other_groups: str = "", error: str = "",
                      status: int = 200):
-        html = render_template_string(dev_sign_in_page.PAGE, ask=ask, action=url_for("authorize"),
-                                      css=url_for("sign_in_css"), subject=subject, groups=DEV_GROUPS, chosen=chosen,
-                                      other_groups=other_groups, error=error)
+        html = sign_in_template.render(ask=ask, action=url_for("authorize"), css=url_for("sign_in_css"), subject=subject,
+                                       groups=DEV_GROUPS, chosen=chosen, other_groups=other_groups, error=error)
         # The form's POST is answered with a redirect to the client: form-action must allow its origin too.
         response = app.response_class(html, status, mimetype="text/html")
         return page_headers(response, f"'self' {origin(ask.redirect_uri)}")
