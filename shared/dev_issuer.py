@@ -229,7 +229,7 @@ def clients_from_env(value: str | None) -> dict[str, ExchangeClient]:
 
 
 def create_app(issuer: DevIssuer | None = None) -> Flask:
-    """The issuer's HTTP face: discovery, JWKS and a token counter for the dev stack's CLI."""
+    """The issuer's HTTP face: discovery, JWKS, the token endpoint, sign-in and a token counter for the dev CLI."""
     if issuer is None:
         issuer = DevIssuer(os.environ.get("AGENTFN_DEV_ISSUER_DIR", "var/issuer"), os.environ["AGENTFN_JWT_ISSUER"],
                            clients_from_env(os.environ.get("AGENTFN_DEV_ISSUER_CLIENTS")),
