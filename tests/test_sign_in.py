@@ -147,7 +147,7 @@ def test_a_person_signs_in_and_the_access_token_opens_a_real_door(issuer, memory
     refused(redeem(issuer, sent_back["code"], verifier), "invalid_grant")  # a code is used once
 
 
-def test_without_openid_there_is_no_id_token_and_without_nonce_none_is_echoed(issuer):
+def test_no_id_token_without_openid_and_no_nonce_unless_one_was_sent(issuer):
     verifier, challenge = pkce()
     _, sent_back = sign_in(issuer, challenge, scope=None, nonce=None)
     body = redeem(issuer, sent_back["code"], verifier).json()
