@@ -184,21 +184,46 @@ def test_the_token_endpoint_refuses_a_bad_code_redemption(issuer, changes, statu
 
 
 @pytest.fixture
-def quick_issuer(tmp_path):
-    """An issuer whose codes live half a second, to see one expire."""
-    port = free_port()
-    issuer = DevIssuer(tmp_path, f"http://127.0.0.1:{port}", web_clients=web_clients(), codes=Codes(seconds=0.5))
-    server = make_server("127.0.0.1", port, issuer_app(issuer), threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield issuer
-    server.shutdown()
+def served(tmp_path):
+    """Serve an issuer with a code store of its own (`served(Codes(...))`) on loopback."""
+    servers = []
+
+    def serve(codes: Codes) -> DevIssuer:
+        port = free_port()
+        issuer = DevIssuer(tmp_path, f"http://127.0.0.1:{port}", web_clients=web_clients(), codes=codes)
+        servers.append(make_server("127.0.0.1", port, issuer_app(issuer), threaded=True))
+        threading.Thread(target=servers[-1].serve_forever, daemon=True).start()
+        return issuer
+
+    yield serve
+    for server in servers:
+        server.shutdown()
 
 
-def test_an_expired_code_is_refused(quick_issuer):
+def test_an_expired_code_is_refused(served):
+    quick_issuer = served(Codes(seconds=0.5))
     verifier, challenge = pkce()
     _, sent_back = sign_in(quick_issuer, challenge)
     time.sleep(0.6)
     refused(redeem(quick_issuer, sent_back["code"], verifier), "invalid_grant")
+
+
+def test_codes_waiting_are_bounded_the_oldest_going_first(served):
+    issuer = served(Codes(limit=2))
+    pairs = [pkce() for _ in range(3)]
+    codes = [sign_in(issuer, challenge)[1]["code"] for _, challenge in pairs]
+    refused(redeem(issuer, codes[0], pairs[0][0]), "invalid_grant")
+    assert [redeem(issuer, code, verifier).status_code for code, (verifier, _) in zip(codes[1:], pairs[1:])] == [200, 200]
+
+
+def test_a_code_redeemed_by_many_at_once_is_redeemed_once(issuer):
+    from concurrent.futures import ThreadPoolExecutor
+
+    verifier, challenge = pkce()
+    _, sent_back = sign_in(issuer, challenge)
+    with ThreadPoolExecutor(8) as pool:
+        statuses = sorted(pool.map(lambda _: redeem(issuer, sent_back["code"], verifier).status_code, range(8)))
+    assert statuses == [200] + [400] * 7
 
 
 # --- bad authorization requests ----------------------------------------------------------------------------------
