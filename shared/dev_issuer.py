@@ -51,8 +51,7 @@ from flask import Flask, jsonify, redirect, request, url_for
 from . import dev_sign_in_page
 from .dev_sign_in import (AUTHORIZATION_CODE, DEV_GROUPS, SCOPES, AuthorizationRequest, Codes, GrantError, PageError,
                           RedirectError, WebClient, authorization_request, client_of, origin, redeem, sign_in_choice,
-                          token_claims, web_clients_from_env)
-from .dev_sign_in import redirect as with_params
+                          token_claims, web_clients_from_env, with_query)
 from .identity import SERVICE_ACCOUNT_PREFIX
 
 KEY_FILE = "dev-issuer-key.pem"
@@ -345,7 +344,7 @@ def sign_in_routes(app: Flask, issuer: DevIssuer) -> None:
         return page_headers(response, f"'self' {origin(ask.redirect_uri)}")
 
     def back(redirect_uri: str, **params):
-        response = redirect(with_params(redirect_uri, {**params, "iss": issuer.url}), 302)
+        response = redirect(with_query(redirect_uri, {**params, "iss": issuer.url}), 302)
         response.headers["Cache-Control"] = "no-store"
         return response
 

@@ -175,7 +175,7 @@ def authorization_request(params, client: WebClient, redirect_uri: str) -> Autho
     return AuthorizationRequest(client, redirect_uri, state, challenge, scope, nonce, hint)
 
 
-def redirect(uri: str, params: dict[str, str | None]) -> str:
+def with_query(uri: str, params: dict[str, str | None]) -> str:
     """`uri` with `params` added to its query (a registered URI may have a query of its own, RFC 6749 3.1.2)."""
     parts = urlsplit(uri)
     query = parse_qsl(parts.query, keep_blank_values=True) + [(k, v) for k, v in params.items() if v is not None]
