@@ -30,7 +30,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 AUTHORIZATION_CODE = "authorization_code"
 SCOPES = ("openid", "profile", "groups")
-DEV_GROUPS = ("developers", "platform-users", "platform-admins")  # the groups the dev stack's examples grant
+DEV_GROUPS = ("developers", "platform-users", "platform-admins")  # the dev stack's groups, offered as checkboxes
 CODE_SECONDS = 60
 ACCESS_SECONDS = 3600
 MAX_CODES = 10_000  # codes waiting to be redeemed; the oldest go first
@@ -38,9 +38,9 @@ MAX_PARAMETER = 512  # state, nonce, login_hint
 CHALLENGE = re.compile(r"[A-Za-z0-9_-]{43}")  # base64url of a SHA-256, no padding
 VERIFIER = re.compile(r"[A-Za-z0-9._~-]{43,128}")  # RFC 7636 4.1
 GROUP = re.compile(r"[^\s,\x00-\x1f\x7f]{1,100}")
-# What the form carries back as hidden fields: the authorization request, checked again on POST.
+# The authorization request's parameters: each is sent at most once (RFC 6749 3.1).
 REQUEST_FIELDS = ("response_type", "client_id", "redirect_uri", "scope", "state", "code_challenge",
-                  "code_challenge_method", "nonce", "response_mode")  # each at most once
+                  "code_challenge_method", "nonce", "response_mode", "prompt", "login_hint")
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def authorization_request(params, client: WebClient, redirect_uri: str) -> Autho
         raise RedirectError("request_not_supported", "request objects are not supported")
     if params.get("request_uri") is not None:
         raise RedirectError("request_uri_not_supported", "request_uri is not supported")
-    for name in (*REQUEST_FIELDS, "prompt", "login_hint"):
+    for name in REQUEST_FIELDS:
         one(params, name)
     response_type = params.get("response_type")
     if not response_type:
