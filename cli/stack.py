@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 PR_SET_PDEATHSIG = 1
 SERVICE_ACCOUNT = "system:serviceaccount:agentfn:agentfn-model"
+WORKBENCH = "agentfn-workbench"  # the workbench's public client at the issuer
 
 
 def account(part: str) -> str:
@@ -148,6 +149,10 @@ class Stack:
                                       "audiences": [f"agentfn:upstream:{tool}"]}
         return json.dumps(clients)
 
+    def web_clients(self) -> str:
+        """Who signs people in at the dev issuer: the workbench, sent back to the gateway's site root (exactly)."""
+        return json.dumps({WORKBENCH: {"redirect_uris": [f"http://{HOST}:{PORTS['gateway']}/"], "audience": "agentfn"}})
+
     @property
     def mcp_resource(self) -> str:
         return f"http://{HOST}:{PORTS['gateway']}/mcp"
@@ -170,7 +175,8 @@ class Stack:
         self.parts = [
             Part("issuer", "agentfn.shared.dev_issuer:create_app()", PORTS["issuer"],
                  {**ident, "AGENTFN_DEV_ISSUER_DIR": str(self.var / "issuer"),
-                  "AGENTFN_DEV_ISSUER_CLIENTS": self.exchange_clients()}, ready="/healthz"),
+                  "AGENTFN_DEV_ISSUER_CLIENTS": self.exchange_clients(),
+                  "AGENTFN_DEV_ISSUER_WEB_CLIENTS": self.web_clients()}, ready="/healthz"),
             Part("registry", "operator local mode over examples/", None, doing="reconciling examples/",
                  argv=[str(BIN / "python"), "-m", "agentfn_operator.local", str(ROOT / "examples"),
                        "--out", str(registry), "--watch"], ready_file=registry),

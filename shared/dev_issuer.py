@@ -14,8 +14,13 @@ audience asked for, `act` = `{"sub": <client>}` (nesting the subject token's own
 Errors are RFC 6749's (`invalid_request`, `invalid_client`, `invalid_grant`, `invalid_target`,
 `unauthorized_client`, `unsupported_grant_type`), never a 500.
 
+It signs people in as an OIDC issuer does for a browser app (`dev_sign_in`): authorization code with PKCE for the
+public web clients it is configured with, at `/authorize` (a page where the person picks a subject and groups) and
+`/token`, with CORS on the token endpoint, discovery and JWKS for those clients' origins only.
+
 The verifying code in `identity` is the same one used against a real gateway and cluster. It is a
-development tool: it mints a token for whoever asks at `/v1/tokens`, so it only ever listens on loopback.
+development tool: it mints a token for whoever asks at `/v1/tokens` and signs in anyone at `/authorize`, so it
+only ever listens on loopback.
 
 Configuration (environment, for `create_app()`):
 
@@ -24,6 +29,7 @@ Configuration (environment, for `create_app()`):
 | `AGENTFN_DEV_ISSUER_DIR` | `var/issuer` | where its keys are kept |
 | `AGENTFN_DEV_ISSUER_CLIENTS` | `{}` | JSON: service account -> `{"subject_audiences": [...], "audiences": [...]}` it may exchange |
 | `AGENTFN_DEV_ISSUER_EXCHANGE_SECONDS` | `300` | lifetime of an exchanged token (never past the subject token's) |
+| `AGENTFN_DEV_ISSUER_WEB_CLIENTS` | `{}` | JSON: client_id -> `{"redirect_uris": [...], "audience": "agentfn"}` |
 """
 
 from __future__ import annotations
@@ -40,8 +46,12 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from flask import Flask, jsonify, request
+from flask import Flask, jsonify, redirect, request, url_for
 
+from . import dev_sign_in_page
+from .dev_sign_in import (AUTHORIZATION_CODE, DEV_GROUPS, SCOPES, AuthorizationRequest, Codes, GrantError, PageError,
+                          RedirectError, WebClient, authorization_request, client_of, origin, redeem, sign_in_choice,
+                          token_claims, web_clients_from_env, with_query)
 from .identity import SERVICE_ACCOUNT_PREFIX
 
 KEY_FILE = "dev-issuer-key.pem"
@@ -53,6 +63,9 @@ TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
 TOKEN_TYPES = ("urn:ietf:params:oauth:token-type:access_token", "urn:ietf:params:oauth:token-type:jwt")
 JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 EXCHANGE_SECONDS = 300
+# The doors a browser app on a web client's origin reads: the token endpoint and the metadata that finds it.
+CORS_DOORS = frozenset({"/token", "/.well-known/openid-configuration", "/.well-known/oauth-authorization-server",
+                        "/.well-known/jwks.json"})
 
 
 @dataclass(frozen=True)
@@ -84,10 +97,14 @@ def _key(path: Path, generate):
 
 class DevIssuer:
     def __init__(self, directory: str | Path, url: str, clients: Mapping[str, ExchangeClient] | None = None,
-                 exchange_seconds: int = EXCHANGE_SECONDS):
+                 exchange_seconds: int = EXCHANGE_SECONDS, web_clients: Mapping[str, WebClient] | None = None,
+                 codes: Codes | None = None):
         self.url = url.rstrip("/")
         self.clients = dict(clients or {})
         self.exchange_seconds = exchange_seconds
+        self.web_clients = dict(web_clients or {})
+        self.web_origins = frozenset().union(*(c.origins for c in self.web_clients.values()))
+        self.codes = codes or Codes()
         self._key = _key(Path(directory) / KEY_FILE, lambda: ec.generate_private_key(ec.SECP256R1()))
         self._rsa = _key(Path(directory) / RSA_KEY_FILE, lambda: rsa.generate_private_key(65537, 2048))
         jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(self._key.public_key()))
@@ -100,6 +117,10 @@ class DevIssuer:
     @property
     def token_endpoint(self) -> str:
         return f"{self.url}/token"
+
+    @property
+    def authorization_endpoint(self) -> str:
+        return f"{self.url}/authorize"
 
     @property
     def jwks_url(self) -> str:
@@ -128,6 +149,25 @@ class DevIssuer:
         claims["kubernetes.io"] = {"namespace": namespace, "serviceaccount": {"name": name, "uid": str(uuid.uuid4())}}
         return self.sign(claims)
 
+    # --- sign-in: authorization code with PKCE ---------------------------------------------------------
+
+    def authorization_code(self, form: Mapping[str, str]) -> dict[str, Any]:
+        """The token response for a redeemed code: the access token (RFC 9068 `at+jwt`) and, for scope `openid`,
+        the ID token; or `GrantError`."""
+        client, grant = redeem(form, self.web_clients, self.codes)
+        access, identity = token_claims(self.url, client, grant)
+        answer = {"access_token": self.sign(access, {"typ": "at+jwt"}), "token_type": "Bearer",
+                  "expires_in": access["exp"] - access["iat"], "scope": access["scope"]}
+        if identity is not None:
+            answer["id_token"] = self.sign(identity)
+        return answer
+
+    def token(self, form: Mapping[str, str]) -> dict[str, Any]:
+        """The token endpoint: an authorization code (a person signing in) or a token exchange (a workload)."""
+        if form.get("grant_type") == AUTHORIZATION_CODE:
+            return self.authorization_code(form)
+        return self.exchange(form)
+
     # --- token exchange (RFC 8693) -------------------------------------------------------------------
 
     def _verify(self, token: str, audience: str | list[str] | None) -> dict[str, Any]:
@@ -154,7 +194,7 @@ class DevIssuer:
     def exchange(self, form: Mapping[str, str]) -> dict[str, Any]:
         """The token response for one exchange request, or `ExchangeError`."""
         if form.get("grant_type") != TOKEN_EXCHANGE:
-            raise ExchangeError("unsupported_grant_type", "only token exchange is served here")
+            raise ExchangeError("unsupported_grant_type", "only authorization_code and token exchange are served here")
         account, client = self.client(form)
         subject_token, audience = form.get("subject_token"), form.get("audience")
         if not subject_token or form.get("subject_token_type") not in TOKEN_TYPES:
@@ -188,11 +228,12 @@ def clients_from_env(value: str | None) -> dict[str, ExchangeClient]:
 
 
 def create_app(issuer: DevIssuer | None = None) -> Flask:
-    """The issuer's HTTP face: discovery, JWKS and a token counter for the dev stack's CLI."""
+    """The issuer's HTTP face: discovery, JWKS, the token endpoint, sign-in and a token counter for the dev CLI."""
     if issuer is None:
         issuer = DevIssuer(os.environ.get("AGENTFN_DEV_ISSUER_DIR", "var/issuer"), os.environ["AGENTFN_JWT_ISSUER"],
                            clients_from_env(os.environ.get("AGENTFN_DEV_ISSUER_CLIENTS")),
-                           int(os.environ.get("AGENTFN_DEV_ISSUER_EXCHANGE_SECONDS", str(EXCHANGE_SECONDS))))
+                           int(os.environ.get("AGENTFN_DEV_ISSUER_EXCHANGE_SECONDS", str(EXCHANGE_SECONDS))),
+                           web_clients_from_env(os.environ.get("AGENTFN_DEV_ISSUER_WEB_CLIENTS"), CALLER_AUDIENCE))
     app = Flask("agentfn.dev_issuer")
 
     @app.get("/.well-known/openid-configuration")
@@ -200,9 +241,15 @@ def create_app(issuer: DevIssuer | None = None) -> Flask:
     def discovery():
         """OIDC discovery and RFC 8414 metadata, so any OAuth-aware client finds the keys and the token endpoint."""
         return jsonify(issuer=issuer.url, jwks_uri=issuer.jwks_url, token_endpoint=issuer.token_endpoint,
-                       grant_types_supported=[TOKEN_EXCHANGE], token_endpoint_auth_methods_supported=["private_key_jwt"],
+                       authorization_endpoint=issuer.authorization_endpoint, response_types_supported=["code"],
+                       response_modes_supported=["query"], code_challenge_methods_supported=["S256"],
+                       grant_types_supported=[TOKEN_EXCHANGE, AUTHORIZATION_CODE], scopes_supported=list(SCOPES),
+                       token_endpoint_auth_methods_supported=["private_key_jwt", "none"],
                        token_endpoint_auth_signing_alg_values_supported=[ALGORITHM, "RS256"],
-                       id_token_signing_alg_values_supported=[ALGORITHM])
+                       subject_types_supported=["public"], id_token_signing_alg_values_supported=[ALGORITHM],
+                       claims_supported=["iss", "sub", "aud", "exp", "iat", "auth_time", "nonce", "azp",
+                                         "preferred_username", "groups"],
+                       authorization_response_iss_parameter_supported=True)
 
     @app.get("/.well-known/jwks.json")
     def jwks():
@@ -211,14 +258,32 @@ def create_app(issuer: DevIssuer | None = None) -> Flask:
 
     @app.post("/token")
     def token():
-        """Token exchange (RFC 8693); errors as RFC 6749 section 5.2 says."""
+        """Authorization code (RFC 6749 4.1.3, PKCE) and token exchange (RFC 8693); errors as RFC 6749 5.2 says."""
         try:
-            answer, status = issuer.exchange(request.form), 200
-        except ExchangeError as e:
+            answer, status = issuer.token(request.form), 200
+        except (ExchangeError, GrantError) as e:
             answer, status = {"error": e.error, "error_description": e.description}, e.status
         response = jsonify(answer)
         response.status_code = status
         response.headers["Cache-Control"] = "no-store"
+        response.headers["Pragma"] = "no-cache"
+        return response
+
+    sign_in_routes(app, issuer)
+
+    @app.after_request
+    def cors(response):
+        """CORS for a browser app on a registered web client's origin, on the doors it reads; no credentials."""
+        if request.path not in CORS_DOORS:
+            return response
+        response.vary.add("Origin")
+        sent = request.headers.get("Origin")
+        if sent in issuer.web_origins:
+            response.headers["Access-Control-Allow-Origin"] = sent
+            if request.method == "OPTIONS":
+                response.headers["Access-Control-Allow-Methods"] = "POST" if request.path == "/token" else "GET"
+                response.headers["Access-Control-Allow-Headers"] = "Content-Type"
+                response.headers["Access-Control-Max-Age"] = "600"
         return response
 
     @app.post("/v1/tokens")
@@ -249,3 +314,76 @@ def create_app(issuer: DevIssuer | None = None) -> Flask:
         return jsonify(status="ok")
 
     return app
+
+
+def sign_in_routes(app: Flask, issuer: DevIssuer) -> None:
+    """`/authorize`: the sign-in page (GET) and its form (POST), with the page's own strict headers."""
+    # Compiled once; Flask's environment autoescapes a template made from a string (every value is text).
+    sign_in_template = app.jinja_env.from_string(dev_sign_in_page.PAGE)
+    error_template = app.jinja_env.from_string(dev_sign_in_page.ERROR)
+
+    def page_headers(response, form_action: str = "'none'"):
+        response.headers["Content-Security-Policy"] = (
+            f"default-src 'none'; style-src 'self'; form-action {form_action}; frame-ancestors 'none'; base-uri 'none'")
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "same-origin"  # a same-origin POST still sends its Origin
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    def error_page(e: PageError):
+        html = error_template.render(detail=e.description, css=url_for("sign_in_css"))
+        return page_headers(app.response_class(html, e.status, mimetype="text/html"))
+
+    def sign_in_page(ask: AuthorizationRequest, subject: str = "", chosen=(), other_groups: str = "", error: str = "",
+                     status: int = 200):
+        html = sign_in_template.render(ask=ask, action=url_for("authorize"), css=url_for("sign_in_css"), subject=subject,
+                                       groups=DEV_GROUPS, chosen=chosen, other_groups=other_groups, error=error)
+        # The form's POST is answered with a redirect to the client: form-action must allow its origin too.
+        response = app.response_class(html, status, mimetype="text/html")
+        return page_headers(response, f"'self' {origin(ask.redirect_uri)}")
+
+    def back(redirect_uri: str, **params):
+        response = redirect(with_query(redirect_uri, {**params, "iss": issuer.url}), 302)
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    def from_this_page() -> None:
+        """The form is taken only from the sign-in page itself: a cross-site form must not sign a browser in."""
+        site, sent = request.headers.get("Sec-Fetch-Site"), request.headers.get("Origin")
+        if (site is not None and site != "same-origin") or (sent is not None and sent != origin(issuer.url)):
+            raise PageError("this form is only taken from the sign-in page itself", 403)
+
+    @app.route("/authorize", methods=["GET", "POST"])
+    def authorize():
+        """OAuth 2.1 / OIDC authorization endpoint: authorization code with PKCE (S256) for public web clients."""
+        params = request.args if request.method == "GET" else request.form
+        try:
+            if request.method == "POST":
+                from_this_page()
+            client, redirect_uri = client_of(params, issuer.web_clients)
+        except PageError as e:
+            return error_page(e)
+        states = params.getlist("state")
+        state = states[0] if len(states) == 1 else None
+        try:
+            ask = authorization_request(params, client, redirect_uri)
+        except RedirectError as e:
+            return back(redirect_uri, error=e.error, error_description=e.description, state=state)
+        if request.method == "GET":
+            return sign_in_page(ask, subject=ask.login_hint or "")
+        if params.get("action") == "cancel":
+            return back(redirect_uri, error="access_denied", error_description="the person cancelled", state=state)
+        try:
+            subject, groups = sign_in_choice(params)
+        except ValueError as e:
+            return sign_in_page(ask, subject=params.get("subject", ""), chosen=params.getlist("groups"),
+                                other_groups=params.get("other_groups", ""), error=str(e), status=422)
+        return back(redirect_uri, code=issuer.codes.issue(ask, subject, groups), state=state)
+
+    @app.get("/sign-in.css")
+    def sign_in_css():
+        response = app.response_class(dev_sign_in_page.CSS, mimetype="text/css")
+        response.headers["Cache-Control"] = "max-age=3600"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response

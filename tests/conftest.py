@@ -11,7 +11,7 @@ import requests
 from agentfn.cli.postgres import free_port
 from agentfn.shared.dev_issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES, DevIssuer
 from agentfn.shared.dev_issuer import create_app as issuer_app
-from support import MODEL_SERVICE, Client, Gunicorn, Postgres, account, exchange_clients, postgres_dir
+from support import MODEL_SERVICE, Client, Gunicorn, Postgres, account, exchange_clients, postgres_dir, web_clients
 from werkzeug.serving import make_server
 
 
@@ -85,7 +85,8 @@ class Issuer(DevIssuer):
 @pytest.fixture(scope="session")
 def issuer(tmp_path_factory):
     port = free_port()
-    issuer = Issuer(tmp_path_factory.mktemp("issuer"), f"http://127.0.0.1:{port}", exchange_clients())
+    issuer = Issuer(tmp_path_factory.mktemp("issuer"), f"http://127.0.0.1:{port}", exchange_clients(),
+                    web_clients=web_clients())
     server = make_server("127.0.0.1", port, issuer_app(issuer), threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -16,7 +16,8 @@ from pathlib import Path
 import requests
 from agentfn.cli.postgres import EmbeddedPostgres, free_port
 from agentfn.shared import db
-from agentfn.shared.dev_issuer import ExchangeClient
+from agentfn.shared.dev_issuer import CALLER_AUDIENCE, ExchangeClient
+from agentfn.shared.dev_sign_in import WebClient
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -24,6 +25,8 @@ MODEL_SERVICE = "system:serviceaccount:agentfn:agentfn-model"
 READS = ("platform_status", "list_models", "radar_latest")
 TOOLS = (*READS, "run_code")
 MCP_RESOURCE = "https://agentfn.test/mcp"  # /mcp's resource URL in the tests (AGENTFN_MCP_RESOURCE)
+WORKBENCH = "agentfn-workbench"  # the workbench's client at the issuer: a browser app at the site root
+WORKBENCH_URL = "https://agentfn.test/"
 
 
 def account(part: str) -> str:
@@ -38,6 +41,11 @@ def exchange_clients() -> dict[str, ExchangeClient]:
     for tool in READS:
         clients[account(tool)] = ExchangeClient(frozenset({f"agentfn:tool:{tool}"}), frozenset({f"agentfn:upstream:{tool}"}))
     return clients
+
+
+def web_clients() -> dict[str, WebClient]:
+    """The public clients people sign in with, as the dev stack configures the workbench."""
+    return {WORKBENCH: WebClient(WORKBENCH, frozenset({WORKBENCH_URL}), CALLER_AUDIENCE)}
 
 
 class Gunicorn:
