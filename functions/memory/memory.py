@@ -10,7 +10,7 @@ from agentfn.shared.problems import ProblemError, not_found, unprocessable
 
 from . import notes, quotas
 from .quotas import Limits, Survey
-from .schemas import EPISODE_MAX_CHARS, EPISODE_MAX_WORDS, MAX_RECALL
+from .schemas import EPISODE_MAX_CHARS, EPISODE_MAX_WORDS, KINDS, MAX_RECALL
 from .store import Store
 
 PROBLEMS = "https://agentfn.dev/problems/"
@@ -108,6 +108,12 @@ class Memory:
     def forget(self, subject: str, entry_id: uuid.UUID) -> None:
         if not self.store.forget(subject, entry_id):
             raise not_found("no entry with this id")
+
+    def forget_all(self, subject: str) -> dict:
+        """A receipt of forgetting every entry of the subject: counts by kind and when, never text."""
+        row = self.store.forget_all(subject)
+        deleted = {kind: row[kind] for kind in KINDS}
+        return {"deleted": deleted, "total": sum(deleted.values()), "at": row["at"].isoformat()}
 
     def recall(self, subject: str, query: str, kinds: list[str] | None, limit: int | None,
                max_tokens: int | None) -> dict:

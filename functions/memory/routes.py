@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from agentfn.shared.identity import caller_required, service_required
-from agentfn.shared.problems import bad_request
+from agentfn.shared.problems import ProblemError, bad_request
 from agentfn.shared.validation import Schema, json_body
 from flask import Blueprint, current_app, g, jsonify, request
 
 from . import schemas
-from .memory import Memory, parse_id
+from .memory import PROBLEMS, Memory, parse_id
 
 bp = Blueprint("memory", __name__)
 
-CREATE, CORRECT, RECALL, EPISODE = (Schema(s) for s in (schemas.CREATE, schemas.CORRECT, schemas.RECALL,
-                                                        schemas.EPISODE))
+CREATE, CORRECT, RECALL, EPISODE, FORGET_ALL = (Schema(s) for s in (schemas.CREATE, schemas.CORRECT, schemas.RECALL,
+                                                                    schemas.EPISODE, schemas.FORGET_ALL))
+CONFIRM = (f'confirm: forgetting everything deletes every entry you have, of every kind, and cannot be undone; send '
+           f'{{"confirm": "{schemas.FORGET_EVERYTHING}"}} to do it. Nothing was forgotten')
 
 
 def memory() -> Memory:
@@ -50,6 +52,27 @@ def create_entry():
     body = json_body(CREATE)
     entry, existing = memory().create(g.caller.subject, body["kind"], body["text"], body["source"])
     return jsonify(entry | {"existing": existing}), 200 if existing else 201
+
+
+@bp.delete("/v1/entries")
+@caller_required
+def forget_all_entries():
+    """Forget every entry of the caller, once they confirm it with the phrase; answers a receipt, no text."""
+    confirmed()
+    return jsonify(memory().forget_all(g.caller.subject))
+
+
+def confirmed() -> None:
+    """The body is exactly {"confirm": "forget everything"}; a missing body, field or other phrase is a 422."""
+    problem = ProblemError(422, "Unprocessable Content", CONFIRM, type=PROBLEMS + "confirm-forget-all")
+    if not request.get_data(cache=True):
+        raise problem
+    try:
+        json_body(FORGET_ALL)
+    except ProblemError as refused:
+        if refused.status != 422:
+            raise
+        raise problem from None
 
 
 @bp.patch("/v1/entries/<entry_id>")

@@ -41,6 +41,14 @@ RECALL = {
         "max_tokens": {"type": "integer", "minimum": 1, "maximum": 100000},
     },
 }
+FORGET_EVERYTHING = "forget everything"  # the phrase a person types to forget every entry they have
+FORGET_ALL = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["confirm"],
+    "properties": {"confirm": {"const": FORGET_EVERYTHING,
+                               "description": f"exactly \"{FORGET_EVERYTHING}\": every entry of the caller is deleted"}},
+}
 EPISODE = {
     "type": "object",
     "additionalProperties": False,
@@ -88,6 +96,18 @@ RECALLED = {
         "tokens": {"type": "integer"},
     },
 }
+RECEIPT = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["deleted", "total", "at"],
+    "properties": {
+        "deleted": {"type": "object", "additionalProperties": False, "required": KINDS,
+                    "properties": {kind: {"type": "integer", "minimum": 0} for kind in KINDS},
+                    "description": "how many entries of each kind were deleted, rows and vectors"},
+        "total": {"type": "integer", "minimum": 0},
+        "at": {"type": "string", "format": "date-time", "description": "when they were deleted"},
+    },
+}
 PROBLEM = {
     "type": "object",
     "required": ["type", "title", "status"],
@@ -105,7 +125,8 @@ def _problems(*codes: int) -> dict:
     names = {400: "Bad request", 401: "No valid caller token", 403: "Not allowed", 404: "Not found",
              409: "Another entry already says this note (type .../duplicate-note, its id in entry_id)",
              413: "Body too large", 415: "Not JSON",
-             422: "Invalid field, or a text that is not a note: only an id, a number or code (type .../not-a-note)",
+             422: "Invalid field, or a text that is not a note: only an id, a number or code (type .../not-a-note), "
+                  "or forgetting everything without its confirmation phrase (type .../confirm-forget-all)",
              429: "The subject's entry cap (type .../entry-cap: forget some) or write rate (type .../write-rate) "
                   "is spent; Retry-After says when to try again",
              503: "Database or model unavailable"}
@@ -144,7 +165,7 @@ def openapi(model: str) -> dict:
                 "service": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
                             "description": "a projected ServiceAccount token of a trusted service"},
             },
-            "schemas": {"Entry": ENTRY, "Kept": KEPT, "Recalled": RECALLED, "Problem": PROBLEM},
+            "schemas": {"Entry": ENTRY, "Kept": KEPT, "Recalled": RECALLED, "Receipt": RECEIPT, "Problem": PROBLEM},
         },
         "paths": {
             "/v1/entries": {
@@ -167,6 +188,15 @@ def openapi(model: str) -> dict:
                                   "200": _ok("the entry that already says this note (existing: true); nothing new "
                                              "was kept", kept_ref),
                                   **_problems(400, 401, 413, 415, 422, 429, 503)},
+                },
+                "delete": {
+                    "operationId": "forgetAllEntries",
+                    "summary": f"Forget every entry of the caller, of every kind (rows and vectors), in one transaction; "
+                               f"the body confirms it with the phrase \"{FORGET_EVERYTHING}\".",
+                    "security": caller, "requestBody": _json(FORGET_ALL),
+                    "responses": {"200": _ok("the receipt: how many of each kind were deleted, and when; no text",
+                                             {"$ref": "#/components/schemas/Receipt"}),
+                                  **_problems(400, 401, 413, 415, 422, 503)},
                 },
             },
             "/v1/entries/{id}": {

@@ -43,6 +43,14 @@ RETURNING {COLUMNS}
 
 FORGET = "DELETE FROM entries WHERE subject = %(subject)s AND id = %(id)s"
 
+# Every entry of the subject, in one statement: what was deleted, counted by kind, and when.
+FORGET_ALL = """
+WITH gone AS (DELETE FROM entries WHERE subject = %(subject)s RETURNING kind)
+SELECT count(*) FILTER (WHERE kind = 'fact') AS fact, count(*) FILTER (WHERE kind = 'preference') AS preference,
+       count(*) FILTER (WHERE kind = 'episode') AS episode, now() AS at
+FROM gone
+"""
+
 # Writes. Each write locks its subject's quota row first (created on the first write, with a full bucket),
 # refilling the bucket to now; statements after the lock see every write committed before it.
 AVAILABLE = ("least(%(rate)s::float8, q.tokens + %(rate)s / 60.0 * "
@@ -208,6 +216,11 @@ class Store(db.SchemaStore):
     def forget(self, subject: str, entry_id: uuid.UUID) -> bool:
         with self.subject(subject) as cur:
             return cur.execute(FORGET, dict(subject=subject, id=entry_id)).rowcount == 1
+
+    def forget_all(self, subject: str) -> dict:
+        """{fact, preference, episode: how many were deleted, at: the transaction's time}."""
+        with self.subject(subject) as cur:
+            return cur.execute(FORGET_ALL, dict(subject=subject)).fetchone()
 
     def recall(self, subject: str, question: str, query: np.ndarray, model: str, threshold: float, limit: int,
                kinds: list[str] | None, hybrid: bool) -> list[dict]:

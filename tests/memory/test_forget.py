@@ -1,6 +1,14 @@
 """Forgetting is deletion: after a forget, no table anywhere holds the entry's text, vector or id."""
 
+import datetime
+import secrets
+import uuid
+
+import jwt
 import psycopg
+import pytest
+import requests
+from support import Client
 
 
 def scan(admin_dsn, needles):
@@ -32,3 +40,80 @@ def test_forget_leaves_nothing_behind(caller, postgres):
 
     assert caller.delete(f"/v1/entries/{entry['id']}").status_code == 204
     assert scan(postgres.admin_dsn, needles) == []
+
+
+# Forgetting everything: DELETE /v1/entries with the confirmation phrase.
+MODEL_SERVICE = "system:serviceaccount:agentfn:agentfn-model"
+PHRASE = {"confirm": "forget everything"}
+NOTES = [("fact", "Maintains the billing exporter in the payments team."),
+         ("fact", "The ledger service runs on Postgres seventeen."),
+         ("preference", "Prefers answers in Croatian with examples in Go.")]
+EPISODE = "Vesna asked how to page the on-call engineer and chose the incident channel for urgent pages."
+
+
+def keep_some(caller, memory, issuer):
+    """Two facts, a preference and an episode of the caller: their ids."""
+    ids = [caller.post("/v1/entries", json={"kind": k, "text": t, "source": "chat"}).json()["id"] for k, t in NOTES]
+    subject = jwt.decode(caller.session.headers["Authorization"][7:], options={"verify_signature": False})["sub"]
+    episode = requests.post(memory.url + "/internal/v1/episodes", json={"subject": subject, "text": EPISODE}, timeout=30,
+                            headers={"Authorization": f"Bearer {issuer.service_token(MODEL_SERVICE)}"})
+    assert episode.status_code == 201, episode.text
+    return ids + [episode.json()["id"]]
+
+
+def test_forget_all_deletes_every_entry_of_the_caller_and_answers_a_receipt(caller, memory, issuer, postgres):
+    ids = keep_some(caller, memory, issuer)
+    other = Client(memory.url, issuer.headers(f"other-{secrets.token_hex(4)}"))
+    theirs = other.post("/v1/entries", json={"kind": "fact", "text": "Runs the nightly backup of the ledger.",
+                                             "source": "chat"}).json()
+    with psycopg.connect(postgres.admin_dsn) as conn:
+        vectors = [v for (v,) in conn.execute("SELECT embedding::text FROM memory.entries WHERE id = ANY(%s)",
+                                               ([uuid.UUID(i) for i in ids],)).fetchall()]
+    needles = [t for _, t in NOTES] + [EPISODE] + vectors + ids
+    assert len(vectors) == 4 and len(scan(postgres.admin_dsn, needles)) == len(needles)  # the scan finds each
+
+    before = datetime.datetime.now(datetime.UTC)
+    answer = caller.delete("/v1/entries", json=PHRASE)
+    assert answer.status_code == 200, answer.text
+    receipt = answer.json()
+    assert receipt["deleted"] == {"fact": 2, "preference": 1, "episode": 1} and receipt["total"] == 4
+    at = datetime.datetime.fromisoformat(receipt["at"])
+    assert before - datetime.timedelta(seconds=5) <= at <= datetime.datetime.now(datetime.UTC)
+    assert set(receipt) == {"deleted", "total", "at"} and not any(t in answer.text for t in (*needles, "chat"))
+
+    assert caller.get("/v1/entries").json()["entries"] == []
+    assert caller.post("/v1/recall", json={"query": "Who maintains the billing exporter?"}).json()["entries"] == []
+    # Rows and vectors are gone from every table; another subject's entry is not.
+    assert scan(postgres.admin_dsn, needles) == []
+    assert [e["id"] for e in other.get("/v1/entries").json()["entries"]] == [theirs["id"]]
+    again = caller.delete("/v1/entries", json=PHRASE).json()
+    assert again["deleted"] == {"fact": 0, "preference": 0, "episode": 0} and again["total"] == 0
+
+
+@pytest.mark.parametrize(("body", "status"), [
+    (None, 422), ({}, 422), ({"confirm": "forget all"}, 422), ({"confirm": "Forget everything"}, 422),
+    ({"confirm": "forget everything "}, 422), ({"confirm": "forget everything", "kind": "fact"}, 422),
+    ({"confirm": True}, 422), (["forget everything"], 422), ("forget everything", 422),
+    (b"forget everything", 415), (b"{not json", 400),
+], ids=["no_body", "empty", "other_words", "capitalised", "trailing_space", "extra_field", "boolean", "list", "string",
+        "not_json_type", "bad_json"])
+def test_forget_all_without_the_exact_phrase_is_refused_and_forgets_nothing(caller, memory, issuer, body, status):
+    ids = keep_some(caller, memory, issuer)
+    if isinstance(body, bytes):
+        headers = {"Content-Type": "application/json" if status == 400 else "text/plain"}
+        answer = caller.delete("/v1/entries", data=body, headers=headers)
+    else:
+        answer = caller.delete("/v1/entries", json=body) if body is not None else caller.delete("/v1/entries")
+    assert answer.status_code == status, answer.text
+    problem = answer.json()
+    assert answer.headers["Content-Type"] == "application/problem+json" and problem["status"] == status
+    if status == 422:
+        assert problem["type"] == "https://agentfn.dev/problems/confirm-forget-all"
+        assert '{"confirm": "forget everything"}' in problem["detail"] and "Nothing was forgotten" in problem["detail"]
+    assert sorted(e["id"] for e in caller.get("/v1/entries").json()["entries"]) == sorted(ids)
+
+
+def test_forget_all_needs_a_caller_token(memory, issuer):
+    assert requests.delete(memory.url + "/v1/entries", json=PHRASE, timeout=30).status_code == 401
+    service = {"Authorization": f"Bearer {issuer.service_token(MODEL_SERVICE)}"}
+    assert requests.delete(memory.url + "/v1/entries", json=PHRASE, headers=service, timeout=30).status_code == 401

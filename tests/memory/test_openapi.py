@@ -54,3 +54,18 @@ def test_the_document_says_what_a_write_may_answer(memory):
     assert "409" in correct
     for responses in (create, correct, episode):
         assert "Retry-After" in responses["429"]["headers"]
+
+
+def test_the_document_says_how_to_forget_everything(memory):
+    import requests
+
+    document = requests.get(memory.url + "/openapi.json").json()
+    forget_all = document["paths"]["/v1/entries"]["delete"]
+    body = forget_all["requestBody"]["content"]["application/json"]["schema"]
+    assert body["required"] == ["confirm"] and body["properties"]["confirm"]["const"] == "forget everything"
+    assert forget_all["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Receipt"}
+    receipt = document["components"]["schemas"]["Receipt"]
+    assert set(receipt["properties"]) == {"deleted", "total", "at"}  # counts and a time: no text
+    assert set(receipt["properties"]["deleted"]["required"]) == {"fact", "preference", "episode"}
+    assert "422" in forget_all["responses"]
