@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 
 from .client import Client, Failure
 
@@ -40,3 +41,18 @@ def forget(client: Client, given: str) -> str:
     entry_id = resolve(client, given)
     client.request("DELETE", f"/v1/entries/{entry_id}")
     return entry_id
+
+
+PHRASE = "forget everything"  # what memory's DELETE /v1/entries takes as its confirmation, typed by the person
+KINDS = ("fact", "preference", "episode")
+
+
+def counts(client: Client) -> dict[str, int]:
+    """How many entries of each kind the caller has."""
+    found = Counter(e["kind"] for e in client.entries())
+    return {kind: found[kind] for kind in KINDS}
+
+
+def forget_all(client: Client) -> dict:
+    """Every entry of the caller forgotten: memory's receipt (counts by kind, when)."""
+    return client.json("DELETE", "/v1/entries", json={"confirm": PHRASE})

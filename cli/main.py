@@ -167,12 +167,37 @@ def memory_edit(ctx: typer.Context, entry_id: str = typer.Argument(..., metavar=
 
 
 @memory.command("forget")
-def memory_forget(ctx: typer.Context, entry_id: str = typer.Argument(..., metavar="ID", help="an id or its prefix")):
-    """Forget an entry: it and its vector are deleted."""
+def memory_forget(ctx: typer.Context,
+                  entry_id: str = typer.Argument(None, metavar="ID", help="an id or its prefix", show_default=False),
+                  every: bool = typer.Option(False, "--all", help="forget every entry you have, of every kind"),
+                  yes: bool = typer.Option(False, "--yes", "-y", help="with --all: do not ask to type the phrase (scripts)")):
+    """Forget an entry: it and its vector are deleted. --all forgets every entry, once you type `forget everything`."""
     from . import entries
 
     with shown():
-        out.print(f"forgot {entries.forget(ctx.obj.client(), entry_id)}", highlight=False)
+        if every == (entry_id is not None):
+            raise Failure("name one entry, or --all", "agentfn memory forget ID  |  agentfn memory forget --all", code=2)
+        if entry_id is not None:
+            out.print(f"forgot {entries.forget(ctx.obj.client(), entry_id)}", highlight=False)
+            return
+        client = ctx.obj.client()
+        if not yes:
+            confirm_forget_all(entries.counts(client))
+        out.print(render.receipt(entries.forget_all(client)), highlight=False)
+
+
+def confirm_forget_all(counted: dict[str, int]) -> None:
+    """The person types the phrase memory asks for; anything else (or no answer) forgets nothing."""
+    from .entries import PHRASE
+
+    console.print(f"You have {render.kinds(counted)}. Forgetting everything deletes them all, with their vectors; "
+                  "it cannot be undone.", highlight=False)
+    try:
+        typed = console.input(f"Type [bold]{PHRASE}[/] to go on: ")
+    except EOFError:
+        typed = ""
+    if typed.strip() != PHRASE:
+        raise Failure("nothing was forgotten", f"the confirmation is the phrase `{PHRASE}` (or --yes in a script)")
 
 
 @app.command()

@@ -37,6 +37,18 @@ def entry(e: dict, title: str) -> Panel:
                  subtitle_align="right")
 
 
+def kinds(counted: dict[str, int]) -> str:
+    """"2 facts, 1 preference, 0 episodes"."""
+    return ", ".join(plural(n, kind) for kind, n in counted.items())
+
+
+def receipt(r: dict) -> Text:
+    """What forgetting everything deleted, by kind, and when."""
+    total = f"{r['total']} {'entry' if r['total'] == 1 else 'entries'}"
+    return Text.assemble(f"forgot {total}: {kinds(r['deleted'])}",
+                         (f"  at {r['at'][:19].replace('T', ' ')} UTC", "dim"))
+
+
 def agents(found: Iterable[dict]) -> Table:
     table = Table(show_edge=False, header_style="bold")
     for column in ("agent", "tier", "memory", "tools", "steps", "tokens/turn", "deadline", "brief"):

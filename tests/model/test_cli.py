@@ -77,6 +77,41 @@ def test_memory_search_shows_what_recall_finds_with_its_similarity(cli, gateway,
     assert refused.returncode != 0 and "kinds" in refused.stderr
 
 
+FORGET_ALL_CASES = [
+    # (arguments, what the person types, exit code, entries left, printed, said on stderr)
+    (("--all",), "forget everything\n", 0, 0, "forgot 3 entries: 2 facts, 1 preference, 0 episodes",
+     "You have 2 facts, 1 preference, 0 episodes"),
+    (("--all",), "  forget everything  \n", 0, 0, "forgot 3 entries", "Type forget everything to go on"),
+    (("--all", "--yes"), None, 0, 0, "forgot 3 entries: 2 facts, 1 preference, 0 episodes", ""),
+    (("--all",), "forget all\n", 1, 3, "", "nothing was forgotten\nthe confirmation is the phrase `forget everything`"),
+    (("--all",), "Forget Everything\n", 1, 3, "", "nothing was forgotten"),
+    (("--all",), "", 1, 3, "", "nothing was forgotten"),  # no answer (end of input)
+    ((), None, 2, 3, "", "name one entry, or --all"),
+    (("--all", "0000"), None, 2, 3, "", "name one entry, or --all"),
+]
+
+
+@pytest.mark.parametrize(("args", "typed", "code", "left", "printed", "said"), FORGET_ALL_CASES,
+                         ids=["typed", "typed_with_spaces", "yes", "other_words", "other_case", "no_answer", "neither",
+                              "both"])
+def test_memory_forget_all_takes_the_typed_phrase_or_yes(cli, gateway, person, args, typed, code, left, printed, said):
+    for text, kind in (("Works on the ledger service.", "fact"), ("Is on call on Tuesdays.", "fact"),
+                       ("Prefers short answers.", "preference")):
+        assert cli("memory", "add", text, "--kind", kind).returncode == 0
+    done = cli("memory", "forget", *args, stdin=typed)
+    assert done.returncode == code, done
+    assert printed in done.stdout and said in done.stderr, done
+    assert len(door(gateway, person, "/v1/entries").json()["entries"]) == left
+    assert "Traceback" not in done.stderr + done.stdout
+    if code == 0:
+        assert "Works on the ledger" not in done.stdout + done.stderr  # the receipt has counts, not text
+
+
+def test_memory_forget_all_shows_the_platforms_problem(gateway):
+    done = agentfn("memory", "forget", "--all", "--yes", url=gateway.url, token="not-a-token")
+    assert done.returncode == 1 and done.stderr.splitlines()[0] == "Unauthorized" and "Traceback" not in done.stderr
+
+
 def test_memory_add_of_a_note_already_kept_says_so_and_keeps_one(cli, gateway, person):
     first = cli("memory", "add", "Prefers tabs over spaces.")
     again = cli("memory", "add", "prefers tabs  over spaces")
