@@ -170,7 +170,7 @@ def memory_edit(ctx: typer.Context, entry_id: str = typer.Argument(..., metavar=
 def memory_forget(ctx: typer.Context,
                   entry_id: str = typer.Argument(None, metavar="ID", help="an id or its prefix", show_default=False),
                   every: bool = typer.Option(False, "--all", help="forget every entry you have, of every kind"),
-                  yes: bool = typer.Option(False, "--yes", "-y", help="with --all: do not ask to type the phrase (scripts)")):
+                  yes: bool = typer.Option(False, "--yes", "-y", help="with --all: do not ask for the phrase (scripts)")):
     """Forget an entry: it and its vector are deleted. --all forgets every entry, once you type `forget everything`."""
     from . import entries
 
