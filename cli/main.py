@@ -254,7 +254,7 @@ def audit(registry: str = typer.Argument(os.environ.get("AGENTFN_REGISTRY_FILE",
           namespace: str = typer.Option("agentfn", help="the ConfigMap's namespace (with --kube)"),
           as_json: bool = typer.Option(False, "--json", help="rows as JSON objects")):
     """Who may call what: one row per agent, tool and channel, from the registry."""
-    from agentfn_operator.audit import HEADER, records, rows
+    from agentfn.shared.grants import HEADER, records, rows
 
     from .audit import registry as read
 

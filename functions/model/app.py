@@ -34,6 +34,7 @@ Configuration (environment), besides identity's (`agentfn.shared.identity`) and 
 | `AGENTFN_MAX_REQUEST_BYTES` | `262144` | larger bodies get 413 |
 | `AGENTFN_DB_POOL_SIZE` | `8` | connections per process |
 | `AGENTFN_LOG_LEVEL` | `INFO` | log level |
+| `AGENTFN_ADMIN_GROUPS` | `platform-admins` | comma-separated groups whose callers may use the admin doors (`/v1/admin/*`); empty: no one |
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from flask import Flask
 from psycopg_pool import PoolTimeout
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
+from . import admin
 from .approvals import Approvals
 from .clients import Http
 from .engines import tiers_from_env
@@ -113,6 +115,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
                           readiness={"database": database, "registry": services.registry.ready},
                           identity=identity, max_request_bytes=max_bytes)
     app.extensions["agentfn.model"] = services
+    app.extensions[admin.GROUPS] = frozenset(_csv(env.get("AGENTFN_ADMIN_GROUPS", "platform-admins")))
 
     @app.errorhandler(psycopg.OperationalError)
     @app.errorhandler(PoolTimeout)
@@ -120,6 +123,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         return http.problem_response(unavailable("the model function's database is not answering; try again shortly"))
 
     app.register_blueprint(bp)
+    app.register_blueprint(admin.bp)
     resource = env.get("AGENTFN_MCP_RESOURCE", "").strip() or MCP_RESOURCE
     app.register_blueprint(protected_resource(resource, [identity.caller.trust.issuer]))
     mcp = LazyMCP(lambda: build(services, identity.verifier_for(resource), resource, _csv(env.get("AGENTFN_MCP_ALLOWED_HOSTS",

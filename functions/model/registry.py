@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentfn.shared.grants import Row, rows
 from agentfn.shared.identity import Caller
 
 log = logging.getLogger("agentfn.model.registry")
@@ -74,6 +75,7 @@ class Table:
     agents: Mapping[str, Agent]
     alone: Mapping[str, Access]
     mcp: Mapping[str, Access]
+    rows: tuple[Row, ...] = ()  # who may call what, the rows `agentfn audit` prints (agentfn.shared.grants)
 
     def agent_for(self, name: str, caller: Caller) -> Agent | None:
         """The agent, if the caller is granted it; None reads the same whether it exists or not."""
@@ -154,7 +156,7 @@ def parse(document: Any) -> Table:
             tools=_accesses(spec.get("tools"), f"{where}.tools"),
         )
     return Table(str(document.get("revision", "")), agents, _accesses(document.get("alone"), "alone"),
-                 _accesses(document.get("mcp"), "mcp"))
+                 _accesses(document.get("mcp"), "mcp"), tuple(rows(document)))
 
 
 class Registry:

@@ -65,6 +65,41 @@ AGENT = {
                                                                "tokensPerTurn": {"type": "integer"},
                                                                "deadlineSeconds": {"type": "integer"}}}},
 }
+NULLABLE_STRING, NULLABLE_INTEGER = {"type": ["string", "null"]}, {"type": ["integer", "null"]}
+GENERATION = {
+    "type": "object", "additionalProperties": False,
+    "required": ["id", "kind", "channel", "subject_hash", "agent", "tier", "status", "problem", "tokens_in", "tokens_out",
+                 "rounds", "steps", "tools", "started_at", "duration_ms"],
+    "description": "one generation as the model function records it: who (hashed), what ran, how long; never text",
+    "properties": {
+        "id": {"type": "string", "format": "uuid", "description": "the generation_id its caller was given"},
+        "kind": {"enum": ["turn", "session_end", "tool_call"]},
+        "channel": {"enum": ["agent", "alone", "mcp"]},
+        "subject_hash": {"type": "string", "pattern": "^[0-9a-f]{12}$",
+                         "description": "the caller's pseudonym, as the logs' subject_hash"},
+        "agent": NULLABLE_STRING, "tier": NULLABLE_STRING,
+        "status": {"type": "string", "description": "running, ok, error, deadline, budget or cancelled"},
+        "problem": {**NULLABLE_INTEGER, "description": "the HTTP status of the problem that ended it, if one did"},
+        "tokens_in": {"type": "integer", "minimum": 0}, "tokens_out": {"type": "integer", "minimum": 0},
+        "rounds": {"type": "integer", "minimum": 0}, "steps": {"type": "integer", "minimum": 0},
+        "tools": {"type": "array", "description": "the tool calls, in order",
+                  "items": {"type": "object", "required": ["tool", "status", "ms"],
+                            "properties": {"tool": {"type": "string"}, "status": {"type": "string"},
+                                           "ms": {"type": "number"}}}},
+        "started_at": {"type": "string", "format": "date-time"},
+        "duration_ms": {**NULLABLE_INTEGER, "description": "null while it runs"},
+    },
+}
+GRANT_ROW = {
+    "type": "object", "additionalProperties": False,
+    "required": ["agent", "tool", "subjects", "groups", "channel", "daily", "approval", "grant"],
+    "description": "one row of `agentfn audit`: `-` where a column has nothing (no agent, subjects, groups or limit)",
+    "properties": {"agent": {"type": "string"}, "tool": {"type": "string"},
+                   "subjects": {"type": "string", "description": "comma-separated"},
+                   "groups": {"type": "string", "description": "comma-separated"},
+                   "channel": {"enum": ["step", "alone", "mcp"]}, "daily": {"type": "string", "description": "daily limit"},
+                   "approval": {"enum": ["required", "waived", "-"]}, "grant": {"type": "string"}},
+}
 EVENTS = """Server-sent events, in this order: `recall` `{entries}` (agents with memory), then for each tool call
 `step` `{n, tool, arguments, status: "started"}` and `step` `{n, tool, arguments, status: "ok"|"error", ms, result}`;
 a call not run is one `step`: `status: "needs_approval"` with its `approval` token (the person approves it in the next
@@ -75,7 +110,8 @@ turn ended for them; `timing`: `ms`, `engine_ms`, `tools_ms` of the turn),
 or instead `error` (a problem, with `generation_id`) when the turn cannot finish."""
 
 NAMES = {400: "Bad request", 401: "No valid caller token",
-         403: "An approval forged, altered, expired, another caller's or another agent's, or for a tool not granted",
+         403: "An approval forged, altered, expired, another caller's or another agent's, or for a tool not granted; "
+              "an admin door for a caller in no admin group",
          404: "No such agent or tool for this caller", 409: "An approval already used",
          413: "Body too large", 415: "Not JSON", 422: "Invalid body, caller-declared tools (T1), or a broken rule",
          429: "The caller's tokens for today are spent (see Retry-After), or a daily limit",
@@ -102,7 +138,8 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                  "description": "The bounded, traced agent loop, ListTools/CallTool and MCP."},
         "components": {
             "securitySchemes": {"caller": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
-            "schemas": {"Problem": PROBLEM, "Entry": ENTRY, "Tool": TOOL, "Agent": AGENT},
+            "schemas": {"Problem": PROBLEM, "Entry": ENTRY, "Tool": TOOL, "Agent": AGENT, "Generation": GENERATION,
+                        "GrantRow": GRANT_ROW},
         },
         "security": caller,
         "paths": {
@@ -131,6 +168,25 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                 "requestBody": body(CALL),
                 "responses": {**ok("what the tool found", {"type": "object", "required": ["content"]}),
                               **problems(400, 401, 404, 413, 415, 422, 429, 502, 503, 504)}}},
+            "/v1/admin/generations": {"get": {
+                "operationId": "adminGenerations",
+                "summary": "Admins only: every caller's generations, newest first (who hashed, tools, statuses, timings, "
+                           "tokens; never text).",
+                "parameters": [
+                    {"name": "limit", "in": "query",
+                     "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}},
+                    {"name": "before", "in": "query", "description": "only generations started before this time (paging: "
+                     "the last one's started_at)", "schema": {"type": "string", "format": "date-time"}}],
+                "responses": {**ok("the generations", {"type": "object", "required": ["generations"], "properties": {
+                    "generations": {"type": "array", "items": {"$ref": "#/components/schemas/Generation"}}}}),
+                    **problems(400, 401, 403, 503)}}},
+            "/v1/admin/grants": {"get": {
+                "operationId": "adminGrants", "summary": "Admins only: who may call what, the rows `agentfn audit` prints.",
+                "responses": {**ok("the registry in force as rows", {"type": "object", "required": ["revision", "rows"],
+                                                                     "properties": {
+                    "revision": {"type": "string", "description": "the registry's revision"},
+                    "rows": {"type": "array", "items": {"$ref": "#/components/schemas/GrantRow"}}}}),
+                    **problems(401, 403)}}},
             **{path: {"get": {
                 "operationId": "protectedResource" + suffix, "security": [],
                 "summary": "RFC 9728 metadata of /mcp: its resource URL and the issuer of its tokens.",

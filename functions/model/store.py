@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass
 
 from agentfn.shared import db
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 SCHEMA = "model"
@@ -64,6 +65,17 @@ ON CONFLICT (jti) DO NOTHING RETURNING jti
 """
 
 PRUNE_APPROVALS = "DELETE FROM approvals_used WHERE expires_at < now() - interval '1 minute'"
+
+
+# Every caller's generations, newest first, started before a time (the admin door pages back with it).
+RECENT = """
+SELECT id, kind, channel, subject, agent, tier, status, problem, tokens_in, tokens_out, rounds, steps, step_log,
+       started_at, duration_ms
+FROM generations
+WHERE started_at < coalesce(%(before)s::timestamptz, 'infinity')
+ORDER BY started_at DESC, id DESC
+LIMIT %(limit)s
+"""
 
 
 def today() -> datetime.date:
@@ -131,6 +143,12 @@ class Store(db.SchemaStore):
                                       "rounds": settle.rounds})
             conn.execute(FINISH, {**args, "status": status, "problem": problem, "steps": len(step_log),
                                   "step_log": Jsonb(step_log), "duration_ms": duration_ms})
+
+    def recent(self, limit: int, before: datetime.datetime | None) -> list[dict]:
+        """The newest generations of every caller started before `before` (None: now), at most `limit`."""
+        self.migrate()
+        with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(RECENT, {"limit": limit, "before": before}).fetchall()
 
     def spent(self, subject: str, day: datetime.date) -> int:
         with self.pool.connection() as conn:

@@ -3,12 +3,9 @@
     python -m agentfn_operator.audit [REGISTRY_FILE | -]     # default: $AGENTFN_REGISTRY_FILE
     kubectl get configmap agentfn-registry -o jsonpath='{.data.registry\\.json}' | python -m agentfn_operator.audit -
 
-Columns: agent (`-` for a tool called alone or over MCP), tool, subjects, groups, channel (`step`: a
-step of the agent's loop; `alone`: ListTools/CallTool; `mcp`), daily limit (`-`: none of the grant's
-own), approval (a step's: `required`, the person approves each call of a tool that changes state, or
-`waived` by an admin; `-` alone and over MCP, where no tool that changes state is ever offered) and the
-ToolGrant that says so. The same rows follow from `kubectl get agents,toolgrants`: a Ready grant's
-Agents, Subjects, Groups, Channels, Daily and Approval columns.
+The rows are built in `agentfn.shared.grants` (its docstring says the columns), the code `agentfn audit` and
+the model function's `GET /v1/admin/grants` use too. The same rows follow from `kubectl get agents,toolgrants`:
+a Ready grant's Agents, Subjects, Groups, Channels, Daily and Approval columns.
 """
 
 from __future__ import annotations
@@ -17,36 +14,10 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping
-from typing import Any
 
-HEADER = ("AGENT", "TOOL", "SUBJECTS", "GROUPS", "CHANNEL", "DAILY", "APPROVAL", "GRANT")
-Row = tuple[str, str, str, str, str, str, str, str]
+from agentfn.shared.grants import HEADER, Row, records, rows, table
 
-
-def _row(agent: str, tool: str, channel: str, access: Mapping[str, Any]) -> Row:
-    limit = access.get("dailyLimit")
-    approval = access.get("approval", "required") if channel == "step" else "-"
-    return (agent, tool, ",".join(access["subjects"]) or "-", ",".join(access["groups"]) or "-", channel,
-            "-" if limit is None else str(limit), approval, access["grant"])
-
-
-def rows(registry: Mapping[str, Any]) -> list[Row]:
-    found = [_row(agent, tool, "step", access)
-             for agent, entry in registry["agents"].items() for tool, access in entry["tools"].items()]
-    for channel in ("alone", "mcp"):
-        found += [_row("-", tool, channel, access) for tool, access in registry[channel].items()]
-    return sorted(found)
-
-
-def table(found: list[Row]) -> str:
-    widths = [max(len(r[i]) for r in [HEADER, *found]) for i in range(len(HEADER))]
-    return "\n".join("   ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in [HEADER, *found])
-
-
-def records(found: list[Row]) -> list[dict[str, str]]:
-    """The rows as JSON objects keyed by the lower-cased header."""
-    return [dict(zip((h.lower() for h in HEADER), r, strict=True)) for r in found]
+__all__ = ["HEADER", "Row", "main", "records", "rows", "table"]
 
 
 def main(argv: list[str] | None = None) -> int:

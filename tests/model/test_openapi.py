@@ -25,7 +25,8 @@ schema = schemathesis.pytest.from_fixture("model_schema")
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 def test_every_door_answers_as_documented(case, issuer):
     # A fresh subject each case: no case spends another's tokens. Turns reach the scripted engine.
-    headers = issuer.headers(f"schemathesis-{next(fresh)}", ["platform-users", "developers"])
+    groups = ["platform-users", "developers"] + (["platform-admins"] if case.path.startswith("/v1/admin/") else [])
+    headers = issuer.headers(f"schemathesis-{next(fresh)}", groups)
     if case.path == "/mcp":
         headers["Accept"] = "application/json, text/event-stream"
     response = case.call(headers=headers, timeout=30)
@@ -55,7 +56,8 @@ def test_mcp_answers_post_only(model, person):
 def test_the_document_lists_every_door(model):
     document = requests.get(model.url + "/openapi.json", timeout=5).json()
     assert set(document["paths"]) == {"/v1/agents", "/v1/agents/{agent}/turns", "/v1/agents/{agent}/sessions/end",
-                                      "/v1/tools", "/v1/tools/{name}/call", "/mcp",
+                                      "/v1/tools", "/v1/tools/{name}/call", "/mcp", "/v1/admin/generations",
+                                      "/v1/admin/grants",
                                       "/.well-known/oauth-protected-resource",
                                       "/.well-known/oauth-protected-resource/mcp"}
     turns = document["paths"]["/v1/agents/{agent}/turns"]["post"]["responses"]["200"]

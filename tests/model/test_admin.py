@@ -1,0 +1,128 @@
+"""The admin doors of the model function: recent generations (hashed subject, never text) and the registry's rows,
+for callers in an admin group (AGENTFN_ADMIN_GROUPS) only."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import secrets
+
+import pytest
+import requests
+from agentfn.shared.grants import records, rows
+from conftest import Person, registry_document, take_turn
+from support import Gunicorn
+
+DOORS = ("/v1/admin/generations", "/v1/admin/grants")
+
+
+@pytest.fixture
+def admin(issuer):
+    return Person(issuer, groups=("platform-admins",))
+
+
+def recent(base: str, who: Person, **params) -> requests.Response:
+    return requests.get(base + "/v1/admin/generations", params=params, headers=who.headers, timeout=30)
+
+
+def call_alone(model, who: Person) -> None:
+    answer = requests.post(model.url + "/v1/tools/platform_status/call", json={"arguments": {}}, headers=who.headers,
+                           timeout=30)
+    assert answer.status_code == 200, answer.text
+
+
+def test_an_admin_sees_a_turn_as_counts_names_and_timings_with_the_subject_hashed(model, engine, person, admin):
+    said, argument, answered = (f"canary{secrets.token_hex(6)}" for _ in range(3))
+    sid = engine.script({"call": {"name": "platform_status", "arguments": {"service": argument}}},
+                        {"text": f"The answer is {answered}."})
+    _, events = take_turn(model.url, person, "reviewer", f"Tell me about {said}. script:{sid}")
+    done = events[-1][1]
+    assert events[-1][0] == "done"
+
+    answer = recent(model.url, admin, limit=200)
+    assert answer.status_code == 200, answer.text
+    found = answer.json()["generations"]
+    [mine] = [g for g in found if g["id"] == done["generation_id"]]
+    assert mine["subject_hash"] == hashlib.sha256(person.subject.encode()).hexdigest()[:12]
+    assert (mine["kind"], mine["channel"], mine["agent"], mine["tier"], mine["status"], mine["problem"]) == (
+        "turn", "agent", "reviewer", "fast", "ok", None)
+    assert (mine["tokens_in"], mine["tokens_out"]) == (done["usage"]["tokens_in"], done["usage"]["tokens_out"])
+    assert mine["rounds"] == 2 and mine["steps"] == 1
+    assert [(t["tool"], t["status"]) for t in mine["tools"]] == [("platform_status", "ok")] and mine["tools"][0]["ms"] > 0
+    assert mine["duration_ms"] >= mine["tools"][0]["ms"]
+    assert datetime.datetime.fromisoformat(mine["started_at"]) <= datetime.datetime.now(datetime.UTC)
+    for secret in (said, argument, answered, person.subject, person.token):
+        assert secret not in answer.text
+    started = [g["started_at"] for g in found]
+    assert started == sorted(started, reverse=True)  # newest first
+
+
+def test_before_pages_back_through_the_generations(model, person, admin):
+    for _ in range(4):
+        call_alone(model, person)
+    whole = recent(model.url, admin, limit=4).json()["generations"]
+    first = recent(model.url, admin, limit=2).json()["generations"]
+    second = recent(model.url, admin, limit=2, before=first[-1]["started_at"]).json()["generations"]
+    assert [g["id"] for g in first + second] == [g["id"] for g in whole]
+    assert all(g["started_at"] < first[-1]["started_at"] for g in second)
+    hashed = hashlib.sha256(person.subject.encode()).hexdigest()[:12]
+    assert [(g["kind"], g["channel"], g["subject_hash"]) for g in whole] == [("tool_call", "alone", hashed)] * 4
+    # A time long past: nothing before it; a time without an offset is read as UTC.
+    assert recent(model.url, admin, before="2000-01-01T00:00:00Z").json()["generations"] == []
+    naive = whole[1]["started_at"][:26]  # its own time, in UTC, without "+00:00"
+    assert [g["id"] for g in recent(model.url, admin, limit=1, before=naive).json()["generations"]] == [whole[2]["id"]]
+
+
+@pytest.mark.parametrize(("params", "status", "detail"), [
+    ({"limit": "1"}, 200, None), ({"limit": "200"}, 200, None), ({}, 200, None),
+    ({"limit": "0"}, 400, "limit: must be an integer from 1 to 200"), ({"limit": "201"}, 400, "limit"),
+    ({"limit": "-1"}, 400, "limit"), ({"limit": "ten"}, 400, "limit"), ({"limit": "1.5"}, 400, "limit"),
+    ({"before": "yesterday"}, 400, "before: must be an ISO 8601 date-time"), ({"before": ""}, 400, "before"),
+    ({"after": "2026-01-01T00:00:00Z"}, 400, "unknown query parameter after"),
+])
+def test_the_query_is_checked(model, person, admin, params, status, detail):
+    call_alone(model, person)
+    answer = recent(model.url, admin, **params)
+    assert answer.status_code == status, answer.text
+    if status == 200:
+        assert 1 <= len(answer.json()["generations"]) <= int(params.get("limit", 50))
+    else:
+        assert answer.headers["Content-Type"] == "application/problem+json" and detail in answer.json()["detail"]
+
+
+@pytest.mark.parametrize("path", DOORS)
+def test_only_a_caller_in_an_admin_group_may_use_the_admin_doors(model, issuer, person, admin, path):
+    nobody = requests.get(model.url + path, timeout=30)
+    assert nobody.status_code == 401 and nobody.headers["Content-Type"] == "application/problem+json"
+    refused = requests.get(model.url + path, headers=person.headers, timeout=30)
+    assert refused.status_code == 403 and refused.json()["title"] == "Forbidden" and "admin group" in refused.json()["detail"]
+    almost = Person(issuer, groups=("platform-admin", "Platform-Admins", "developers"))
+    assert requests.get(model.url + path, headers=almost.headers, timeout=30).status_code == 403
+    assert requests.get(model.url + path, headers=admin.headers, timeout=30).status_code == 200
+
+
+def test_the_grants_are_the_rows_agentfn_audit_prints(model, admin, registry_file):
+    from test_cli import agentfn
+
+    answer = requests.get(model.url + "/v1/admin/grants", headers=admin.headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["rows"] == records(rows(registry_document()))
+    assert body["revision"] == registry_document()["revision"]
+    printed = agentfn("audit", str(registry_file), "--json")
+    assert printed.returncode == 0 and json.loads(printed.stdout) == body["rows"]
+    assert {"agent": "reviewer", "tool": "run_code", "subjects": "-", "groups": "developers", "channel": "step",
+            "daily": "-", "approval": "waived", "grant": "agentfn/test"} in body["rows"]
+
+
+def test_the_admin_groups_are_a_setting(model_env, logs, issuer):
+    server = Gunicorn("agentfn.model.app:create_app()", {**model_env, "AGENTFN_ADMIN_GROUPS": " auditors , sre-leads "},
+                      logs / "model-admins.log")
+    server.start()
+    try:
+        for groups, status in ((("auditors",), 200), (("developers", "sre-leads"), 200), (("platform-admins",), 403)):
+            who = Person(issuer, groups=groups)
+            assert requests.get(server.url + "/v1/admin/grants", headers=who.headers, timeout=30).status_code == status
+    finally:
+        server.stop()
