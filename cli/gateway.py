@@ -3,9 +3,9 @@
     gunicorn -c python:agentfn.shared.gunicorn_conf 'agentfn.cli.gateway:create_app()'
 
 It stands where the platform's gateway (Gateway API routes in a cluster) stands: memory's `/v1/entries*`
-and `/v1/recall`, the model function's `/v1/agents*`, `/v1/tools*`, `/mcp` and its protected-resource
-metadata (RFC 9728, `/.well-known/oauth-protected-resource[/mcp]`), and the workbench page at the site root
-(`/`, its `/assets/*` and `/workbench.json`). Every other path is 404
+and `/v1/recall`, the model function's `/v1/agents*`, `/v1/tools*`, `/v1/admin*` (it lets only admins through),
+`/mcp` and its protected-resource metadata (RFC 9728, `/.well-known/oauth-protected-resource[/mcp]`), and the
+workbench page at the site root (`/`, its `/assets/*` and `/workbench.json`). Every other path is 404
 whatever the method, `/internal/*` above all, and the page fetcher and the tool functions are never
 reached. It checks no token itself: memory and the model function verify the caller's JWT, which passes
 through unchanged. Responses stream through as they come, so a turn's events arrive one by one.
@@ -32,6 +32,7 @@ ROUTES = (
     (re.compile(r"/v1/recall"), "memory"),
     (re.compile(r"/v1/agents(/[^/]+)*"), "model"),
     (re.compile(r"/v1/tools(/[^/]+)*"), "model"),
+    (re.compile(r"/v1/admin(/[^/]+)*"), "model"),
     (re.compile(r"/mcp/?"), "model"),
     (re.compile(r"/\.well-known/oauth-protected-resource(/mcp)?"), "model"),
     (re.compile(r"/|/assets/[^/]+|/workbench\.json"), "workbench"),

@@ -210,7 +210,7 @@ class Stack:
                   "AGENTFN_SERVICE_TOKEN_FILE": str(self.service_token_file), "AGENTFN_THREADS": "8",
                   "AGENTFN_APPROVAL_KEY_FILE": str(self.approval_key_file()),
                   "AGENTFN_EXCHANGE_TOKEN_FILE": str(self.exchange_token_files["model"]),
-                  "AGENTFN_MCP_RESOURCE": self.mcp_resource,
+                  "AGENTFN_MCP_RESOURCE": self.mcp_resource, "AGENTFN_ADMIN_GROUPS": "platform-admins",
                   **{f"AGENTFN_TOOL_{tool.upper()}_URL": url[tool] for tool in (*READS, "run_code")}}),
             Part("workbench", "agentfn.workbench.app:create_app()", PORTS["workbench"], ident),
             # Ready when a public door answers through it: the model function's 401 to a caller without a token.
@@ -303,7 +303,8 @@ class Stack:
         agentfn = os.path.relpath(BIN / "agentfn") if (BIN / "agentfn").is_relative_to(Path.cwd()) else BIN / "agentfn"
         self.console.rule(f"[bold]agentfn is up[/] in {time.monotonic() - self.started:.1f} s")
         for name, value in (
-            ("gateway", f"{gateway}   (the public doors: /v1/entries, /v1/recall, /v1/agents, /v1/tools, /mcp)"),
+            ("gateway", f"{gateway}   (the public doors: /v1/entries, /v1/recall, /v1/agents, /v1/tools, /mcp; "
+                        "/v1/admin for the group platform-admins)"),
             ("workbench", f"{gateway}/   (in a browser: sign in at the dev issuer's page, as anyone)"),
             ("token", f"export AGENTFN_TOKEN=$({agentfn} token alice --groups developers,platform-users)"),
             ("chat", f"{agentfn} chat code-reviewer"),

@@ -76,6 +76,14 @@ def test_up_serves_memory_and_ctrl_c_stops_everything(stack):
                              timeout=30).status_code == status
     assert (log.parent / "var" / "registry.json").exists()
 
+    # The admin doors, through the gateway, for the group the stack names admins.
+    admin = subprocess.run([str(BIN / "agentfn"), "token", "carol", "--groups", "platform-admins"], env=env,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    grants = f"http://127.0.0.1:{base}/v1/admin/grants"
+    answer = requests.get(grants, headers={"Authorization": f"Bearer {admin}"}, timeout=30)
+    assert answer.status_code == 200 and answer.json()["rows"], answer.text
+    assert requests.get(grants, headers=headers, timeout=30).status_code == 403  # alice is in no admin group
+
     process.send_signal(signal.SIGINT)
     assert process.wait(60) == 0
     assert "stopped" in log.read_text()

@@ -61,7 +61,7 @@ def test_the_runtime_class_is_gvisor_on_runsc_when_asked():
 EXPECTED_ROUTES = {
     "agentfn-memory": [("PathPrefix", "/v1/entries"), ("Exact", "/v1/recall")],
     "agentfn-model": [("PathPrefix", "/v1/agents"), ("PathPrefix", "/v1/tools"), ("PathPrefix", "/mcp"),
-                      ("Exact", "/.well-known/oauth-protected-resource"),
+                      ("PathPrefix", "/v1/admin"), ("Exact", "/.well-known/oauth-protected-resource"),
                       ("Exact", "/.well-known/oauth-protected-resource/mcp")],
     "agentfn-workbench": [("Exact", "/"), ("PathPrefix", "/assets"), ("Exact", "/workbench.json")],
 }
@@ -79,6 +79,19 @@ def test_routes_are_the_public_doors_only(values_set):
         seen[name] = [(m["path"]["type"], m["path"]["value"]) for m in rule["matches"]]
     assert seen == EXPECTED_ROUTES
     assert not any("/internal" in value for paths in seen.values() for _, value in paths)
+
+
+@pytest.mark.parametrize(("sets", "groups"), [((), "platform-admins"),
+                                              (("functions.model.adminGroups={auditors,sre-leads}",), "auditors,sre-leads"),
+                                              (("functions.model.adminGroups={a\\,b}",), None)])
+def test_the_admin_groups_reach_the_model_function(sets, groups):
+    if groups is None:  # a group with a comma would read as two: the schema refuses it
+        with pytest.raises(AssertionError, match="adminGroups"):
+            objects("default", "Service", sets)
+        return
+    [model] = [s for s in objects("default", "Service", sets) if s["apiVersion"] == "serving.knative.dev/v1"
+               and s["metadata"]["labels"]["app.kubernetes.io/component"] == "model"]
+    assert env_of(model)["AGENTFN_ADMIN_GROUPS"] == groups
 
 
 def test_no_routes_when_the_gateway_is_off():

@@ -117,12 +117,16 @@ def test_the_grants_are_the_rows_agentfn_audit_prints(model, admin, registry_fil
             "daily": "-", "approval": "waived", "grant": "agentfn/test"} in body["rows"]
 
 
-def test_the_admin_groups_are_a_setting(model_env, logs, issuer):
-    server = Gunicorn("agentfn.model.app:create_app()", {**model_env, "AGENTFN_ADMIN_GROUPS": " auditors , sre-leads "},
+@pytest.mark.parametrize(("setting", "answers"), [
+    (" auditors , sre-leads ", {("auditors",): 200, ("developers", "sre-leads"): 200, ("platform-admins",): 403}),
+    ("", {("platform-admins",): 403, ("developers",): 403}),  # empty: no one
+], ids=["two_groups", "empty"])
+def test_the_admin_groups_are_a_setting(model_env, logs, issuer, setting, answers):
+    server = Gunicorn("agentfn.model.app:create_app()", {**model_env, "AGENTFN_ADMIN_GROUPS": setting},
                       logs / "model-admins.log")
     server.start()
     try:
-        for groups, status in ((("auditors",), 200), (("developers", "sre-leads"), 200), (("platform-admins",), 403)):
+        for groups, status in answers.items():
             who = Person(issuer, groups=groups)
             assert requests.get(server.url + "/v1/admin/grants", headers=who.headers, timeout=30).status_code == status
     finally:

@@ -19,7 +19,8 @@ HIDDEN = ("/internal/v1/episodes", "/healthz", "/readyz", "/openapi.json", "/v1/
           "//internal/v1/episodes", "/V1/entries", "/.well-known/oauth-protected-resource/x",
           "/.well-known/oauth-protected-resourcex", "/.well-known/openid-configuration", "/.well-known/jwks.json",
           "/.well-known/../internal/v1/episodes", "/index.html", "/assets", "/assets/", "/assets/a/b",
-          "/assets/../internal/v1/episodes", "/assets/%2e%2e/internal/v1/episodes", "/workbench.jsonx")
+          "/assets/../internal/v1/episodes", "/assets/%2e%2e/internal/v1/episodes", "/workbench.jsonx", "/v1/adminx",
+          "/v1/admin/../../internal/v1/episodes", "/v1/admin/%2e%2e/%2e%2e/internal/v1/episodes", "/V1/admin/grants")
 
 
 def raw(gateway, method: str, path: str, headers: dict | None = None, body: bytes | None = None):
@@ -50,6 +51,8 @@ def test_a_path_that_is_not_a_public_door_is_404_whatever_the_method(gateway, is
     ("GET", "/v1/agents", None), ("POST", "/v1/agents/reviewer/turns", {"messages": [{"role": "user", "content": "x"}]}),
     ("POST", "/v1/agents/reviewer/sessions/end", {"messages": [{"role": "user", "content": "x"}]}),
     ("GET", "/v1/tools", None), ("POST", "/v1/tools/platform_status/call", {"arguments": {}}),
+    ("DELETE", "/v1/entries", {"confirm": "forget everything"}), ("GET", "/v1/admin/generations", None),
+    ("GET", "/v1/admin/grants", None),
 ])
 def test_the_public_doors_are_routed_and_ask_for_a_token(gateway, method, path, body):
     response = requests.request(method, gateway.url + path, json=body, timeout=30)
@@ -77,6 +80,21 @@ def test_with_a_token_the_doors_answer_as_the_caller(gateway, memory, person):
         assert requests.get(gateway.url + path, headers=person.headers, timeout=30).status_code == 200
     assert requests.post(gateway.url + "/v1/tools/platform_status/call", json={"arguments": {}}, headers=person.headers,
                          timeout=30).status_code == 200
+
+
+def test_forget_all_and_the_admin_doors_answer_through_the_gateway(gateway, issuer, person):
+    kept = requests.post(gateway.url + "/v1/entries", headers=person.headers, timeout=30,
+                         json={"kind": "fact", "text": "Works on the ledger service.", "source": "test"})
+    assert kept.status_code == 201
+    refused = requests.delete(gateway.url + "/v1/entries", json={"confirm": "yes"}, headers=person.headers, timeout=30)
+    assert refused.status_code == 422 and "forget everything" in refused.json()["detail"]
+    forgot = requests.delete(gateway.url + "/v1/entries", json={"confirm": "forget everything"}, headers=person.headers,
+                             timeout=30)
+    assert forgot.status_code == 200 and forgot.json()["total"] == 1  # the body came through
+    admin = issuer.headers(person.subject, ["platform-admins"])
+    for path in ("/v1/admin/generations?limit=1", "/v1/admin/grants"):
+        assert requests.get(gateway.url + path, headers=person.headers, timeout=30).status_code == 403
+        assert requests.get(gateway.url + path, headers=admin, timeout=30).status_code == 200
 
 
 def test_a_turn_streams_through_event_by_event(gateway, engine, person):
