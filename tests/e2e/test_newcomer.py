@@ -231,13 +231,15 @@ def test_the_first_command_shows_progress_then_one_banner(platform):
     ("PATCH", "/v1/recall/x"),
     ("OPTIONS", "/mcpx"),
     ("GET", "/.well-known/jwks.json"),  # the dev issuer is not behind the gateway
+    ("GET", "/v1/adminx"),
+    ("GET", "/v1/admin/../../internal/v1/episodes"),
 ])
 def test_the_gateway_answers_404_for_every_door_that_is_not_public(platform, method, path):
     answer = requests.request(method, platform.url + path, timeout=10)
     assert answer.status_code == 404 and answer.headers["Content-Type"] == PROBLEM
 
 
-@pytest.mark.parametrize("path", ["/v1/entries", "/v1/agents", "/v1/tools"])
+@pytest.mark.parametrize("path", ["/v1/entries", "/v1/agents", "/v1/tools", "/v1/admin/generations", "/v1/admin/grants"])
 def test_the_public_doors_reach_their_function_which_checks_the_token(platform, path):
     answer = requests.get(platform.url + path, timeout=10)
     assert answer.status_code == 401 and answer.headers["Content-Type"] == PROBLEM
