@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+
+from agentfn.shared.app import subject_hash
 from agentfn.shared.identity import caller_required, service_required
 from agentfn.shared.problems import ProblemError, bad_request
 from agentfn.shared.validation import Schema, json_body
@@ -11,6 +14,7 @@ from . import schemas
 from .memory import PROBLEMS, Memory, parse_id
 
 bp = Blueprint("memory", __name__)
+log = logging.getLogger("agentfn.memory")
 
 CREATE, CORRECT, RECALL, EPISODE, FORGET_ALL = (Schema(s) for s in (schemas.CREATE, schemas.CORRECT, schemas.RECALL,
                                                                     schemas.EPISODE, schemas.FORGET_ALL))
@@ -59,7 +63,11 @@ def create_entry():
 def forget_all_entries():
     """Forget every entry of the caller, once they confirm it with the phrase; answers a receipt, no text."""
     confirmed()
-    return jsonify(memory().forget_all(g.caller.subject))
+    receipt = memory().forget_all(g.caller.subject)
+    # Erasing a subject is an event operators are asked about: who (hashed), how many, when; never what.
+    log.info("forgot everything", extra={"event": "forget_all", "subject_hash": subject_hash(g.caller.subject),
+                                         "count": receipt["total"], "request_id": g.get("request_id")})
+    return jsonify(receipt)
 
 
 def confirmed() -> None:

@@ -1,7 +1,10 @@
 """Forgetting is deletion: after a forget, no table anywhere holds the entry's text, vector or id."""
 
 import datetime
+import hashlib
+import json
 import secrets
+import time
 import uuid
 
 import jwt
@@ -88,6 +91,16 @@ def test_forget_all_deletes_every_entry_of_the_caller_and_answers_a_receipt(call
     assert [e["id"] for e in other.get("/v1/entries").json()["entries"]] == [theirs["id"]]
     again = caller.delete("/v1/entries", json=PHRASE).json()
     assert again["deleted"] == {"fact": 0, "preference": 0, "episode": 0} and again["total"] == 0
+    # The log says who (hashed) forgot how many, never what.
+    subject = jwt.decode(caller.session.headers["Authorization"][7:], options={"verify_signature": False})["sub"]
+    hashed = hashlib.sha256(subject.encode()).hexdigest()[:12]
+    time.sleep(0.3)  # the last lines are flushed
+    lines = [json.loads(line) for line in memory.log.read_text().splitlines() if line.startswith("{")]
+    events = [(r["count"], r["request_id"]) for r in lines
+              if r.get("event") == "forget_all" and r.get("subject_hash") == hashed]
+    assert [count for count, _ in events] == [4, 0] and events[0][1] == answer.headers["X-Request-Id"]
+    log = memory.log.read_text()
+    assert subject not in log and not any(n in log for n in needles)
 
 
 @pytest.mark.parametrize(("body", "status"), [
