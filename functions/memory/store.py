@@ -43,7 +43,9 @@ RETURNING {COLUMNS}
 
 FORGET = "DELETE FROM entries WHERE subject = %(subject)s AND id = %(id)s"
 
-# Every entry of the subject, in one statement: what was deleted, counted by kind, and when.
+# Every entry of the subject, in one statement: what was deleted, counted by kind, and when. It waits first for
+# the subject's writes under way (each holds the quota row, see LOCK), so none of them outlives the forgetting.
+WAIT_FOR_WRITES = "SELECT 1 FROM quotas WHERE subject = %(subject)s FOR UPDATE"
 FORGET_ALL = """
 WITH gone AS (DELETE FROM entries WHERE subject = %(subject)s RETURNING kind)
 SELECT count(*) FILTER (WHERE kind = 'fact') AS fact, count(*) FILTER (WHERE kind = 'preference') AS preference,
@@ -220,6 +222,7 @@ class Store(db.SchemaStore):
     def forget_all(self, subject: str) -> dict:
         """{fact, preference, episode: how many were deleted, at: the transaction's time}."""
         with self.subject(subject) as cur:
+            cur.execute(WAIT_FOR_WRITES, dict(subject=subject))
             return cur.execute(FORGET_ALL, dict(subject=subject)).fetchone()
 
     def recall(self, subject: str, question: str, query: np.ndarray, model: str, threshold: float, limit: int,

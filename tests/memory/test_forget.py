@@ -4,6 +4,7 @@ import datetime
 import hashlib
 import json
 import secrets
+import threading
 import time
 import uuid
 
@@ -101,6 +102,27 @@ def test_forget_all_deletes_every_entry_of_the_caller_and_answers_a_receipt(call
     assert [count for count, _ in events] == [4, 0] and events[0][1] == answer.headers["X-Request-Id"]
     log = memory.log.read_text()
     assert subject not in log and not any(n in log for n in needles)
+
+
+def test_forget_all_waits_for_a_write_under_way_and_forgets_it_too(caller, memory, memory_env, issuer):
+    ids = keep_some(caller, memory, issuer)
+    subject = jwt.decode(caller.session.headers["Authorization"][7:], options={"verify_signature": False})["sub"]
+    answers = []
+    with psycopg.connect(memory_env["AGENTFN_DATABASE_URL"], options="-c search_path=memory,public") as conn:
+        # A write under way, as memory makes one: the subject's quota row locked, then the row inserted.
+        conn.execute("SELECT set_config('agentfn.subject', %s, true)", (subject,))
+        conn.execute("SELECT 1 FROM quotas WHERE subject = %s FOR UPDATE", (subject,))
+        conn.execute("INSERT INTO entries (id, subject, kind, text, source, model, embedding) SELECT %s, subject, "
+                     "'fact', 'Written while forgetting.', 'test', model, embedding FROM entries WHERE id = %s",
+                     (uuid.uuid4(), ids[0]))
+        forgetting = threading.Thread(target=lambda: answers.append(caller.delete("/v1/entries", json=PHRASE)))
+        forgetting.start()
+        forgetting.join(1.5)
+        assert forgetting.is_alive()  # it waits for the write
+        conn.commit()
+    forgetting.join(30)
+    assert answers[0].status_code == 200 and answers[0].json()["total"] == len(ids) + 1
+    assert caller.get("/v1/entries").json()["entries"] == []
 
 
 @pytest.mark.parametrize(("body", "status"), [
