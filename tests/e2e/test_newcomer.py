@@ -224,7 +224,8 @@ def test_the_first_command_shows_progress_then_one_banner(platform):
     ("POST", "/v1/open"),  # the page fetcher
     ("POST", "/v1/call"),  # a tool function
     ("GET", "/v1/tool"),
-    ("DELETE", "/"),
+    ("GET", "/index.html"),  # the workbench is "/", its files and its settings, nothing else
+    ("GET", "/assets/../internal/v1/episodes"),
     ("POST", "/v1/agents/../../internal/v1/episodes"),
     ("POST", "/v1/agents/%2e%2e/%2e%2e/internal/v1/episodes"),
     ("GET", "/v1/entriesx"),
@@ -243,6 +244,13 @@ def test_the_gateway_answers_404_for_every_door_that_is_not_public(platform, met
 def test_the_public_doors_reach_their_function_which_checks_the_token(platform, path):
     answer = requests.get(platform.url + path, timeout=10)
     assert answer.status_code == 401 and answer.headers["Content-Type"] == PROBLEM
+
+
+def test_the_workbench_is_at_the_site_root(platform):
+    page = requests.get(platform.url + "/", timeout=10)
+    assert page.status_code == 200 and "<title>agentfn workbench</title>" in page.text
+    settings = requests.get(platform.url + "/workbench.json", timeout=10).json()
+    assert settings["client_id"] == "agentfn-workbench" and settings["issuer"] == f"http://127.0.0.1:{platform.base + 1}"
 
 
 def answer_of(turn: list[tuple[str, dict]]) -> str:

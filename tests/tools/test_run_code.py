@@ -315,7 +315,7 @@ sandbox.run("import time\\ntime.sleep(60)")
     assert sandboxed(), "the sandbox never started"
     process.kill()
     process.wait()
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 10  # the kernel's signal is at once; on a loaded machine the exit is not
     while sandboxed() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not sandboxed()
