@@ -121,6 +121,19 @@ def test_an_error_is_shown_as_the_problems_title_and_detail(page, stack):
     expect(problem.locator("strong")).not_to_be_empty()
 
 
+def test_an_ended_sign_in_says_so_and_offers_to_sign_in_again(page, stack):
+    sign_in(page, stack, "wb-end")
+    # The token's hour is up: memory's door answers 401, as it does for an expired token.
+    page.route("**/v1/entries*", lambda route: route.fulfill(
+        status=401, content_type="application/problem+json",
+        body='{"type": "about:blank", "title": "Unauthorized", "status": 401, "detail": "the token has expired"}'))
+    page.locator("#nav").get_by_role("button", name="Memory").click()
+    expect(page.locator("#notice")).to_contain_text("Your sign-in has ended")
+    page.locator("#notice").get_by_role("button", name="Sign in again").click()
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    expect(page.locator("#nav")).to_be_hidden()
+
+
 def test_memory_lists_corrects_forgets_searches_and_forgets_everything(page, stack):
     token = stack.token("wb-fay")
     kept = add_note(stack, token, "I review Go code mostly.", kind="fact", source="intro")

@@ -54,12 +54,13 @@ class Problem extends Error {
 
 function problemBox(problem) {
   return el("div", { class: "problem", role: "alert" }, el("strong", { text: problem.title }),
-    problem.detail ? el("span", { text: problem.detail }) : null);
+    problem.detail ? el("span", { text: problem.detail }) : null,
+    problem.status === 401 ? el("button", { type: "button", text: "Sign in again", onclick: () => signOut() }) : null);
 }
 
 function notify(problem) {
   const notice = $("notice");
-  notice.replaceChildren(...(problem ? problemBox(problem).childNodes : []));
+  notice.replaceChildren(...(problem ? [...problemBox(problem).childNodes] : []));
   notice.hidden = !problem;
 }
 
