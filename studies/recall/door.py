@@ -105,7 +105,8 @@ def section(door: dict) -> str:
     for part in ("tuning", "held-out"):
         for g in ("en", "hr", "xlang", "all"):
             d, p = door["door"][part][g], door["study"][part][g]
-            lines.append(f"| {part} | {g} ({d['answerable']}) | {study.fmt(d['right'], True)} / {study.fmt(p['right'], True)} "
+            lines.append(f"| {part} | {g} ({d['answerable']}) | "
+                         f"{study.fmt(d['right'], True)} / {study.fmt(p['right'], True)} "
                          f"| {study.fmt(d['others'])} / {study.fmt(p['others'])} | "
                          f"{study.fmt(d['no_answer_shown'], True)} / {study.fmt(p['no_answer_shown'], True)} |")
     differ = door["questions shown differently"]
