@@ -468,7 +468,8 @@ def langid_accuracy(corpus: Corpus) -> str:
     return f"py3langid, the episodes' language check, grouping bs/sr/me with hr: {right:.1f}%"
 
 
-FINDINGS = """**What the figures say.** No setting reaches the goal on the held-out part (95% right with at most 1.5 others); the
+FINDINGS = """\
+**What the figures say.** No setting reaches the goal on the held-out part (95% right with at most 1.5 others); the
 best, shipped, shows the right note for 88.5% at 1.73 others, against 87.2% at 1.64 before. One held-out question is
 0.6 points, so differences of a point or two are three questions or fewer. What helped on the held-out part, against
 the setting shipped until now: prefixes of 6 letters for English and 4 for Croatian (+1.3 right: Croatian +2.8, across
