@@ -1,7 +1,7 @@
 """The full-text half of hybrid recall: which words of a question are its terms.
 
-Postgres has no Croatian stemmer, so a term is the start of a word matched as a prefix (`ledge:*` finds
-"ledger", "ledgers"; `mack:*` after folding finds "mačka", "mački"). The question is split by the same parser
+Postgres has no Croatian stemmer, so a term is the start of a word matched as a prefix (`ledger:*` finds
+"ledger", "ledgers"; `mack:*` after folding finds "mačka", "mačku", "mački"). The question is split by the same parser
 as the notes (in SQL, see store.QUESTION_TERMS); the function words of English and Croatian below are
 dropped, a word's ending may be cut by its language's suffix rule (a word keeps at least MIN_STEM letters), the
 rest is cut to the language's prefix length and OR'ed, and ts_rank orders the notes that match. The recall
