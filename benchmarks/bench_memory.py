@@ -10,7 +10,7 @@ gunicorn (1 worker x 4 threads, 2 embedding threads), which runs its migrations;
 random unit halfvecs into memory.entries as the admin (who bypasses RLS): two measured subjects of
 1,000 and 10,000 entries scattered at random among many small subjects (1-200 rows), as rows written by
 everyone over time are; then VACUUM ANALYZE. Each measured subject holds the recall study's 80 notes
-(studies/recall/corpus.json) embedded for real, the rest random vectors under filler texts of made-up
+(studies/recall/corpus_base.json) embedded for real, the rest random vectors under filler texts of made-up
 words (one real word each, so that full-text matches stay rare); queries are the study's questions.
 Measured in alternating rounds (a pause and 3 warm-up calls before each block), so that other load on
 the machine hits every side alike:
@@ -65,7 +65,7 @@ from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
 
 APP, THREADS, DIMS, SMALL_MAX = "agentfn.memory.app:create_app()", 2, 384, 200
 MEASURED = {"1k": 1_000, "10k": 10_000}
-CORPUS = json.loads((ROOT / "studies/recall/corpus.json").read_text())
+CORPUS = json.loads((ROOT / "studies/recall/corpus_base.json").read_text())
 NOTES = [(n["kind"], n["text"]) for n in CORPUS["notes"]]
 UNLIMITED = Limits(max_entries=10**9, writes_per_minute=10**9)  # the write figures measure writes, not the quotas
 QUERIES = [q["text"] for q in CORPUS["questions"]]

@@ -101,12 +101,15 @@ ORDER BY n.similarity DESC
 # Hybrid (studies/recall): the subject's entries ranked twice, by vector (above the floor) and by
 # full-text terms, fused by reciprocal rank (k = 60). Shown: what either list ranks first, and
 # whatever both lists found (a fused score of at least 1/(k+1)).
-# A question's terms: split by the notes' own parser, function words dropped, stems OR'ed as prefixes.
+# A question's terms: split by the notes' own parser, function words dropped, the ending cut by the language's
+# suffix rule (unless fewer than min_stem letters would remain), stems OR'ed as prefixes (terms.parameters).
 # Each stem is quoted as one tsquery lexeme, so a word such as "1.30" or "a/b" stays one term.
 QUESTION_TERMS = """
-SELECT to_tsquery('simple', string_agg(quote_lexeme(left(lexeme, %(stem)s)) || ':*', ' | '))
-FROM unnest(to_tsvector('simple', fold(%(question)s)))
-WHERE lexeme <> ALL(%(stop)s) AND length(lexeme) > 1
+SELECT to_tsquery('simple', string_agg(quote_lexeme(left(
+    CASE WHEN length(cut) >= %(min_stem)s THEN cut ELSE lexeme END, %(stem)s)) || ':*', ' | '))
+FROM (SELECT lexeme, regexp_replace(lexeme, %(suffixes)s, '') AS cut
+      FROM unnest(to_tsvector('simple', fold(%(question)s)))
+      WHERE lexeme <> ALL(%(stop)s) AND length(lexeme) > 1) words
 """
 
 RECALL_HYBRID = f"""
@@ -228,7 +231,7 @@ class Store(db.SchemaStore):
     def recall(self, subject: str, question: str, query: np.ndarray, model: str, threshold: float, limit: int,
                kinds: list[str] | None, hybrid: bool) -> list[dict]:
         params = dict(subject=subject, question=question, query=query, model=model, threshold=threshold,
-                      limit=limit, kinds=kinds, k=RRF_K, depth=DEPTH, stem=terms.STEM, stop=terms.STOP)
+                      limit=limit, kinds=kinds, k=RRF_K, depth=DEPTH, **terms.parameters(question))
         with self.subject(subject) as cur:
             return cur.execute(RECALL_HYBRID if hybrid else RECALL_VECTOR, params).fetchall()
 
