@@ -95,7 +95,11 @@ def test_a_denied_step_is_declined_and_the_answer_goes_on(page, stack):
     say(page, f"script:{script} run import os")
     page.get_by_role("button", name="Deny").click()
     expect(page.locator(".answer").last).to_have_text("I did not run it.")
-    expect(page.locator(".reply").last.locator(".card").first).to_have_attribute("data-status", "declined")
+    card = page.locator(".reply").last.locator(".card").first
+    expect(card).to_have_attribute("data-status", "declined")
+    # With nothing recalled, the answer and its figures stay under the card, in the reply's one column.
+    for part in (".answer", ".meta"):
+        assert page.locator(".reply").last.locator(part).bounding_box()["x"] == card.bounding_box()["x"], part
 
 
 def test_ending_the_session_shows_the_episode_kept(page, stack):
