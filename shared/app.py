@@ -21,7 +21,7 @@ from typing import Any
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from . import logs
+from . import logs, telemetry
 from .identity import Identity
 from .problems import PROBLEM_JSON, ProblemError
 
@@ -75,6 +75,8 @@ def create_app(
     app.json.sort_keys = False
     if identity is not None:
         app.extensions["agentfn.identity"] = identity
+    if telemetry.setup(name.removeprefix("agentfn.")):
+        _trace_requests(app)
 
     @app.before_request
     def start():
@@ -151,6 +153,36 @@ def create_app(
         return jsonify(openapi)
 
     return app
+
+
+def _trace_requests(app: Flask) -> None:
+    """A server span per request, a child of the caller's `traceparent`: the method and the route's pattern (never
+    the path, which may carry an id or a query), the status and the caller's `subject_hash`."""
+
+    @app.before_request
+    def open_span():
+        route = request.url_rule.rule if request.url_rule else None
+        span = telemetry.start(f"{request.method} {route}" if route else request.method,
+                               {"http.request.method": request.method, "http.route": route}, kind="server",
+                               parent=telemetry.extract(request.headers))
+        g.telemetry_span, g.telemetry_token = span, telemetry.attach(span)
+
+    @app.after_request
+    def close_span(response: Response) -> Response:
+        span = g.pop("telemetry_span", None)
+        if span is not None:
+            caller = g.get("caller")
+            span.attrs({"http.response.status_code": response.status_code,
+                        "user.hash": subject_hash(caller.subject) if caller else None})
+            if response.status_code >= 500:
+                span.fail(str(response.status_code))
+            # A streamed answer (a turn) is still being written: its span ends when the stream does.
+            response.call_on_close(span.end)
+        return response
+
+    @app.teardown_request
+    def leave_span(_error):
+        telemetry.detach(g.pop("telemetry_token", None))
 
 
 def configure_logging(env: Mapping[str, str]) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 from flask import Blueprint, Flask, g, jsonify, request
 
+from . import telemetry
 from .app import create_app
 from .exchange import ExchangeFailed, TokenExchange
 from .identity import Caller, Identity, bearer_token, caller_required, verify_caller
@@ -114,7 +115,15 @@ def doors(descriptor: Mapping[str, Any], call: Call) -> Blueprint:
         from .validation import json_body
 
         body = json_body(body_schema.get())
-        return jsonify(content=call(g.caller, body["arguments"]))
+        name = descriptor["name"]
+        with telemetry.span(f"execute_tool {name}", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+                                                     "gen_ai.tool.type": "function"}) as span:
+            try:
+                content = call(g.caller, body["arguments"])
+            except ProblemError as problem:
+                span.fail(telemetry.error_type(problem.type, problem.status))
+                raise
+        return jsonify(content=content)
 
     return bp
 
@@ -226,6 +235,7 @@ class Upstream:
             raise upstream_problem(504 if failed.status == 504 else 502,
                                    f"no token for the {self.service} service: {failed.detail}") from None
         headers = {"Authorization": "Bearer " + token, "Accept": "application/json"}
+        telemetry.inject(headers)  # the platform service's own traces join the turn's
         conn = self._connection(self.timeout)
         try:
             conn.request("GET", target, headers=headers)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import time
 
+from agentfn.shared import telemetry
 from agentfn.shared.app import subject_hash
 from agentfn.shared.identity import caller_required, service_required
 from agentfn.shared.problems import ProblemError, bad_request
@@ -54,7 +56,8 @@ def list_entries():
 def create_entry():
     """Keep a fact or a preference for the caller: 201, or 200 with the entry that already says this note."""
     body = json_body(CREATE)
-    entry, existing = memory().create(g.caller.subject, body["kind"], body["text"], body["source"])
+    with telemetry.span("update_memory", {"gen_ai.operation.name": "update_memory", "agentfn.memory.kind": body["kind"]}):
+        entry, existing = memory().create(g.caller.subject, body["kind"], body["text"], body["source"])
     return jsonify(entry | {"existing": existing}), 200 if existing else 201
 
 
@@ -63,7 +66,9 @@ def create_entry():
 def forget_all_entries():
     """Forget every entry of the caller, once they confirm it with the phrase; answers a receipt, no text."""
     confirmed()
-    receipt = memory().forget_all(g.caller.subject)
+    with telemetry.span("delete_memory", {"gen_ai.operation.name": "delete_memory"}) as span:
+        receipt = memory().forget_all(g.caller.subject)
+        span.attrs({"agentfn.memory.entries": receipt["total"]})
     # Erasing a subject is an event operators are asked about: who (hashed), how many, when; never what.
     log.info("forgot everything", extra={"event": "forget_all", "subject_hash": subject_hash(g.caller.subject),
                                          "count": receipt["total"], "request_id": g.get("request_id")})
@@ -88,7 +93,8 @@ def confirmed() -> None:
 def correct_entry(entry_id: str):
     """Correct the text or source of one of the caller's entries; it is embedded again."""
     body = json_body(CORRECT)
-    entry = memory().correct(g.caller.subject, parse_id(entry_id), body.get("text"), body.get("source"))
+    with telemetry.span("update_memory", {"gen_ai.operation.name": "update_memory"}):
+        entry = memory().correct(g.caller.subject, parse_id(entry_id), body.get("text"), body.get("source"))
     return jsonify(entry)
 
 
@@ -96,7 +102,8 @@ def correct_entry(entry_id: str):
 @caller_required
 def forget_entry(entry_id: str):
     """Forget one of the caller's entries: the row and its vector are deleted."""
-    memory().forget(g.caller.subject, parse_id(entry_id))
+    with telemetry.span("delete_memory", {"gen_ai.operation.name": "delete_memory", "agentfn.memory.entries": 1}):
+        memory().forget(g.caller.subject, parse_id(entry_id))
     return "", 204
 
 
@@ -105,8 +112,14 @@ def forget_entry(entry_id: str):
 def recall():
     """The caller's nearest entries to the query, above the model's threshold, within the caps."""
     body = json_body(RECALL)
-    return jsonify(memory().recall(g.caller.subject, body["query"], body.get("kinds"), body.get("limit"),
-                                   body.get("max_tokens")))
+    began = time.perf_counter()
+    with telemetry.span("search_memory", {"gen_ai.operation.name": "search_memory"}) as span:
+        found = memory().recall(g.caller.subject, body["query"], body.get("kinds"), body.get("limit"),
+                                body.get("max_tokens"))
+        span.attrs({"agentfn.memory.entries": len(found["entries"])})
+    telemetry.record("agentfn.recall.duration", time.perf_counter() - began, {})
+    telemetry.record("agentfn.recall.entries", len(found["entries"]), {})
+    return jsonify(found)
 
 
 @bp.post("/internal/v1/episodes")
@@ -114,4 +127,7 @@ def recall():
 def write_episode():
     """WriteEpisode: a trusted service keeps a session's summary for a subject."""
     body = json_body(EPISODE)
-    return jsonify(memory().write_episode(body["subject"], body["text"], body.get("session_id"))), 201
+    with telemetry.span("update_memory", {"gen_ai.operation.name": "update_memory", "agentfn.memory.kind": "episode",
+                                          "user.hash": subject_hash(body["subject"])}):
+        episode = memory().write_episode(body["subject"], body["text"], body.get("session_id"))
+    return jsonify(episode), 201

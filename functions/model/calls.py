@@ -13,7 +13,7 @@ from agentfn.shared.identity import Caller
 
 from .services import Services
 from .store import today
-from .tools import CallContext, Outcome, Tool
+from .tools import CallContext, Outcome, Tool, executed
 
 
 def grants(services: Services, channel: str):
@@ -37,7 +37,10 @@ def call(services: Services, caller: Caller, name: str, arguments: Any, channel:
                               hold_seconds=timeout, day=day)
     outcome = None
     try:
-        outcome = services.tools.call(tool, arguments, CallContext(caller, channel, access, time.monotonic() + timeout))
+        with executed(name, channel) as done:
+            outcome = services.tools.call(tool, arguments, CallContext(caller, channel, access,
+                                                                       time.monotonic() + timeout))
+            done(outcome)
         return outcome
     finally:
         status = outcome.status if outcome else "error"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import urllib3
+from agentfn.shared import telemetry
 
 MAX_BYTES = 2 * 1024 * 1024
 PROBLEM_FIELDS = ("type", "title", "status", "detail")
@@ -54,6 +55,7 @@ class Http:
     def request(self, method: str, url: str, *, token: str | None, timeout: float, body: Any = None,
                 extra_headers: dict[str, str] | None = None) -> Answer:
         headers = {"Accept": "application/json", **(extra_headers or {})}
+        telemetry.inject(headers)  # the turn's trace goes on in the part called (W3C traceparent)
         if token is not None:
             headers["Authorization"] = "Bearer " + token  # exchanged for this part (or, raw forwarding, the caller's)
         data = None

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
+from agentfn.shared import telemetry
+from agentfn.shared.app import subject_hash
 from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError
 
@@ -32,7 +34,7 @@ from .offered import Offered, written
 from .registry import Agent
 from .services import Services
 from .store import Usage as Spent
-from .tools import MEMORY_TOOLS, CallContext, Outcome, problem
+from .tools import MEMORY_TOOLS, CallContext, Outcome, executed, problem
 
 log = logging.getLogger("agentfn.model.turn")
 
@@ -80,10 +82,26 @@ class Turn:
     step_log: list[dict[str, Any]] = field(default_factory=list)
     usage: Usage = field(default_factory=lambda: Usage(0, 0))
     rounds: int = 0
+    usage_of_round: Usage = field(default_factory=lambda: Usage(0, 0))
     unsettled: Spent | None = None  # the last round's tokens, settled with the next hold or the record
     approvals: list[Approval] = field(default_factory=list)  # checked and used up by the door
+    span: telemetry.Span = telemetry.OFF
+    parent: Any = None  # the trace context of the request that started the turn (its stream runs after it)
+    refusal: str | None = None  # the kind of problem that ended the turn (a budget's: turn-tokens, daily-tokens)
 
     def events(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The turn's events; the turn is one span (`invoke_agent`), its rounds and steps its children."""
+        self.span = telemetry.start(f"invoke_agent {self.agent.name}", {
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": self.agent.name,
+            "gen_ai.request.model": self.tier.model, "agentfn.tier": self.tier.name,
+            "agentfn.generation.id": str(self.generation), "user.hash": subject_hash(self.caller.subject)},
+            parent=self.parent)
+        try:
+            yield from telemetry.within(self.span, self._events())
+        finally:
+            self.span.end()
+
+    def _events(self) -> Iterator[tuple[str, dict[str, Any]]]:
         status, code = "cancelled", None
         try:
             yield from self._run()
@@ -91,6 +109,7 @@ class Turn:
         except ProblemError as error:
             status = {504: "deadline", 429: "budget"}.get(error.status, "error")
             code = error.status
+            self.refusal = telemetry.error_type(error.type, error.status)
             yield "error", {**error.to_dict(), "generation_id": str(self.generation)}
         except DeadlinePassed:
             status, code = "deadline", 504
@@ -124,6 +143,15 @@ class Turn:
                                   "engine_ms": round(self.engine_ms, 1), "tools_ms": round(self.tool_ms, 1)}})
         log.info("turn", extra={"event": "turn", "generation_id": str(self.generation), "agent": self.agent.name,
                                 "outcome": status, "status": code, "ms": duration, "count": len(self.step_log)})
+        self.span.attrs({"agentfn.outcome": status, "gen_ai.usage.input_tokens": self.usage.tokens_in,
+                         "gen_ai.usage.output_tokens": self.usage.tokens_out, "agentfn.rounds": self.rounds,
+                         "agentfn.steps": len(self.step_log)})
+        if status not in ("ok", "cancelled"):
+            self.span.fail(self.refusal or status)
+        telemetry.record("agentfn.turns", 1, {"gen_ai.agent.name": self.agent.name, "agentfn.outcome": status})
+        if status == "budget":
+            telemetry.record("agentfn.budget.refusals", 1, {"gen_ai.agent.name": self.agent.name,
+                                                            "agentfn.limit": self.refusal})
 
     # --- the loop --------------------------------------------------------------------------------------
 
@@ -166,6 +194,7 @@ class Turn:
             requests: list[ToolRequest] = []
             usage = None
             began = time.perf_counter()
+            chat = Round(tier, max_tokens)
             try:
                 for item in s.engine(tier).round(convo, offer, max_tokens, self.deadline):
                     if isinstance(item, Text):
@@ -175,13 +204,15 @@ class Turn:
                         requests.append(item)
                     elif isinstance(item, Usage):
                         usage = item
-            except (EngineFailed, DeadlinePassed, GeneratorExit):
+            except (EngineFailed, DeadlinePassed, GeneratorExit) as error:
                 # What the engine read and wrote before it failed (or the caller left) still counts.
                 self._spent(Usage(cost, prompt.estimate("".join(round_text)) if round_text else 0))
+                chat.end(self.usage_of_round, error)
                 raise
             finally:
                 self.engine_ms += (time.perf_counter() - began) * 1000
             self._spent(usage or Usage(cost, prompt.estimate("".join(round_text))))
+            chat.end(self.usage_of_round, None)
             answer.extend(round_text)
             if not offer or not requests:
                 break
@@ -204,6 +235,7 @@ class Turn:
                                   "engine_ms": round(self.engine_ms, 1), "tools_ms": round(self.tool_ms, 1)}}
 
     def _spent(self, usage: Usage) -> None:
+        self.usage_of_round = usage
         self.usage = Usage(self.usage.tokens_in + usage.tokens_in, self.usage.tokens_out + usage.tokens_out)
         self.rounds += 1
         self.unsettled = Spent(usage.tokens_in, usage.tokens_out, 1)
@@ -237,6 +269,32 @@ class Turn:
             return None
         return s.memory.recall(self.caller, last, prompt.MEMORY_KINDS[self.agent.memory], s.limits.recall_limit,
                                s.limits.recall_max_tokens, timeout)
+
+
+class Round:
+    """One engine round as telemetry sees it: the `chat {model}` span, the GenAI client duration and token usage."""
+
+    def __init__(self, tier: Tier, max_tokens: int):
+        self.began = time.perf_counter()
+        self.common = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",  # the engines' API
+                       "gen_ai.request.model": tier.model}
+        self.span = telemetry.start(f"chat {tier.model}", {**self.common, "gen_ai.request.max_tokens": max_tokens,
+                                                            "agentfn.tier": tier.name})
+
+    def end(self, usage: Usage, error: BaseException | None) -> None:
+        failed = None
+        if isinstance(error, EngineFailed):
+            failed = error.kind
+        elif isinstance(error, DeadlinePassed):
+            failed = "deadline"
+        self.span.attrs({"gen_ai.usage.input_tokens": usage.tokens_in, "gen_ai.usage.output_tokens": usage.tokens_out})
+        if failed:
+            self.span.fail(failed)
+        self.span.end()
+        telemetry.record("gen_ai.client.operation.duration", time.perf_counter() - self.began,
+                         {**self.common, "error.type": failed})
+        for kind, count in (("input", usage.tokens_in), ("output", usage.tokens_out)):
+            telemetry.record("gen_ai.client.token.usage", count, {**self.common, "gen_ai.token.type": kind})
 
 
 def call_key(request: ToolRequest) -> tuple[str, str]:
@@ -328,7 +386,9 @@ class Steps:
                 self.pending.append(n)
                 return
         yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": "started"}
-        outcome = Outcome(False, refusal) if refusal is not None else self._call(request, run_with, approved)
+        with executed(self._named(request), "agent", n) as done:
+            outcome = Outcome(False, refusal) if refusal is not None else self._call(request, run_with, approved)
+            done(outcome)
         turn.tool_ms += outcome.ms
         yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": outcome.status,
                        "ms": round(outcome.ms, 1), "result": outcome.result}
@@ -378,10 +438,13 @@ class Steps:
     def _n(self) -> int:
         return len(self.turn.step_log) + 1
 
+    def _named(self, request: ToolRequest) -> str:
+        # The record (and a trace) names only tools the table knows: a name the model made up is not kept.
+        return request.name if request.name in self.tools else "(unknown)"
+
     def _record(self, request: ToolRequest, status: str, ms: float) -> None:
-        # The record names only tools the table knows: a name the model made up is not kept.
-        self.turn.step_log.append({"tool": request.name if request.name in self.tools else "(unknown)",
-                                   "status": status, "ms": round(ms, 1)})
+        self.turn.step_log.append({"tool": self._named(request), "status": status, "ms": round(ms, 1)})
+        telemetry.record("agentfn.steps", 1, {"gen_ai.tool.name": self._named(request), "agentfn.status": status})
 
     def _assistant(self, requests: list[ToolRequest], text: str) -> None:
         """The model's own message asking for the calls (native mode: one message with all of them)."""

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 
 from agentfn.shared import app as http
+from agentfn.shared import telemetry
 from agentfn.shared.identity import caller_required
 from agentfn.shared.problems import ProblemError, not_found, unprocessable
 from agentfn.shared.tools import LazySchema
@@ -136,13 +137,17 @@ def take_turn(name: str):
                          least=least) if turn_fits else 0
     if not held:
         s.store.finish(generation, caller.subject, day, status="budget", problem=429, step_log=[], duration_ms=0)
+        telemetry.record("agentfn.turns", 1, {"gen_ai.agent.name": agent.name, "agentfn.outcome": "budget"})
+        telemetry.record("agentfn.budget.refusals", 1, {"gen_ai.agent.name": agent.name,
+                                                        "agentfn.limit": "turn-tokens" if not turn_fits else "daily-tokens"})
         response = http.problem_response(budget_problem(per_turn=not turn_fits))
         response.headers["Retry-After"] = str(seconds_to_midnight())
         return response
     if approvals and not s.store.use_approvals(caller.subject, [(a.jti, a.expires) for a in approvals]):
         s.store.finish(generation, caller.subject, day, status="error", problem=409, step_log=[], duration_ms=0)
         raise refused(409, "approval-used", "an approval in the request was used before; each is good once")
-    turn = Turn(s, caller, agent, tier, messages, generation, day, deadline, held, approvals=approvals)
+    turn = Turn(s, caller, agent, tier, messages, generation, day, deadline, held, approvals=approvals,
+                parent=telemetry.current())
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Generation-Id": str(generation)}
     return Response(stream_with_context(sse(turn.events())), mimetype="text/event-stream", headers=headers)
 

@@ -18,11 +18,13 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from agentfn.shared import telemetry
 from agentfn.shared.exchange import ExchangeFailed, TokenExchange
 from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError
@@ -62,6 +64,33 @@ class Outcome:
     @property
     def status(self) -> str:
         return "ok" if self.ok else "error"
+
+
+@contextmanager
+def executed(name: str, channel: str, step: int | None = None) -> Iterator[Callable[[Outcome], None]]:
+    """One tool execution as telemetry sees it: the `execute_tool {tool}` span (current for the call, so the part
+    called joins the trace) and its duration; the block hands its outcome to the function it is given."""
+    began = time.perf_counter()
+    common = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name}
+    span = telemetry.start(f"execute_tool {name}", {**common, "gen_ai.tool.type": "function",
+                                                    "agentfn.channel": channel, "agentfn.step": step})
+    token = telemetry.attach(span)
+    failed: list[str | None] = [None]
+
+    def done(outcome: Outcome) -> None:
+        if not outcome.ok:
+            result = outcome.result if isinstance(outcome.result, dict) else {}
+            failed[0] = telemetry.error_type(result.get("type"), result.get("status"))
+            span.fail(failed[0])
+        span.attrs({"agentfn.status": outcome.status})
+
+    try:
+        yield done
+    finally:
+        telemetry.detach(token)
+        span.end()
+        telemetry.record("gen_ai.client.operation.duration", time.perf_counter() - began,
+                         {**common, "agentfn.channel": channel, "error.type": failed[0]})
 
 
 def problem(status: int, title: str, detail: str = "", kind: str = "tool-error") -> dict[str, Any]:

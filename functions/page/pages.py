@@ -6,6 +6,7 @@ import datetime as dt
 import logging
 import time
 
+from agentfn.shared import telemetry
 from agentfn.shared.app import subject_hash
 
 from . import guard
@@ -26,8 +27,10 @@ class Pages:
         """A window of the page's text. Paging through a page opened lately neither fetches nor counts."""
         target = guard.parse_url(url, self.fetcher.ports)
         reading = self.cache.get(subject, target.url)
+        telemetry.annotate({"agentfn.page.cached": reading is not None})
         if reading is None:
-            reading = self._fetch(subject, target, request_id)
+            with telemetry.span("fetch_page", {}):
+                reading = self._fetch(subject, target, request_id)
         total = len(reading.text)
         if offset > total:
             raise Refusal("bad_offset", f"offset {offset} is past the end of the page's text ({total} characters); "
@@ -39,6 +42,7 @@ class Pages:
 
     def _fetch(self, subject: str, target: guard.Target, request_id: str | None) -> Reading:
         if not self.store.reserve(subject, self.daily_pages):
+            telemetry.record("agentfn.pages", 1, {"agentfn.outcome": "budget_spent"})
             raise budget_spent(self.daily_pages)
         trace, outcome, started = Trace(host=target.host), "ok", time.perf_counter()
         ms = 0
@@ -58,6 +62,9 @@ class Pages:
         finally:
             ms = ms or round((time.perf_counter() - started) * 1000)
             self.store.audit(subject, trace, outcome, ms)
+            # The host and the path stay in the audit: a trace has only the outcome and the size.
+            telemetry.annotate({"agentfn.outcome": outcome, "agentfn.page.bytes": trace.bytes})
+            telemetry.record("agentfn.pages", 1, {"agentfn.outcome": outcome})
             log.info("page fetch %s", outcome, extra={
                 "event": "page_fetch", "request_id": request_id, "subject_hash": subject_hash(subject),
                 "status": trace.status, "count": trace.bytes, "ms": ms})

@@ -42,6 +42,7 @@ from typing import Any
 
 import psycopg
 from agentfn.shared import app as http
+from agentfn.shared import telemetry
 from agentfn.shared.app import subject_hash
 from agentfn.shared.identity import Caller, Identity
 from agentfn.shared.problems import ProblemError, unavailable
@@ -138,6 +139,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         if not taken.ok:
             resets = taken.resets_at.isoformat().replace("+00:00", "Z")
             left = (taken.resets_at - dt.datetime.now(dt.UTC)).total_seconds()
+            telemetry.record("agentfn.budget.refusals", 1, {"agentfn.limit": "daily-runs"})
             raise RunsSpent(daily, resets, retry_after=max(1, int(left)))
         try:
             result = sandbox.run(arguments["code"])
@@ -150,6 +152,8 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
             raise unavailable("the sandbox could not start; try again shortly") from None
         log.info("run", extra={"event": "run", "ms": result.wall_ms, "error_type": result.limit,
                                "subject_hash": subject_hash(caller.subject)})
+        telemetry.record("agentfn.runs", 1, {"agentfn.limit": result.limit or "none"})
+        telemetry.annotate({"agentfn.limit": result.limit or "none"})
         return {"stdout": result.stdout, "stderr": result.stderr, "exit_status": result.exit_status,
                 "signal": result.signal, "wall_ms": result.wall_ms, "cpu_ms": result.cpu_ms, "limit": result.limit,
                 "truncated": result.truncated, "runs_left": taken.runs_left, "backend": sandbox.name,

@@ -1,0 +1,179 @@
+"""Traces and metrics over OTLP/HTTP: one turn is one trace across the parts, named by the GenAI conventions,
+and nothing anyone said, asked for, was answered or kept leaves in them.
+
+The parts run under gunicorn with `OTEL_EXPORTER_OTLP_ENDPOINT` naming a test receiver on loopback (a test
+double of a collector, tests/otlp_receiver.py); the turn recalls a note, calls two tools in one round (one
+fails: its platform service answers 503) and answers.
+"""
+
+from __future__ import annotations
+
+import pytest
+import requests
+from agentfn.shared.app import subject_hash
+from conftest import READ_TOOLS, take_turn
+from otlp_receiver import Receiver
+from support import Gunicorn
+
+# Marker words, one for each kind of content: none may appear anywhere in what is exported.
+MARKERS = {"message": "xylophonemarker", "argument": "zanzibarx", "answer": "quokkamarker", "entry": "wombatmarker"}
+NOTE = f"Prefers four spaces for indentation in Python code, the {MARKERS['entry']} way."
+QUESTION = "How should my Python code be formatted and indented?"
+SERVER, INTERNAL = 2, 1  # OTLP span kinds
+
+
+@pytest.fixture(scope="module")
+def receiver():
+    served = Receiver()
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="module")
+def traced(receiver, memory_env, model_env, upstreams, issuer, logs):
+    """Memory, the two read tools and the model function, exporting to the receiver (batches sent every 100 ms)."""
+    otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "OTEL_METRIC_EXPORT_INTERVAL": "300"}
+    servers = {"memory": Gunicorn("agentfn.memory.app:create_app()", {**memory_env, **otel}, logs / "memory-traced.log")}
+    for tool, variable in READ_TOOLS.items():
+        servers[tool] = Gunicorn(f"agentfn.{tool}.app:create_app()", {
+            **issuer.env(), variable: upstreams[tool].url, "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": "5",
+            "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(logs, tool)), **otel}, logs / f"{tool}-traced.log")
+    try:
+        for server in servers.values():
+            server.start()
+        servers["model"] = Gunicorn("agentfn.model.app:create_app()", {
+            **model_env, "AGENTFN_MEMORY_URL": servers["memory"].url,
+            "AGENTFN_TOOL_PLATFORM_STATUS_URL": servers["platform_status"].url,
+            "AGENTFN_TOOL_LIST_MODELS_URL": servers["list_models"].url, **otel}, logs / "model-traced.log")
+        servers["model"].start()
+        yield servers
+    finally:
+        for server in servers.values():
+            if server.process is not None:
+                server.stop()
+
+
+@pytest.fixture(scope="module")
+def turn(traced, engine, upstreams, issuer, receiver):
+    """The turn: a note recalled, platform_status (ok) and list_models (fails) in one round, then the answer."""
+    from conftest import Person
+
+    person = Person(issuer)
+    note = requests.post(traced["memory"].url + "/v1/entries", headers=person.headers, timeout=30,
+                         json={"kind": "preference", "text": NOTE, "source": "test"}).json()
+    sid = engine.script({"calls": [{"name": "platform_status", "arguments": {"service": MARKERS["argument"]}},
+                                   {"name": "list_models", "arguments": {"embeds": True}}]},
+                        {"text": f"Use four spaces [{note['id']}], {MARKERS['answer']}."})
+    controls = upstreams["list_models"].app.extensions["agentfn.dev_upstream"]
+    controls.fail_status = 503
+    try:
+        response, events = take_turn(traced["model"].url, person, "reviewer",
+                                     f"{QUESTION} {MARKERS['message']} script:{sid}")
+    finally:
+        controls.fail_status = 0
+    assert response.status_code == 200 and events[-1][0] == "done", events
+    generation = events[-1][1]["generation_id"]
+    root = receiver.wait_for(lambda: [s for s in receiver.spans() if s.name == "invoke_agent reviewer"
+                                      and s.attributes.get("agentfn.generation.id") == generation])[0]
+    # Every part's spans of the turn: the model's door and steps, memory's door and search, each tool function's.
+    expected = {("agentfn-model", "POST /v1/agents/<name>/turns"), ("agentfn-model", "execute_tool list_models"),
+                ("agentfn-model", "execute_tool platform_status"), ("agentfn-memory", "search_memory"),
+                ("agentfn-platform_status", "execute_tool platform_status"),
+                ("agentfn-list_models", "execute_tool list_models")}
+    spans = receiver.wait_for(lambda: expected <= {(s.service, s.name) for s in receiver.spans(root.trace_id)}
+                              and receiver.spans(root.trace_id))
+    return {"person": person, "note": note, "events": events, "root": root, "spans": spans}
+
+
+def one(spans, name, service=None):
+    found = [s for s in spans if s.name == name and (service is None or s.service == service)]
+    assert len(found) == 1, (name, service, [(s.service, s.name) for s in spans])
+    return found[0]
+
+
+def test_a_turn_is_one_trace_across_the_parts_with_genai_names_and_parents(turn):
+    spans, root, person = turn["spans"], turn["root"], turn["person"]
+    by_id = {s.span_id: s for s in spans}
+    assert {s.service for s in spans} == {"agentfn-model", "agentfn-memory", "agentfn-platform_status",
+                                          "agentfn-list_models"}
+    door = one(spans, "POST /v1/agents/<name>/turns", "agentfn-model")
+    assert door.kind == SERVER and door.parent_id == "" and door.attributes["http.route"] == "/v1/agents/<name>/turns"
+    assert root.parent_id == door.span_id and root.schema_url.endswith("/1.41.0")
+    assert root.attributes == {**root.attributes, "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "reviewer",
+                               "gen_ai.request.model": "scripted", "agentfn.outcome": "ok", "agentfn.steps": 2,
+                               "agentfn.rounds": 2, "user.hash": subject_hash(person.subject)}
+    assert root.attributes["gen_ai.usage.input_tokens"] > 0 and root.attributes["gen_ai.usage.output_tokens"] > 0
+    chats = [s for s in spans if s.name == "chat scripted"]
+    assert len(chats) == 2 and all(c.parent_id == root.span_id and c.attributes["gen_ai.operation.name"] == "chat"
+                                   and c.attributes["gen_ai.usage.input_tokens"] > 0 for c in chats)
+    # The recall: memory's door and its search, children of the turn.
+    recall = one(spans, "POST /v1/recall", "agentfn-memory")
+    search = one(spans, "search_memory", "agentfn-memory")
+    assert recall.parent_id == root.span_id and search.parent_id == recall.span_id
+    assert search.attributes["gen_ai.operation.name"] == "search_memory" and search.attributes["agentfn.memory.entries"] >= 1
+    assert recall.attributes["user.hash"] == subject_hash(person.subject)
+    # Each step: the model's execute_tool, the tool function's door under it, and the tool's own execute_tool.
+    for tool, status in (("platform_status", "ok"), ("list_models", "error")):
+        step = one(spans, f"execute_tool {tool}", "agentfn-model")
+        assert step.parent_id == root.span_id
+        assert step.attributes == {**step.attributes, "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+                                   "agentfn.channel": "agent", "agentfn.status": status}
+        served = one(spans, "POST /v1/call", f"agentfn-{tool}")
+        inner = one(spans, f"execute_tool {tool}", f"agentfn-{tool}")
+        assert served.parent_id == step.span_id and inner.parent_id == served.span_id
+        if status == "error":
+            assert step.status == 2 and step.attributes["error.type"] == "upstream" and inner.status == 2
+        else:
+            assert step.status != 2 and "error.type" not in step.attributes
+    assert all(s.parent_id in by_id for s in spans if s is not door)  # no orphan: every part joined the one trace
+
+
+def test_nothing_said_asked_answered_or_kept_is_exported(turn, receiver):
+    events = turn["events"]
+    results = [d["result"] for n, d in events if n == "step" and "result" in d]
+    assert MARKERS["argument"] in str(results[0])  # the tool's result quotes the argument: a marker of results too
+    everything = receiver.raw()
+    for marker in [*MARKERS.values(), turn["note"]["id"], turn["person"].subject]:
+        assert marker.encode() not in everything, marker
+    for span in turn["spans"]:
+        text = repr((span.name, span.attributes, span.events, span.status_message))
+        for marker in MARKERS.values():
+            assert marker not in text
+        assert not span.events  # no exception (its message may quote data) is recorded
+        assert not any(k.startswith(("gen_ai.input", "gen_ai.output", "gen_ai.prompt", "gen_ai.completion", "url."))
+                       or k in ("gen_ai.tool.call.arguments", "gen_ai.tool.call.result", "http.target", "url.path")
+                       for k in span.attributes)
+
+
+def test_metrics_arrive_with_the_conventions_names_and_the_platforms_counts(turn, receiver):
+    def latest(metric, service, **attrs):
+        points = [p for p in receiver.points() if p.metric == metric and p.service == service
+                  and all(p.attributes.get(k) == v for k, v in attrs.items())]
+        return points[-1] if points else None
+
+    def arrived():
+        return all(latest(*key[:2], **key[2]) for key in wanted)
+
+    wanted = [("gen_ai.client.operation.duration", "agentfn-model", {"gen_ai.operation.name": "chat"}),
+              ("gen_ai.client.token.usage", "agentfn-model", {"gen_ai.token.type": "input"}),
+              ("gen_ai.client.token.usage", "agentfn-model", {"gen_ai.token.type": "output"}),
+              ("gen_ai.client.operation.duration", "agentfn-model", {"gen_ai.tool.name": "list_models"}),
+              ("agentfn.turns", "agentfn-model", {"agentfn.outcome": "ok"}),
+              ("agentfn.steps", "agentfn-model", {"gen_ai.tool.name": "platform_status", "agentfn.status": "ok"}),
+              ("agentfn.steps", "agentfn-model", {"gen_ai.tool.name": "list_models", "agentfn.status": "error"}),
+              ("agentfn.recall.duration", "agentfn-memory", {}), ("agentfn.recall.entries", "agentfn-memory", {})]
+    receiver.wait_for(arrived)
+    assert latest("gen_ai.client.operation.duration", "agentfn-model", **{"gen_ai.operation.name": "chat"}).value == 2
+    assert latest("gen_ai.client.operation.duration", "agentfn-model", **{"gen_ai.operation.name": "chat"}).unit == "s"
+    assert latest("gen_ai.client.token.usage", "agentfn-model", **{"gen_ai.token.type": "input"}).unit == "{token}"
+    failed = latest("gen_ai.client.operation.duration", "agentfn-model", **{"gen_ai.tool.name": "list_models"})
+    assert failed.value == 1 and failed.attributes["error.type"] == "upstream"
+    assert latest("agentfn.turns", "agentfn-model", **{"agentfn.outcome": "ok"}).value == 1
+    assert latest("agentfn.turns", "agentfn-model", **{"agentfn.outcome": "ok"}).attributes["gen_ai.agent.name"] == "reviewer"
+    assert latest("agentfn.steps", "agentfn-model", **{"gen_ai.tool.name": "platform_status"}).value == 1
+    assert latest("agentfn.steps", "agentfn-model", **{"gen_ai.tool.name": "list_models"}).value == 1
+    assert latest("agentfn.recall.entries", "agentfn-memory").value == 1  # one recall, its count of entries
+    assert latest("agentfn.recall.entries", "agentfn-memory").total >= 1
+    names = {p.metric for p in receiver.points()}
+    assert not {n for n in names if not n.startswith(("gen_ai.", "agentfn."))}
