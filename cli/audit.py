@@ -1,14 +1,17 @@
-"""`agentfn audit`: the grants table, read from a registry file, standard input or the cluster's ConfigMap."""
+"""`agentfn audit`: the grants table, read from a registry file, standard input or the cluster's ConfigMap; and
+`agentfn audit calls`: the tool calls made, from the model function's admin door (through the gateway)."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from .client import Failure
+from .client import Client, Failure
 
 CONFIGMAP, KEY = "agentfn-registry", "registry.json"
 
@@ -52,3 +55,28 @@ def registry(source: str, kube: bool, namespace: str) -> dict:
     if not isinstance(document, dict) or not {"agents", "alone", "mcp"} <= set(document):
         raise Failure(f"{where} is not a registry", "it lacks agents, alone or mcp")
     return document
+
+
+CALL_COLUMNS = ("at", "subject_hash", "agent", "tool", "channel", "outcome", "ms", "grant", "generation_id", "n")
+PAGE = 200  # the door's largest page
+
+
+def calls(client: Client, limit: int, **filters: str | None) -> list[dict]:
+    """The newest `limit` calls that pass the filters, page after page of the door's."""
+    params = {k: v for k, v in filters.items() if v is not None}
+    found: list[dict] = []
+    while len(found) < limit:
+        page = client.json("GET", "/v1/admin/calls", params={**params, "limit": min(PAGE, limit - len(found))})
+        found.extend(page["calls"])
+        if not page.get("next"):
+            break
+        params["cursor"] = page["next"]
+    return found[:limit]
+
+
+def csv_text(rows: list[dict]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CALL_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()

@@ -248,12 +248,37 @@ def call(ctx: typer.Context, tool: str = typer.Argument(..., help="the tool's na
 
 
 @app.command()
-def audit(registry: str = typer.Argument(os.environ.get("AGENTFN_REGISTRY_FILE", "var/registry.json"),
-                                         help="the registry file, or - for standard input"),
+def audit(ctx: typer.Context,
+          registry: str = typer.Argument(os.environ.get("AGENTFN_REGISTRY_FILE", "var/registry.json"),
+                                         help="the registry file, or - for standard input; or `calls`: the tool calls "
+                                              "made, from the gateway (admins only)"),
           kube: bool = typer.Option(False, "--kube", help="read the ConfigMap agentfn-registry through kubectl"),
           namespace: str = typer.Option("agentfn", help="the ConfigMap's namespace (with --kube)"),
-          as_json: bool = typer.Option(False, "--json", help="rows as JSON objects")):
-    """Who may call what: one row per agent, tool and channel, from the registry."""
+          as_json: bool = typer.Option(False, "--json", help="rows as JSON objects (calls: one a line)"),
+          as_csv: bool = typer.Option(False, "--csv", help="calls: rows as CSV with a header"),
+          agent: str = typer.Option(None, help="calls: of this agent only"),
+          tool: str = typer.Option(None, help="calls: of this tool only"),
+          channel: str = typer.Option(None, help="calls: step, alone or mcp"),
+          outcome: str = typer.Option(None, help="calls: ok, error, needs_approval, declined or repeat"),
+          since: str = typer.Option(None, help="calls: from this ISO 8601 time"),
+          before: str = typer.Option(None, help="calls: before this ISO 8601 time"),
+          limit: int = typer.Option(50, min=1, help="calls: at most this many, newest first")):
+    """Who may call what: one row per agent, tool and channel, from the registry. `agentfn audit calls`: the tool
+    calls made (when, who hashed, agent, tool, channel, outcome, ms, grant; never arguments or results)."""
+    if registry == "calls":
+        from .audit import CALL_COLUMNS, calls, csv_text
+
+        with shown():
+            found = calls(ctx.obj.client(), limit, agent=agent, tool=tool, channel=channel, outcome=outcome, since=since,
+                          before=before)
+        if as_json:
+            for row in found:
+                print(json.dumps(row, ensure_ascii=False))
+        elif as_csv:
+            print(csv_text(found), end="")
+        else:
+            out.print(render.grants([c.upper() for c in CALL_COLUMNS], [[_cell(r[c]) for c in CALL_COLUMNS] for r in found]))
+        return
     from agentfn.shared.grants import HEADER, records, rows
 
     from .audit import registry as read
@@ -264,3 +289,7 @@ def audit(registry: str = typer.Argument(os.environ.get("AGENTFN_REGISTRY_FILE",
         print(json.dumps(records(found), indent=2))
     else:
         out.print(render.grants(HEADER, found))
+
+
+def _cell(value) -> str:
+    return "-" if value is None else str(value)

@@ -1,4 +1,5 @@
-"""The admin doors: what happened (the newest generations, never text) and who may call what (the registry's rows).
+"""The admin doors: what happened (the newest generations and tool calls, never text) and who may call what (the
+registry's rows).
 
 Only for callers whose token's groups include one of `AGENTFN_ADMIN_GROUPS`; any other caller gets 403, and no
 token 401. A generation names its caller by `subject_hash`, the pseudonym the logs use, never by subject.
@@ -6,7 +7,11 @@ token 401. A generation names its caller by `subject_hash`, the pseudonym the lo
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime
+import json
+import uuid
 from collections.abc import Callable
 from functools import wraps
 
@@ -60,6 +65,56 @@ def grants():
     return jsonify(revision=table.revision, rows=records(list(table.rows)))
 
 
+CHANNELS = {"step": "agent", "alone": "alone", "mcp": "mcp"}  # as the audit names them -> as the record does
+CALL_FILTERS = {"agent", "tool", "channel", "outcome", "since", "before", "limit", "cursor"}
+
+
+@bp.get("/v1/admin/calls")
+@admin_required
+def calls():
+    """Every caller's tool calls, newest first: when, who (hashed), agent, tool, channel, outcome, ms, grant; never
+    the arguments or the results. Filters: agent, tool, channel (step, alone, mcp), outcome, since, before; pages
+    of `limit`, the next one asked for with the `next` cursor of this one."""
+    unknown = set(request.args) - CALL_FILTERS
+    if unknown:
+        raise bad_request(f"unknown query parameter {', '.join(sorted(unknown))}")
+    channel = request.args.get("channel")
+    if channel is not None and channel not in CHANNELS:
+        raise bad_request("channel: must be one of step, alone, mcp")
+    limit = _limit(request.args.get("limit"))
+    after = _cursor(request.args["cursor"]) if "cursor" in request.args else None
+    before = _before(request.args.get("before"))
+    if after is None and before is not None:
+        after = (before, uuid.UUID(int=0), 0)  # strictly earlier than `before`
+    rows = services().store.calls(limit=limit, since=_before(request.args.get("since"), "since"), after=after,
+                                  agent=request.args.get("agent"), tool=request.args.get("tool"),
+                                  channel=CHANNELS.get(channel or ""), outcome=request.args.get("outcome"))
+    last = rows[-1] if len(rows) == limit else None
+    return jsonify(calls=[_call(row) for row in rows],
+                   next=_encode((last["started_at"].isoformat(), str(last["id"]), last["n"])) if last else None)
+
+
+def _call(row: dict) -> dict:
+    ms = row["ms"]
+    return {"at": row["started_at"].isoformat(), "generation_id": str(row["id"]), "n": row["n"],
+            "subject_hash": subject_hash(row["subject"]), "agent": row["agent"], "tool": row["tool"],
+            "channel": {v: k for k, v in CHANNELS.items()}[row["channel"]], "outcome": row["outcome"],
+            "ms": ms if isinstance(ms, (int, float)) else None, "grant": row["grant_ref"]}
+
+
+def _encode(position: tuple) -> str:
+    return base64.urlsafe_b64encode(json.dumps(position).encode()).decode().rstrip("=")
+
+
+def _cursor(raw: str) -> tuple:
+    """The position a page ended at, as the `next` of the page before gave it."""
+    try:
+        at, gen, n = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        return datetime.datetime.fromisoformat(at), uuid.UUID(gen), int(n)
+    except (ValueError, TypeError, binascii.Error):
+        raise bad_request("cursor: must be the `next` of an earlier page") from None
+
+
 def _limit(raw: str | None) -> int:
     if raw is None:
         return LIMIT
@@ -68,14 +123,14 @@ def _limit(raw: str | None) -> int:
     return int(raw)
 
 
-def _before(raw: str | None) -> datetime.datetime | None:
+def _before(raw: str | None, name: str = "before") -> datetime.datetime | None:
     """An ISO 8601 time with its offset (a time without one is read as UTC)."""
     if raw is None:
         return None
     try:
         when = datetime.datetime.fromisoformat(raw.upper())
     except ValueError:
-        raise bad_request("before: must be an ISO 8601 date-time, e.g. 2026-01-31T12:00:00Z") from None
+        raise bad_request(f"{name}: must be an ISO 8601 date-time, e.g. 2026-01-31T12:00:00Z") from None
     return when if when.tzinfo else when.replace(tzinfo=datetime.UTC)
 
 

@@ -46,5 +46,6 @@ def call(services: Services, caller: Caller, name: str, arguments: Any, channel:
         status = outcome.status if outcome else "error"
         code = None if outcome is None or outcome.ok else outcome.result.get("status")
         services.store.finish(gen, caller.subject, day, status=status, problem=code,
-                              step_log=[{"tool": name, "status": status, "ms": round(outcome.ms, 1) if outcome else 0}],
+                              step_log=[{"tool": name, "status": status, "ms": round(outcome.ms, 1) if outcome else 0,
+                                         "grant": access.grant}],
                               duration_ms=int((time.perf_counter() - started) * 1000))

@@ -443,7 +443,9 @@ class Steps:
         return request.name if request.name in self.tools else "(unknown)"
 
     def _record(self, request: ToolRequest, status: str, ms: float) -> None:
-        self.turn.step_log.append({"tool": self._named(request), "status": status, "ms": round(ms, 1)})
+        known = self.tools.get(request.name)
+        self.turn.step_log.append({"tool": self._named(request), "status": status, "ms": round(ms, 1),
+                                   "grant": known[1].grant if known else None})
         telemetry.record("agentfn.steps", 1, {"gen_ai.tool.name": self._named(request), "agentfn.status": status})
 
     def _assistant(self, requests: list[ToolRequest], text: str) -> None:

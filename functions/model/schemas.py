@@ -180,6 +180,36 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                 "responses": {**ok("the generations", {"type": "object", "required": ["generations"], "properties": {
                     "generations": {"type": "array", "items": {"$ref": "#/components/schemas/Generation"}}}}),
                     **problems(400, 401, 403, 503)}}},
+            "/v1/admin/calls": {"get": {
+                "operationId": "adminCalls",
+                "summary": "Admins only: every caller's tool calls, newest first (when, who hashed, agent, tool, channel, "
+                           "outcome, ms, grant; never arguments or results).",
+                "parameters": [
+                    {"name": "agent", "in": "query", "schema": {"type": "string"}},
+                    {"name": "tool", "in": "query", "schema": {"type": "string"}},
+                    {"name": "channel", "in": "query", "schema": {"enum": ["step", "alone", "mcp"]}},
+                    {"name": "outcome", "in": "query", "description": "ok, error, needs_approval, declined, repeat",
+                     "schema": {"type": "string"}},
+                    {"name": "since", "in": "query", "description": "only calls of generations started at or after this "
+                     "time", "schema": {"type": "string", "format": "date-time"}},
+                    {"name": "before", "in": "query", "description": "only calls of generations started before this time",
+                     "schema": {"type": "string", "format": "date-time"}},
+                    {"name": "limit", "in": "query",
+                     "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}},
+                    {"name": "cursor", "in": "query", "description": "the next page: the `next` of the page before",
+                     "schema": {"type": "string"}}],
+                "responses": {**ok("the calls", {"type": "object", "required": ["calls", "next"], "properties": {
+                    "calls": {"type": "array", "items": {"type": "object", "required": [
+                        "at", "generation_id", "n", "subject_hash", "agent", "tool", "channel", "outcome", "ms", "grant"],
+                        "properties": {
+                            "at": {"type": "string", "format": "date-time", "description": "when its generation started"},
+                            "generation_id": {"type": "string"}, "n": {"type": "integer", "description": "its step"},
+                            "subject_hash": {"type": "string"}, "agent": {"type": ["string", "null"]},
+                            "tool": {"type": "string"}, "channel": {"enum": ["step", "alone", "mcp"]},
+                            "outcome": {"type": "string"}, "ms": {"type": ["number", "null"]},
+                            "grant": {"type": ["string", "null"]}}}},
+                    "next": {"type": ["string", "null"], "description": "the cursor of the next page, if there may be one"}}}),
+                    **problems(400, 401, 403, 503)}}},
             "/v1/admin/grants": {"get": {
                 "operationId": "adminGrants", "summary": "Admins only: who may call what, the rows `agentfn audit` prints.",
                 "responses": {**ok("the registry in force as rows", {"type": "object", "required": ["revision", "rows"],

@@ -77,6 +77,22 @@ ORDER BY started_at DESC, id DESC
 LIMIT %(limit)s
 """
 
+# The tool calls of every caller, newest first: one row per step of a turn and per call alone or over MCP, from
+# the record's step log (names, statuses, timings and grants; the record never had arguments or results).
+CALLS = """
+SELECT g.id, g.started_at, g.subject, g.agent, g.channel, s.n, s.step->>'tool' AS tool, s.step->>'status' AS outcome,
+       s.step->'ms' AS ms, s.step->>'grant' AS grant_ref
+FROM generations g CROSS JOIN LATERAL jsonb_array_elements(g.step_log) WITH ORDINALITY AS s(step, n)
+WHERE g.kind IN ('turn', 'tool_call')
+  AND g.started_at >= coalesce(%(since)s::timestamptz, '-infinity')
+  AND (g.started_at, g.id, s.n) < (coalesce(%(at)s::timestamptz, 'infinity'), coalesce(%(id)s::uuid,
+       'ffffffff-ffff-ffff-ffff-ffffffffffff'), coalesce(%(n)s::bigint, 9223372036854775807))
+  AND (%(agent)s::text IS NULL OR g.agent = %(agent)s) AND (%(channel)s::text IS NULL OR g.channel = %(channel)s)
+  AND (%(tool)s::text IS NULL OR s.step->>'tool' = %(tool)s) AND (%(outcome)s::text IS NULL OR s.step->>'status' = %(outcome)s)
+ORDER BY g.started_at DESC, g.id DESC, s.n DESC
+LIMIT %(limit)s
+"""
+
 
 def today() -> datetime.date:
     return datetime.datetime.now(datetime.UTC).date()
@@ -149,6 +165,15 @@ class Store(db.SchemaStore):
         self.migrate()
         with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(RECENT, {"limit": limit, "before": before}).fetchall()
+
+    def calls(self, *, limit: int, since: datetime.datetime | None, after: tuple | None, agent: str | None,
+              tool: str | None, channel: str | None, outcome: str | None) -> list[dict]:
+        """Every caller's tool calls, newest first, from `since`, past the row `after` (started_at, id, n) if given."""
+        self.migrate()
+        at, gen, n = after or (None, None, None)
+        with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(CALLS, {"limit": limit, "since": since, "at": at, "id": gen, "n": n, "agent": agent,
+                                       "tool": tool, "channel": channel, "outcome": outcome}).fetchall()
 
     def spent(self, subject: str, day: datetime.date) -> int:
         with self.pool.connection() as conn:

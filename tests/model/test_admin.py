@@ -3,8 +3,10 @@ for callers in an admin group (AGENTFN_ADMIN_GROUPS) only."""
 
 from __future__ import annotations
 
+import csv
 import datetime
 import hashlib
+import io
 import json
 import secrets
 
@@ -14,7 +16,7 @@ from agentfn.shared.grants import records, rows
 from conftest import Person, registry_document, take_turn
 from support import Gunicorn
 
-DOORS = ("/v1/admin/generations", "/v1/admin/grants")
+DOORS = ("/v1/admin/generations", "/v1/admin/grants", "/v1/admin/calls")
 
 
 @pytest.fixture
@@ -131,3 +133,96 @@ def test_the_admin_groups_are_a_setting(model_env, logs, issuer, setting, answer
             assert requests.get(server.url + "/v1/admin/grants", headers=who.headers, timeout=30).status_code == status
     finally:
         server.stop()
+
+
+def calls(base: str, who: Person, **params) -> requests.Response:
+    return requests.get(base + "/v1/admin/calls", params=params, headers=who.headers, timeout=30)
+
+
+@pytest.fixture
+def audited(model, engine, upstreams, person, admin):
+    """A turn whose round calls platform_status (ok) and list_models (its platform service fails), then a call alone."""
+    since = datetime.datetime.now(datetime.UTC).isoformat()
+    said, argument, answered = (f"canary{secrets.token_hex(6)}" for _ in range(3))
+    sid = engine.script({"calls": [{"name": "platform_status", "arguments": {"service": argument}},
+                                   {"name": "list_models", "arguments": {"embeds": True}}]},
+                        {"text": f"The answer is {answered}."})
+    upstreams["list_models"].app.extensions["agentfn.dev_upstream"].fail_status = 503
+    _, events = take_turn(model.url, person, "reviewer", f"Tell me about {said}. script:{sid}")
+    upstreams["list_models"].app.extensions["agentfn.dev_upstream"].fail_status = 0
+    assert events[-1][0] == "done", events
+    call_alone(model, person)
+    return {"since": since, "canaries": (said, argument, answered), "generation": events[-1][1]["generation_id"]}
+
+
+def test_an_admin_lists_each_call_with_its_channel_outcome_and_grant_and_no_content(model, person, admin, audited):
+    answer = calls(model.url, admin, since=audited["since"])
+    assert answer.status_code == 200, answer.text
+    found = answer.json()["calls"]
+    hashed = hashlib.sha256(person.subject.encode()).hexdigest()[:12]
+    assert [(c["subject_hash"], c["agent"], c["tool"], c["channel"], c["outcome"], c["grant"]) for c in found] == [
+        (hashed, None, "platform_status", "alone", "ok", "agentfn/test"),
+        (hashed, "reviewer", "list_models", "step", "error", "agentfn/test"),
+        (hashed, "reviewer", "platform_status", "step", "ok", "agentfn/test")]
+    assert [c["n"] for c in found[1:]] == [2, 1] and {c["generation_id"] for c in found[1:]} == {audited["generation"]}
+    assert all(c["ms"] > 0 for c in found) and answer.json()["next"] is None
+    assert set(found[0]) == {"at", "generation_id", "n", "subject_hash", "agent", "tool", "channel", "outcome", "ms",
+                             "grant"}
+    for secret in (*audited["canaries"], person.subject, person.token):
+        assert secret not in answer.text
+
+
+@pytest.mark.parametrize(("params", "expected"), [
+    ({"channel": "alone"}, [("platform_status", "alone", "ok")]),
+    ({"channel": "step"}, [("list_models", "step", "error"), ("platform_status", "step", "ok")]),
+    ({"tool": "list_models"}, [("list_models", "step", "error")]),
+    ({"outcome": "ok", "agent": "reviewer"}, [("platform_status", "step", "ok")]),
+    ({"agent": "keeper"}, []), ({"before": "2000-01-01T00:00:00Z"}, []),
+])
+def test_the_calls_filter_by_agent_tool_channel_outcome_and_time(model, admin, audited, params, expected):
+    answer = calls(model.url, admin, since=audited["since"], **params)
+    assert answer.status_code == 200, answer.text
+    assert [(c["tool"], c["channel"], c["outcome"]) for c in answer.json()["calls"]] == expected
+
+
+def test_the_calls_page_with_the_next_cursor(model, admin, audited):
+    whole = calls(model.url, admin, since=audited["since"]).json()["calls"]
+    seen, cursor = [], None
+    while True:
+        page = calls(model.url, admin, since=audited["since"], limit=1, **({"cursor": cursor} if cursor else {})).json()
+        seen += page["calls"]
+        cursor = page["next"]
+        if cursor is None:
+            break
+    assert seen == whole and len(whole) == 3
+
+
+@pytest.mark.parametrize(("params", "detail"), [
+    ({"channel": "agent"}, "channel: must be one of step, alone, mcp"), ({"cursor": "nonsense"}, "cursor"),
+    ({"since": "today"}, "since: must be an ISO 8601 date-time"), ({"limit": "0"}, "limit"),
+    ({"subject": "x"}, "unknown query parameter subject"),
+])
+def test_the_calls_query_is_checked(model, admin, params, detail):
+    answer = calls(model.url, admin, **params)
+    assert answer.status_code == 400 and answer.headers["Content-Type"] == "application/problem+json"
+    assert detail in answer.json()["detail"]
+
+
+def test_agentfn_audit_calls_prints_a_table_json_lines_and_csv_through_the_gateway(gateway, person, admin, audited):
+    from test_cli import agentfn
+
+    def run(*extra):
+        done = agentfn("audit", "calls", "--since", audited["since"], *extra, url=gateway.url, token=admin.token)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    lines = [json.loads(line) for line in run("--json").splitlines()]
+    assert [(c["tool"], c["channel"], c["outcome"]) for c in lines] == [
+        ("platform_status", "alone", "ok"), ("list_models", "step", "error"), ("platform_status", "step", "ok")]
+    rows = list(csv.DictReader(io.StringIO(run("--csv", "--channel", "step"))))
+    assert [(r["tool"], r["outcome"], r["grant"]) for r in rows] == [("list_models", "error", "agentfn/test"),
+                                                                      ("platform_status", "ok", "agentfn/test")]
+    table = run("--limit", "2")
+    assert "list_models" in table and "alone" in table and table.count("platform_status") == 1
+    refused = agentfn("audit", "calls", url=gateway.url, token=person.token)
+    assert refused.returncode != 0 and "admin group" in refused.stderr
