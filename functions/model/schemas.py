@@ -197,7 +197,7 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                     {"name": "limit", "in": "query",
                      "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}},
                     {"name": "cursor", "in": "query", "description": "the next page: the `next` of the page before",
-                     "schema": {"type": "string"}}],
+                     "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]+$"}}],
                 "responses": {**ok("the calls", {"type": "object", "required": ["calls", "next"], "properties": {
                     "calls": {"type": "array", "items": {"type": "object", "required": [
                         "at", "generation_id", "n", "subject_hash", "agent", "tool", "channel", "outcome", "ms", "grant"],
