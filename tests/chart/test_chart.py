@@ -273,3 +273,32 @@ def test_an_existing_secret_holds_the_approval_key_instead():
     assert next(v for v in pod_spec(model)["volumes"] if v["name"] == "approval-key")["secret"]["secretName"] == \
         "my-approval-key"
     assert env_of(model)["AGENTFN_APPROVAL_SECONDS"] == "120"
+
+
+@pytest.mark.parametrize(("sets", "exported"), [
+    ((), False),
+    (("telemetry.endpoint=http://otel-collector.observability:4318", "telemetry.headersSecret=otlp-headers",
+      "telemetry.egress.namespaces={observability}"), True),
+])
+def test_telemetry_reaches_every_function_only_when_a_collector_is_named(sets, exported):
+    services = [s for s in objects("default", "Service", sets) if s["apiVersion"] == "serving.knative.dev/v1"]
+    policies = [p for p in objects("default", "NetworkPolicy", sets) if p["metadata"]["name"].endswith("-telemetry")]
+    for service in services:
+        env = {e["name"]: e for e in pod_spec(service)["containers"][0].get("env", [])}
+        otel = {n for n in env if n.startswith("OTEL_")}
+        if not exported:
+            assert otel == set()
+            continue
+        component = service["metadata"]["labels"]["app.kubernetes.io/component"]
+        if component == "workbench":  # the static page of a browser app: nothing of a turn runs there
+            assert otel == set()
+            continue
+        assert otel == {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_SEMCONV_STABILITY_OPT_IN",
+                        "OTEL_EXPORTER_OTLP_HEADERS"}, component
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == "http://otel-collector.observability:4318"
+        assert env["OTEL_SEMCONV_STABILITY_OPT_IN"]["value"] == "gen_ai_latest_experimental"
+        assert env["OTEL_EXPORTER_OTLP_HEADERS"]["valueFrom"]["secretKeyRef"] == {"name": "otlp-headers", "key": "headers"}
+    assert len(policies) == (7 if exported else 0)
+    for policy in policies:
+        [rule] = policy["spec"]["egress"]
+        assert rule["ports"] == [{"protocol": "TCP", "port": 4318}]
