@@ -208,7 +208,8 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                             "tool": {"type": "string"}, "channel": {"enum": ["step", "alone", "mcp"]},
                             "outcome": {"type": "string"}, "ms": {"type": ["number", "null"]},
                             "grant": {"type": ["string", "null"]}}}},
-                    "next": {"type": ["string", "null"], "description": "the cursor of the next page, if there may be one"}}}),
+                    "next": {"type": ["string", "null"],
+                             "description": "the cursor of the next page, if there may be one"}}}),
                     **problems(400, 401, 403, 503)}}},
             "/v1/admin/grants": {"get": {
                 "operationId": "adminGrants", "summary": "Admins only: who may call what, the rows `agentfn audit` prints.",

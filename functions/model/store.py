@@ -88,7 +88,8 @@ WHERE g.kind IN ('turn', 'tool_call')
   AND (g.started_at, g.id, s.n) < (coalesce(%(at)s::timestamptz, 'infinity'), coalesce(%(id)s::uuid,
        'ffffffff-ffff-ffff-ffff-ffffffffffff'), coalesce(%(n)s::bigint, 9223372036854775807))
   AND (%(agent)s::text IS NULL OR g.agent = %(agent)s) AND (%(channel)s::text IS NULL OR g.channel = %(channel)s)
-  AND (%(tool)s::text IS NULL OR s.step->>'tool' = %(tool)s) AND (%(outcome)s::text IS NULL OR s.step->>'status' = %(outcome)s)
+  AND (%(tool)s::text IS NULL OR s.step->>'tool' = %(tool)s)
+  AND (%(outcome)s::text IS NULL OR s.step->>'status' = %(outcome)s)
 ORDER BY g.started_at DESC, g.id DESC, s.n DESC
 LIMIT %(limit)s
 """

@@ -8,6 +8,10 @@ fails: its platform service answers 503) and answers.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import requests
 from agentfn.shared.app import subject_hash
@@ -169,11 +173,27 @@ def test_metrics_arrive_with_the_conventions_names_and_the_platforms_counts(turn
     assert latest("gen_ai.client.token.usage", "agentfn-model", **{"gen_ai.token.type": "input"}).unit == "{token}"
     failed = latest("gen_ai.client.operation.duration", "agentfn-model", **{"gen_ai.tool.name": "list_models"})
     assert failed.value == 1 and failed.attributes["error.type"] == "upstream"
-    assert latest("agentfn.turns", "agentfn-model", **{"agentfn.outcome": "ok"}).value == 1
-    assert latest("agentfn.turns", "agentfn-model", **{"agentfn.outcome": "ok"}).attributes["gen_ai.agent.name"] == "reviewer"
+    turns = latest("agentfn.turns", "agentfn-model", **{"agentfn.outcome": "ok"})
+    assert turns.value == 1 and turns.attributes["gen_ai.agent.name"] == "reviewer"
     assert latest("agentfn.steps", "agentfn-model", **{"gen_ai.tool.name": "platform_status"}).value == 1
     assert latest("agentfn.steps", "agentfn-model", **{"gen_ai.tool.name": "list_models"}).value == 1
     assert latest("agentfn.recall.entries", "agentfn-memory").value == 1  # one recall, its count of entries
     assert latest("agentfn.recall.entries", "agentfn-memory").total >= 1
     names = {p.metric for p in receiver.points()}
     assert not {n for n in names if not n.startswith(("gen_ai.", "agentfn."))}
+
+
+@pytest.mark.parametrize(("env", "on"), [({}, False), ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, True),
+                                         ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9/v1/traces"}, True),
+                                         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_SDK_DISABLED": "true"},
+                                          False)])
+def test_without_a_collector_nothing_of_opentelemetry_is_loaded(env, on):
+    """Off costs nothing: no SDK, no exporter, no processor thread; on, the SDK is set up by the app's skeleton."""
+    code = ("import sys, threading; from agentfn.shared import app, telemetry; "
+            "app.create_app('agentfn.probe', openapi={}, readiness={}, identity=None); "
+            "print(telemetry.enabled(), any(m.startswith('opentelemetry') for m in sys.modules), "
+            "any(t.name.startswith('Otel') for t in threading.enumerate()))")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(on)] * 3
