@@ -156,6 +156,8 @@ def _record_matches(model_env, events, case):
     expected = {"done": "ok"}.get(case.end[0]) or {504: "deadline", 429: "budget"}.get(case.end[1], "error")
     assert (status, problem) == (expected, case.end[1])
     assert steps == len(case.steps) and [s["status"] for s in step_log] == [s for s, _ in case.steps]
-    assert all(set(s) == {"tool", "status", "ms"} for s in step_log)
+    assert all(set(s) == {"tool", "status", "ms", "grant"} for s in step_log)
+    # The grant the call was made under (the audit's column); a name the model made up was under none.
+    assert all(s["grant"] == (None if s["tool"] == "(unknown)" else "agentfn/test") for s in step_log)
     assert {s["tool"] for s in step_log} <= {"platform_status", "(unknown)", "run_code"}
     assert reserved == 0 and duration is not None and tokens_in > 0
