@@ -72,7 +72,8 @@ def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_th
     assert events[-1][0] == "done" and done["pending"] == [1] and done["steps"] == 1
     assert len(engine.requests(sid)) == 1  # the turn ended at the ask: no round after it
     assert mine(memory, person) == []  # nothing kept yet
-    assert record(model_env, done["generation_id"]) == ("ok", [{"tool": "remember", "status": "needs_approval", "ms": 0.0}])
+    assert record(model_env, done["generation_id"]) == ("ok", [{"tool": "remember", "status": "needs_approval", "ms": 0.0,
+                                                                    "grant": "agentfn/test"}])
 
     response, events = take_turn(model.url, person, "asker" + MODES[mode], message,
                                  approvals=[{"token": asked[0]["approval"], "approve": True}])
@@ -89,7 +90,8 @@ def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_th
     assert asked[0]["approval"] not in log and NOTE["text"] not in log
     ran = next(d for name, d in events if name == "step" and d["status"] == "ok")
     assert ran["result"]["existing"] is False  # memory kept a new entry (not one the person already had)
-    assert record(model_env, events[-1][1]["generation_id"])[1] == [{"tool": "remember", "status": "ok", "ms": ran["ms"]}]
+    assert record(model_env, events[-1][1]["generation_id"])[1] == [{"tool": "remember", "status": "ok", "ms": ran["ms"],
+                                                                      "grant": "agentfn/test"}]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -103,7 +105,8 @@ def test_a_declined_call_is_a_declined_step_and_the_model_is_told(model, engine,
     assert mine(memory, person) == []
     told = engine.requests(sid)[1]["messages"][-1]
     assert told["role"] == "tool" and "/declined" in told["content"] and "declined" in told["content"]
-    assert record(model_env, events[-1][1]["generation_id"])[1] == [{"tool": "remember", "status": "declined", "ms": 0.0}]
+    assert record(model_env, events[-1][1]["generation_id"])[1] == [{"tool": "remember", "status": "declined", "ms": 0.0,
+                                                                          "grant": "agentfn/test"}]
 
 
 def test_a_waived_grant_runs_the_call_without_asking(model, engine, memory, person):
