@@ -150,7 +150,11 @@ def test_nothing_said_asked_answered_or_kept_is_exported(turn, receiver):
                        for k in span.attributes)
 
 
-def test_metrics_arrive_with_the_conventions_names_and_the_platforms_counts(turn, receiver):
+def test_metrics_arrive_with_the_conventions_names_and_the_platforms_counts(turn, traced, receiver):
+    # A turn its agent's tokens per turn cannot hold is refused at the door: a budget refusal.
+    refused, _ = take_turn(traced["model"].url, turn["person"], "frugal", "word " * 2000)
+    assert refused.status_code == 429, refused.text
+
     def latest(metric, service, **attrs):
         points = [p for p in receiver.points() if p.metric == metric and p.service == service
                   and all(p.attributes.get(k) == v for k, v in attrs.items())]
@@ -166,7 +170,9 @@ def test_metrics_arrive_with_the_conventions_names_and_the_platforms_counts(turn
               ("agentfn.turns", "agentfn-model", {"agentfn.outcome": "ok"}),
               ("agentfn.steps", "agentfn-model", {"gen_ai.tool.name": "platform_status", "agentfn.status": "ok"}),
               ("agentfn.steps", "agentfn-model", {"gen_ai.tool.name": "list_models", "agentfn.status": "error"}),
-              ("agentfn.recall.duration", "agentfn-memory", {}), ("agentfn.recall.entries", "agentfn-memory", {})]
+              ("agentfn.recall.duration", "agentfn-memory", {}), ("agentfn.recall.entries", "agentfn-memory", {}),
+              ("agentfn.budget.refusals", "agentfn-model", {"agentfn.limit": "turn-tokens"}),
+              ("agentfn.turns", "agentfn-model", {"agentfn.outcome": "budget"})]
     receiver.wait_for(arrived)
     assert latest("gen_ai.client.operation.duration", "agentfn-model", **{"gen_ai.operation.name": "chat"}).value == 2
     assert latest("gen_ai.client.operation.duration", "agentfn-model", **{"gen_ai.operation.name": "chat"}).unit == "s"
@@ -177,6 +183,8 @@ def test_metrics_arrive_with_the_conventions_names_and_the_platforms_counts(turn
     assert turns.value == 1 and turns.attributes["gen_ai.agent.name"] == "reviewer"
     assert latest("agentfn.steps", "agentfn-model", **{"gen_ai.tool.name": "platform_status"}).value == 1
     assert latest("agentfn.steps", "agentfn-model", **{"gen_ai.tool.name": "list_models"}).value == 1
+    assert latest("agentfn.budget.refusals", "agentfn-model", **{"agentfn.limit": "turn-tokens"}).value == 1
+    assert latest("agentfn.turns", "agentfn-model", **{"agentfn.outcome": "budget"}).attributes["gen_ai.agent.name"] == "frugal"
     assert latest("agentfn.recall.entries", "agentfn-memory").value == 1  # one recall, its count of entries
     assert latest("agentfn.recall.entries", "agentfn-memory").total >= 1
     names = {p.metric for p in receiver.points()}
