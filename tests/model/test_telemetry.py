@@ -34,11 +34,14 @@ def receiver():
 
 
 @pytest.fixture(scope="module")
-def traced(receiver, memory_env, model_env, upstreams, issuer, logs):
-    """Memory, the two read tools and the model function, exporting to the receiver (batches sent every 100 ms)."""
+def traced(receiver, memory_env, model_env, upstreams, issuer, logs, page):
+    """Memory, the page fetcher, the two read tools and the model function, exporting to the receiver (batches sent
+    every 100 ms); the page fetcher on the database of the untraced one."""
     otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "100",
             "OTEL_METRIC_EXPORT_INTERVAL": "300"}
-    servers = {"memory": Gunicorn("agentfn.memory.app:create_app()", {**memory_env, **otel}, logs / "memory-traced.log")}
+    servers = {"memory": Gunicorn("agentfn.memory.app:create_app()", {**memory_env, **otel}, logs / "memory-traced.log"),
+               "page": Gunicorn("agentfn.page.app:create_app()", {**issuer.env(), **otel,
+                                "AGENTFN_DATABASE_URL": page.env["AGENTFN_DATABASE_URL"]}, logs / "page-traced.log")}
     for tool, variable in READ_TOOLS.items():
         servers[tool] = Gunicorn(f"agentfn.{tool}.app:create_app()", {
             **issuer.env(), variable: upstreams[tool].url, "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": "5",
@@ -47,7 +50,7 @@ def traced(receiver, memory_env, model_env, upstreams, issuer, logs):
         for server in servers.values():
             server.start()
         servers["model"] = Gunicorn("agentfn.model.app:create_app()", {
-            **model_env, "AGENTFN_MEMORY_URL": servers["memory"].url,
+            **model_env, "AGENTFN_MEMORY_URL": servers["memory"].url, "AGENTFN_PAGE_URL": servers["page"].url,
             "AGENTFN_TOOL_PLATFORM_STATUS_URL": servers["platform_status"].url,
             "AGENTFN_TOOL_LIST_MODELS_URL": servers["list_models"].url, **otel}, logs / "model-traced.log")
         servers["model"].start()
@@ -205,3 +208,30 @@ def test_without_a_collector_nothing_of_opentelemetry_is_loaded(env, on):
     done = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(on)] * 3
+
+
+def test_an_opened_page_is_a_child_span_with_its_outcome_and_never_its_url(traced, engine, issuer, receiver):
+    from conftest import Person
+
+    person, url = Person(issuer), "http://127.0.0.1/pathmarkerzz?q=querymarkerzz"
+    sid = engine.script({"call": {"name": "open_page", "arguments": {"url": url}}}, {"text": "It would not open."})
+    _, events = take_turn(traced["model"].url, person, "reviewer", f"Open {url} please. script:{sid}")
+    assert events[-1][0] == "done", events
+    # The fetcher refuses a loopback address (its guard, as shipped): a page fetched with an outcome, not a page read.
+    step = next(d for n, d in events if n == "step" and d["status"] == "error")
+    root = receiver.wait_for(lambda: [s for s in receiver.spans() if s.name == "invoke_agent reviewer"
+                                      and s.attributes["agentfn.generation.id"] == events[-1][1]["generation_id"]])[0]
+    spans = receiver.wait_for(lambda: (found := receiver.spans(root.trace_id)) and any(
+        s.name == "fetch_page" for s in found) and found)
+    tool = one(spans, "execute_tool open_page", "agentfn-model")
+    door = one(spans, "POST /v1/open", "agentfn-page")
+    fetch = one(spans, "fetch_page", "agentfn-page")
+    assert tool.parent_id == root.span_id and door.parent_id == tool.span_id and fetch.parent_id == door.span_id
+    kind = fetch.attributes["agentfn.outcome"]
+    assert step["result"]["type"].endswith(kind.replace("_", "-")) or kind in step["result"]["type"]
+    assert fetch.status == 2 and door.attributes["agentfn.page.cached"] is False
+    pages = receiver.wait_for(lambda: [p for p in receiver.points() if p.metric == "agentfn.pages"
+                                       and p.attributes.get("agentfn.outcome") == kind])
+    assert pages[-1].value == 1 and pages[-1].service == "agentfn-page"
+    for marker in (b"pathmarkerzz", b"querymarkerzz", b"127.0.0.1/"):
+        assert marker not in receiver.raw()
