@@ -36,7 +36,7 @@ def test_the_notes_say_where_everything_is(values_set):
     if v["gateway"]["enabled"]:
         assert f"Gateway {v['gateway']['namespace']}/{v['gateway']['name']}" in text
         for door in ("/v1/entries", "/v1/recall", "/v1/agents", "/v1/tools", "/mcp", "/v1/admin/generations",
-                     "/v1/admin/grants"):
+                     "/v1/admin/grants", "/v1/admin/calls"):
             assert f"{host}{door}" in text, door
     else:
         assert "No routes: gateway.enabled is false" in text

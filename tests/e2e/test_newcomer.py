@@ -240,7 +240,8 @@ def test_the_gateway_answers_404_for_every_door_that_is_not_public(platform, met
     assert answer.status_code == 404 and answer.headers["Content-Type"] == PROBLEM
 
 
-@pytest.mark.parametrize("path", ["/v1/entries", "/v1/agents", "/v1/tools", "/v1/admin/generations", "/v1/admin/grants"])
+@pytest.mark.parametrize("path", ["/v1/entries", "/v1/agents", "/v1/tools", "/v1/admin/generations", "/v1/admin/grants",
+                                  "/v1/admin/calls"])
 def test_the_public_doors_reach_their_function_which_checks_the_token(platform, path):
     answer = requests.get(platform.url + path, timeout=10)
     assert answer.status_code == 401 and answer.headers["Content-Type"] == PROBLEM

@@ -52,7 +52,7 @@ def test_a_path_that_is_not_a_public_door_is_404_whatever_the_method(gateway, is
     ("POST", "/v1/agents/reviewer/sessions/end", {"messages": [{"role": "user", "content": "x"}]}),
     ("GET", "/v1/tools", None), ("POST", "/v1/tools/platform_status/call", {"arguments": {}}),
     ("DELETE", "/v1/entries", {"confirm": "forget everything"}), ("GET", "/v1/admin/generations", None),
-    ("GET", "/v1/admin/grants", None),
+    ("GET", "/v1/admin/grants", None), ("GET", "/v1/admin/calls", None),
 ])
 def test_the_public_doors_are_routed_and_ask_for_a_token(gateway, method, path, body):
     response = requests.request(method, gateway.url + path, json=body, timeout=30)
@@ -92,7 +92,7 @@ def test_forget_all_and_the_admin_doors_answer_through_the_gateway(gateway, issu
                              timeout=30)
     assert forgot.status_code == 200 and forgot.json()["total"] == 1  # the body came through
     admin = issuer.headers(person.subject, ["platform-admins"])
-    for path in ("/v1/admin/generations?limit=1", "/v1/admin/grants"):
+    for path in ("/v1/admin/generations?limit=1", "/v1/admin/grants", "/v1/admin/calls?limit=1"):
         assert requests.get(gateway.url + path, headers=person.headers, timeout=30).status_code == 403
         assert requests.get(gateway.url + path, headers=admin, timeout=30).status_code == 200
 
