@@ -116,13 +116,6 @@ def setup(service: str, env: Mapping[str, str] | None = None) -> bool:
     return True
 
 
-def flush(timeout_ms: int = 5000) -> None:
-    """Export what is pending now (the tests and a shutting-down worker)."""
-    for key in ("tracer_provider", "meter_provider"):
-        if key in _state:
-            _state[key].force_flush(timeout_ms)
-
-
 def clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
     """Only the allowed keys, only plain values: the one gate between the platform's code and an exporter."""
     return {k: v for k, v in attributes.items()
@@ -164,7 +157,6 @@ class Span:
 
 
 OFF = Span()
-KINDS = ("internal", "server", "client")
 
 
 def start(name: str, attributes: Mapping[str, Any], kind: str = "internal", parent: Any = None) -> Span:
@@ -180,7 +172,8 @@ def start(name: str, attributes: Mapping[str, Any], kind: str = "internal", pare
 
 @contextmanager
 def span(name: str, attributes: Mapping[str, Any], kind: str = "internal") -> Iterator[Span]:
-    """A span current for the block. An exception leaving the block marks it failed by the exception's class only."""
+    """A span current for the block. An exception leaving the block marks it failed by its kind (a problem's type, a
+    refusal's kind) or its class, never its message."""
     started = start(name, attributes, kind)
     if started is OFF:
         yield OFF
@@ -192,7 +185,12 @@ def span(name: str, attributes: Mapping[str, Any], kind: str = "internal") -> It
         yield started
     except BaseException as error:
         if not isinstance(error, GeneratorExit):
-            started.fail(type(error).__name__)
+            kind = getattr(error, "kind", None)
+            if not isinstance(kind, str):
+                problem_type = getattr(error, "type", None)
+                kind = (error_type(problem_type, getattr(error, "status", None)) if isinstance(problem_type, str)
+                        else type(error).__name__)
+            started.fail(kind)
         raise
     finally:
         context.detach(token)

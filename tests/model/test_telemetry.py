@@ -229,9 +229,27 @@ def test_an_opened_page_is_a_child_span_with_its_outcome_and_never_its_url(trace
     assert tool.parent_id == root.span_id and door.parent_id == tool.span_id and fetch.parent_id == door.span_id
     kind = fetch.attributes["agentfn.outcome"]
     assert step["result"]["type"].endswith(kind.replace("_", "-")) or kind in step["result"]["type"]
-    assert fetch.status == 2 and door.attributes["agentfn.page.cached"] is False
+    assert fetch.status == 2 and fetch.attributes["error.type"] == kind and door.attributes["agentfn.page.cached"] is False
     pages = receiver.wait_for(lambda: [p for p in receiver.points() if p.metric == "agentfn.pages"
                                        and p.attributes.get("agentfn.outcome") == kind])
     assert pages[-1].value == 1 and pages[-1].service == "agentfn-page"
     for marker in (b"pathmarkerzz", b"querymarkerzz", b"127.0.0.1/"):
         assert marker not in receiver.raw()
+
+
+def test_a_call_alone_is_an_execute_tool_span_on_its_channel_with_the_tool_function_under_it(traced, issuer, receiver):
+    from conftest import Person
+
+    person = Person(issuer)
+    answer = requests.post(traced["model"].url + "/v1/tools/platform_status/call", headers=person.headers, timeout=30,
+                           json={"arguments": {"service": MARKERS["argument"]}})
+    assert answer.status_code == 200, answer.text
+    door = receiver.wait_for(lambda: [s for s in receiver.spans() if s.name == "POST /v1/tools/<name>/call"
+                                      and s.attributes.get("user.hash") == subject_hash(person.subject)])[0]
+    spans = receiver.wait_for(lambda: (found := receiver.spans(door.trace_id)) and any(
+        s.service == "agentfn-platform_status" and s.name.startswith("execute_tool") for s in found) and found)
+    step = one(spans, "execute_tool platform_status", "agentfn-model")
+    served = one(spans, "POST /v1/call", "agentfn-platform_status")
+    assert step.parent_id == door.span_id and served.parent_id == step.span_id
+    assert step.attributes["agentfn.channel"] == "alone" and step.attributes["agentfn.status"] == "ok"
+    assert MARKERS["argument"].encode() not in receiver.raw()
