@@ -57,7 +57,7 @@ def registry(source: str, kube: bool, namespace: str) -> dict:
     return document
 
 
-CALL_COLUMNS = ("at", "subject_hash", "agent", "tool", "channel", "outcome", "ms", "grant", "generation_id", "n")
+CALL_COLUMNS = ("at", "subject_hash", "agent", "tool", "channel", "outcome", "ms", "grant", "page", "generation_id", "n")
 PAGE = 200  # the door's largest page
 
 
@@ -74,9 +74,15 @@ def calls(client: Client, limit: int, **filters: str | None) -> list[dict]:
     return found[:limit]
 
 
+def flat(call: dict) -> dict:
+    """An open_page call's fetch as one cell (host, bytes, the fetcher's outcome), as tables and CSV show it."""
+    page = call.get("page")
+    return {**call, "page": f"{page['host']} {page['bytes']} B {page['outcome']}" if page else call.get("page_audit")}
+
+
 def csv_text(rows: list[dict]) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CALL_COLUMNS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(map(flat, rows))
     return buffer.getvalue()

@@ -266,7 +266,7 @@ def audit(ctx: typer.Context,
     """Who may call what: one row per agent, tool and channel, from the registry. `agentfn audit calls`: the tool
     calls made (when, who hashed, agent, tool, channel, outcome, ms, grant; never arguments or results)."""
     if registry == "calls":
-        from .audit import CALL_COLUMNS, calls, csv_text
+        from .audit import CALL_COLUMNS, calls, csv_text, flat
 
         with shown():
             found = calls(ctx.obj.client(), limit, agent=agent, tool=tool, channel=channel, outcome=outcome, since=since,
@@ -277,7 +277,8 @@ def audit(ctx: typer.Context,
         elif as_csv:
             print(csv_text(found), end="")
         else:
-            out.print(render.grants([c.upper() for c in CALL_COLUMNS], [[_cell(r[c]) for c in CALL_COLUMNS] for r in found]))
+            out.print(render.grants([c.upper() for c in CALL_COLUMNS], [[_cell(flat(r).get(c)) for c in CALL_COLUMNS]
+                                                                           for r in found]))
         return
     from agentfn.shared.grants import HEADER, records, rows
 

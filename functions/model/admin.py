@@ -90,7 +90,9 @@ def calls():
                                   agent=request.args.get("agent"), tool=request.args.get("tool"),
                                   channel=CHANNELS.get(channel or ""), outcome=request.args.get("outcome"))
     last = rows[-1] if len(rows) == limit else None
-    return jsonify(calls=[_call(row) for row in rows],
+    found = [_call(row) for row in rows]
+    _join_pages(found)
+    return jsonify(calls=found,
                    next=_encode((last["started_at"].isoformat(), str(last["id"]), last["n"])) if last else None)
 
 
@@ -100,6 +102,25 @@ def _call(row: dict) -> dict:
             "subject_hash": subject_hash(row["subject"]), "agent": row["agent"], "tool": row["tool"],
             "channel": {v: k for k, v in CHANNELS.items()}[row["channel"]], "outcome": row["outcome"],
             "ms": ms if isinstance(ms, (int, float)) else None, "grant": row["grant_ref"]}
+
+
+PAGE_AUDIT_SECONDS = 5.0
+
+
+def _join_pages(found: list[dict]) -> None:
+    """Each open_page call gets the page fetcher's audit of it (host, final host, status, bytes, outcome), matched
+    by generation and step. `page` is null when there was no fetch (a window of a page open already, a refusal
+    before any) or the page fetcher cannot say; `page_audit` says which: found, none or unavailable."""
+    opened = [c for c in found if c["tool"] == "open_page"]
+    if not opened:
+        return
+    fetches = services().tools.page_fetches(g.caller, sorted({c["generation_id"] for c in opened}), PAGE_AUDIT_SECONDS)
+    by_step = {(f["generation_id"], f["n"]): f for f in fetches or []}
+    for call in opened:
+        fetch = by_step.get((call["generation_id"], call["n"]))
+        call["page"] = None if fetch is None else {k: fetch[k] for k in ("host", "final_host", "status", "bytes",
+                                                                       "outcome")}
+        call["page_audit"] = "unavailable" if fetches is None else ("found" if fetch else "none")
 
 
 def _encode(position: tuple) -> str:

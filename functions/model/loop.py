@@ -387,7 +387,7 @@ class Steps:
                 return
         yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": "started"}
         with executed(self._named(request), "agent", n) as done:
-            outcome = Outcome(False, refusal) if refusal is not None else self._call(request, run_with, approved)
+            outcome = Outcome(False, refusal) if refusal is not None else self._call(request, run_with, approved, n)
             done(outcome)
         turn.tool_ms += outcome.ms
         yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": outcome.status,
@@ -425,12 +425,12 @@ class Steps:
         tool, access = self.tools[request.name]
         return tool.changes_state and not access.waived
 
-    def _call(self, request: ToolRequest, arguments: Any, approved: bool) -> Outcome:
+    def _call(self, request: ToolRequest, arguments: Any, approved: bool, n: int) -> Outcome:
         turn = self.turn
         tool, access = self.tools[request.name]
         # An approved forget's id was shown in the turn that asked (its token says so).
         shown = self.shown | {arguments["id"]} if approved and request.name == "forget" else self.shown
-        ctx = CallContext(turn.caller, "agent", access, turn.deadline, turn.agent, shown)
+        ctx = CallContext(turn.caller, "agent", access, turn.deadline, turn.agent, shown, (str(turn.generation), n))
         return turn.services.tools.call(tool, arguments, ctx)
 
     # --- what is streamed, recorded and told ---------------------------------------------------------

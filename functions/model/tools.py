@@ -36,6 +36,7 @@ from .store import today
 
 log = logging.getLogger("agentfn.model.tools")
 
+PAGE_AUDIT_BATCH = 64  # generation ids per question to the page fetcher's audit (what its request line holds)
 NEVER_ALONE_OR_MCP = frozenset({"run_code", "open_page", "remember", "forget"})
 MEMORY_TOOLS = frozenset({"remember", "forget"})
 PROBLEMS = "https://agentfn.dev/problems/"
@@ -110,6 +111,7 @@ class CallContext:
     deadline: float  # time.monotonic() by which the call must be over
     agent: Agent | None = None
     shown_ids: frozenset[str] = field(default_factory=frozenset)
+    step: tuple[str, int] | None = None  # the turn's generation and this step's n: the page fetcher's audit keeps them
 
 
 def _builtins() -> dict[str, Tool]:
@@ -249,8 +251,9 @@ class ToolTable:
                                            body={"arguments": arguments})
                 outcome = self._content(answer, tool.name)
             elif tool.via == "page":
+                body = {**arguments, "step": {"generation_id": ctx.step[0], "n": ctx.step[1]}} if ctx.step else arguments
                 answer = self.http.request("POST", self.page_url + "/v1/open", token=self.token(ctx, "page", timeout),
-                                           timeout=timeout, body=arguments)
+                                           timeout=timeout, body=body)
                 outcome = (Outcome(True, answer.body) if answer.status == 200
                            else Outcome(False, answer.problem("the page fetcher")))
             else:
@@ -263,6 +266,25 @@ class ToolTable:
             outcome = Outcome(False, failed.to_dict())
         outcome.ms = (time.perf_counter() - started) * 1000
         return outcome
+
+    def page_fetches(self, caller: Caller, generations: list[str], timeout: float) -> list[dict] | None:
+        """For an admin: the page fetcher's audit rows of these generations (host, size, outcome), or None when
+        it cannot say (not configured, not answering, refusing)."""
+        if not self.page_url or not generations:
+            return None
+        found = []
+        try:
+            token = self.tokens.token_for(caller, self.audience("page"), timeout)
+            for start in range(0, len(generations), PAGE_AUDIT_BATCH):
+                query = "&".join(f"generation_id={g}" for g in generations[start:start + PAGE_AUDIT_BATCH])
+                answer = self.http.request("GET", f"{self.page_url}/v1/audit?{query}", token=token, timeout=timeout)
+                fetches = answer.body.get("fetches") if answer.status == 200 and isinstance(answer.body, dict) else None
+                if not isinstance(fetches, list):
+                    return None
+                found += fetches
+        except (Unreachable, ExchangeFailed):
+            return None
+        return found
 
     def audience(self, part: str) -> str:
         """The audience of a token for `part`: a tool's name, "page" or "memory" (defaults `agentfn:<...>`)."""

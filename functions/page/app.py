@@ -17,6 +17,7 @@ Configuration (environment), besides identity's (`agentfn.shared.identity`):
 | `AGENTFN_PAGE_CACHE_CHARS` | `50000000` | characters of text kept per process, all callers together |
 | `AGENTFN_MAX_REQUEST_BYTES` | `16384` | larger request bodies get 413 |
 | `AGENTFN_DB_POOL_SIZE` | `4` | connections per process |
+| `AGENTFN_ADMIN_GROUPS` | `platform-admins` | comma-separated groups whose callers may read the fetch audit (`GET /v1/audit`, asked by the model function's admin door) |
 
 Redirects are capped at 5 and the User-Agent is fixed; neither is configurable.
 """
@@ -87,6 +88,8 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         max_request_bytes=_int(env, "AGENTFN_MAX_REQUEST_BYTES", 16 * 1024, 1024),
     )
     app.config["AGENTFN_PAGE_WINDOW"] = window
+    app.config["AGENTFN_ADMIN_GROUPS"] = frozenset(g.strip() for g in env.get("AGENTFN_ADMIN_GROUPS", "platform-admins")
+                                                   .split(",") if g.strip())
     app.extensions["agentfn.page"] = Pages(store, fetcher, cache,
                                            daily_pages=_int(env, "AGENTFN_PAGE_DAILY_PAGES", 200, 1))
 

@@ -23,14 +23,15 @@ class Pages:
     def __init__(self, store: Store, fetcher: Fetcher, cache: PageCache, *, daily_pages: int):
         self.store, self.fetcher, self.cache, self.daily_pages = store, fetcher, cache, daily_pages
 
-    def open(self, subject: str, url: str, offset: int, size: int, request_id: str | None = None) -> dict:
+    def open(self, subject: str, url: str, offset: int, size: int, request_id: str | None = None,
+             step: tuple[str, int] | None = None) -> dict:
         """A window of the page's text. Paging through a page opened lately neither fetches nor counts."""
         target = guard.parse_url(url, self.fetcher.ports)
         reading = self.cache.get(subject, target.url)
         telemetry.annotate({"agentfn.page.cached": reading is not None})
         if reading is None:
             with telemetry.span("fetch_page", {}):
-                reading = self._fetch(subject, target, request_id)
+                reading = self._fetch(subject, target, request_id, step)
         total = len(reading.text)
         if offset > total:
             raise Refusal("bad_offset", f"offset {offset} is past the end of the page's text ({total} characters); "
@@ -40,7 +41,7 @@ class Pages:
                 "offset": offset, "next_offset": next_offset, "total_chars": total,
                 "links": [{"n": link.n, "href": link.href, "text": link.text} for link in links]}
 
-    def _fetch(self, subject: str, target: guard.Target, request_id: str | None) -> Reading:
+    def _fetch(self, subject: str, target: guard.Target, request_id: str | None, step: tuple[str, int] | None) -> Reading:
         if not self.store.reserve(subject, self.daily_pages):
             telemetry.record("agentfn.pages", 1, {"agentfn.outcome": "budget_spent"})
             raise budget_spent(self.daily_pages)
@@ -61,7 +62,7 @@ class Pages:
             raise
         finally:
             ms = ms or round((time.perf_counter() - started) * 1000)
-            self.store.audit(subject, trace, outcome, ms)
+            self.store.audit(subject, trace, outcome, ms, step)
             # The host and the path stay in the audit: a trace has only the outcome and the size.
             telemetry.annotate({"agentfn.outcome": outcome, "agentfn.page.bytes": trace.bytes})
             telemetry.record("agentfn.pages", 1, {"agentfn.outcome": outcome})

@@ -8,6 +8,8 @@ from .refusals import KINDS, PROBLEMS
 MAX_WINDOW = 40000
 MIN_WINDOW = 100
 MAX_OFFSET = 100_000_000
+UUID = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+MAX_GENERATIONS = 64  # 64 ids fit in a request line (gunicorn takes 4094 bytes)
 
 OPEN = {
     "type": "object",
@@ -20,6 +22,21 @@ OPEN = {
                    "description": "where the window starts, in characters of the page's text (default 0)"},
         "window": {"type": "integer", "minimum": MIN_WINDOW, "maximum": MAX_WINDOW,
                    "description": "about how many characters to return (default configured)"},
+        "step": {"type": "object", "additionalProperties": False, "required": ["generation_id", "n"],
+                 "description": "the model function's generation and step this call is, kept beside the audit row",
+                 "properties": {"generation_id": {"type": "string", "pattern": UUID},
+                                "n": {"type": "integer", "minimum": 1, "maximum": 1000}}},
+    },
+}
+
+FETCH = {
+    "type": "object",
+    "required": ["generation_id", "n", "at", "host", "final_host", "status", "bytes", "ms", "redirects", "outcome"],
+    "properties": {
+        "generation_id": {"type": "string"}, "n": {"type": ["integer", "null"]}, "at": {"type": "string", "format": "date-time"},
+        "host": {"type": "string"}, "final_host": {"type": ["string", "null"]}, "status": {"type": ["integer", "null"]},
+        "bytes": {"type": "integer"}, "ms": {"type": "integer"}, "redirects": {"type": "integer"},
+        "outcome": {"type": "string", "description": "ok, or the refusal's kind"},
     },
 }
 
@@ -90,7 +107,7 @@ def openapi() -> dict:
         "components": {
             "securitySchemes": {"caller": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
                                            "description": "the caller's token, forwarded by the model function"}},
-            "schemas": {"Page": PAGE, "Problem": PROBLEM},
+            "schemas": {"Page": PAGE, "Fetch": FETCH, "Problem": PROBLEM},
         },
         "paths": {
             "/v1/open": {
@@ -103,6 +120,25 @@ def openapi() -> dict:
                         "200": {"description": "a window of the page",
                                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Page"}}}},
                         **_problems(400, 401, 403, 413, 415, 422, 429, 502, 503, 504),
+                    },
+                },
+            },
+            "/v1/audit": {
+                "get": {
+                    "operationId": "fetchesOfGenerations",
+                    "summary": "For an admin: the fetches of these generations, by host and size (never a path).",
+                    "security": [{"caller": []}],
+                    "parameters": [{"name": "generation_id", "in": "query", "required": True, "style": "form",
+                                    "explode": True, "schema": {"type": "array", "minItems": 1,
+                                                                "maxItems": MAX_GENERATIONS,
+                                                                "items": {"type": "string", "pattern": UUID}}}],
+                    "responses": {
+                        "200": {"description": "the fetches, by generation then time",
+                                "content": {"application/json": {"schema": {
+                                    "type": "object", "required": ["fetches"],
+                                    "properties": {"fetches": {"type": "array",
+                                                               "items": {"$ref": "#/components/schemas/Fetch"}}}}}}},
+                        **_problems(400, 401, 403, 503),
                     },
                 },
             },

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agentfn.shared import db
+from psycopg.rows import dict_row
 
 from .fetch import Trace
 
@@ -18,8 +19,15 @@ RETURNING pages
 """
 
 AUDIT = """
-INSERT INTO audit (subject, host, final_host, status, bytes, ms, redirects, outcome)
-VALUES (%(subject)s, %(host)s, %(final_host)s, %(status)s, %(bytes)s, %(ms)s, %(redirects)s, %(outcome)s)
+INSERT INTO audit (subject, host, final_host, status, bytes, ms, redirects, outcome, generation_id, step)
+VALUES (%(subject)s, %(host)s, %(final_host)s, %(status)s, %(bytes)s, %(ms)s, %(redirects)s, %(outcome)s,
+        %(generation_id)s, %(step)s)
+"""
+
+# For an admin, by generation: every caller's fetches, never a path (the audit keeps none).
+FETCHES = """
+SELECT generation_id, step, at, host, final_host, status, bytes, ms, redirects, outcome FROM audit
+WHERE generation_id = ANY(%(ids)s) ORDER BY generation_id, step, at, id
 """
 
 
@@ -43,9 +51,16 @@ class Store(db.SchemaStore):
         with self.pool.connection() as conn:
             return conn.execute(RESERVE, dict(subject=subject, limit=limit)).fetchone() is not None
 
-    def audit(self, subject: str, trace: Trace, outcome: str, ms: int) -> None:
+    def audit(self, subject: str, trace: Trace, outcome: str, ms: int, step: tuple[str, int] | None = None) -> None:
+        """One fetch; `step`: the model function's generation and step it was, when the request named them."""
         self.migrate()
         with self.pool.connection() as conn:
             conn.execute(AUDIT, dict(subject=subject, host=trace.host, final_host=trace.final_host,
                                      status=trace.status, bytes=trace.bytes, ms=ms, redirects=trace.redirects,
-                                     outcome=outcome))
+                                     outcome=outcome, generation_id=step[0] if step else None,
+                                     step=step[1] if step else None))
+
+    def fetches(self, generation_ids: list[str]) -> list[dict]:
+        self.migrate()
+        with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(FETCHES, dict(ids=generation_ids)).fetchall()

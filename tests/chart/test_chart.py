@@ -84,14 +84,15 @@ def test_routes_are_the_public_doors_only(values_set):
 @pytest.mark.parametrize(("sets", "groups"), [((), "platform-admins"),
                                               (("functions.model.adminGroups={auditors,sre-leads}",), "auditors,sre-leads"),
                                               (("functions.model.adminGroups={a\\,b}",), None)])
-def test_the_admin_groups_reach_the_model_function(sets, groups):
+def test_the_admin_groups_reach_the_model_function_and_the_page_fetcher(sets, groups):
     if groups is None:  # a group with a comma would read as two: the schema refuses it
         with pytest.raises(AssertionError, match="adminGroups"):
             objects("default", "Service", sets)
         return
-    [model] = [s for s in objects("default", "Service", sets) if s["apiVersion"] == "serving.knative.dev/v1"
-               and s["metadata"]["labels"]["app.kubernetes.io/component"] == "model"]
-    assert env_of(model)["AGENTFN_ADMIN_GROUPS"] == groups
+    for part in ("model", "page"):
+        [service] = [s for s in objects("default", "Service", sets) if s["apiVersion"] == "serving.knative.dev/v1"
+                     and s["metadata"]["labels"]["app.kubernetes.io/component"] == part]
+        assert env_of(service)["AGENTFN_ADMIN_GROUPS"] == groups, part
 
 
 def test_no_routes_when_the_gateway_is_off():

@@ -226,3 +226,31 @@ def test_agentfn_audit_calls_prints_a_table_json_lines_and_csv_through_the_gatew
     assert "list_models" in table and "alone" in table and table.count("platform_status") == 1
     refused = agentfn("audit", "calls", url=gateway.url, token=person.token)
     assert refused.returncode != 0 and "admin group" in refused.stderr
+
+
+def test_an_open_page_call_shows_the_page_fetchers_audit_of_it_by_host_and_never_the_path(model, gateway, engine, person,
+                                                                                          admin):
+    since = datetime.datetime.now(datetime.UTC).isoformat()
+    url = f"http://127.0.0.1/pathcanary{secrets.token_hex(4)}?q=querycanary"
+    sid = engine.script({"calls": [{"name": "open_page", "arguments": {"url": url}},
+                                   {"name": "open_page", "arguments": {"url": "http://127.0.0.2/never-offered"}}]},
+                        {"text": "Neither opened."})
+    _, events = take_turn(model.url, person, "reviewer", f"Open {url} please. script:{sid}")
+    assert events[-1][0] == "done", events
+    answer = calls(model.url, admin, since=since, tool="open_page")
+    assert answer.status_code == 200, answer.text
+    found = sorted(answer.json()["calls"], key=lambda c: c["n"])
+    # Step 1 reached the fetcher, whose guard refused the loopback address; step 2 was refused by the model
+    # function's own rule (a URL the person never wrote), so the fetcher has nothing of it.
+    assert [(c["n"], c["outcome"], c["page_audit"]) for c in found] == [(1, "error", "found"), (2, "error", "none")]
+    assert found[0]["page"] == {"host": "127.0.0.1", "final_host": None, "status": None, "bytes": 0,
+                                "outcome": "blocked_address"}
+    assert found[1]["page"] is None
+    for secret in ("pathcanary", "querycanary", "never-offered", person.subject):
+        assert secret not in answer.text
+    from test_cli import agentfn
+
+    printed = agentfn("audit", "calls", "--since", since, "--tool", "open_page", "--csv", url=gateway.url, token=admin.token)
+    assert printed.returncode == 0, printed.stderr
+    rows = sorted(csv.DictReader(io.StringIO(printed.stdout)), key=lambda r: int(r["n"]))
+    assert [r["page"] for r in rows] == ["127.0.0.1 0 B blocked_address", "none"]

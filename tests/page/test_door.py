@@ -86,10 +86,11 @@ def test_only_post_opens(page, issuer):
     assert response.status_code == 405 and response.json()["detail"] == "GET is not allowed here"
 
 
-def test_the_document_lists_the_one_door(page):
+def test_the_document_lists_the_door_and_the_admins_audit(page):
     document = requests.get(page.url + "/openapi.json", timeout=10).json()
     assert document["openapi"] == "3.1.0"
-    assert set(document["paths"]) == {"/v1/open"}
+    assert set(document["paths"]) == {"/v1/open", "/v1/audit"}
+    assert set(document["paths"]["/v1/audit"]["get"]["responses"]) == {"200", "400", "401", "403", "503"}
     assert set(document["paths"]["/v1/open"]["post"]["responses"]) == {
         "200", "400", "401", "403", "413", "415", "422", "429", "502", "503", "504"}
 
