@@ -254,3 +254,31 @@ def test_a_call_alone_is_an_execute_tool_span_on_its_channel_with_the_tool_funct
     assert step.parent_id == door.span_id and served.parent_id == step.span_id
     assert step.attributes["agentfn.channel"] == "alone" and step.attributes["agentfn.status"] == "ok"
     assert MARKERS["argument"].encode() not in receiver.raw()
+
+
+def test_memorys_writes_are_spans_with_their_operation_and_counts_and_never_the_text(traced, issuer, receiver):
+    from conftest import Person
+
+    person, marker = Person(issuer), "notemarkerzz"
+    base, headers = traced["memory"].url, person.headers
+    kept = requests.post(base + "/v1/entries", headers=headers, timeout=30,
+                         json={"kind": "fact", "text": f"Keeps a {marker} on the desk.", "source": "sourcemarkerzz"})
+    assert kept.status_code == 201, kept.text
+    entry = kept.json()["id"]
+    assert requests.patch(base + f"/v1/entries/{entry}", headers=headers, timeout=30,
+                          json={"text": f"Keeps two {marker} on the desk."}).status_code == 200
+    assert requests.delete(base + f"/v1/entries/{entry}", headers=headers, timeout=30).status_code == 204
+    assert requests.delete(base + "/v1/entries", headers=headers, timeout=30,
+                           json={"confirm": "forget everything"}).status_code == 200
+    hashed = subject_hash(person.subject)
+    doors = receiver.wait_for(lambda: (found := [s for s in receiver.spans() if s.service == "agentfn-memory"
+                                                 and s.attributes.get("user.hash") == hashed]) and len(found) >= 4
+                              and found)
+    inner = {d.name: [s for s in receiver.spans(d.trace_id) if s.parent_id == d.span_id] for d in doors}
+    names = sorted((d.name, [s.name for s in inner[d.name]]) for d in doors)
+    assert names == [("DELETE /v1/entries", ["delete_memory"]), ("DELETE /v1/entries/<entry_id>", ["delete_memory"]),
+                     ("PATCH /v1/entries/<entry_id>", ["update_memory"]), ("POST /v1/entries", ["update_memory"])]
+    assert inner["POST /v1/entries"][0].attributes["agentfn.memory.kind"] == "fact"
+    assert inner["DELETE /v1/entries/<entry_id>"][0].attributes["agentfn.memory.entries"] == 1
+    for secret in (marker, "sourcemarkerzz", entry, person.subject):
+        assert secret.encode() not in receiver.raw()
