@@ -24,6 +24,7 @@ import itertools
 import json
 import shutil
 import sys
+import tempfile
 import time
 import uuid
 from contextlib import contextmanager
@@ -497,7 +498,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=HERE)
     parser.add_argument("--corpus", type=Path, default=HERE / "corpus.json")
-    parser.add_argument("--cache", type=Path, default=Path("/tmp/agentfn-recall-study-vectors.npz"),
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "agentfn-recall-study-vectors.npz",
                         help="similarities kept here between runs on the same corpus (empty: none)")
     parser.add_argument("--door", action="store_true", help="instead, the chosen setting through the product (door.py)")
     parser.add_argument("--render", action="store_true", help="only write results.md again from results.json")
