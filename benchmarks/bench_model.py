@@ -78,19 +78,37 @@ def wait_http(url: str, timeout: float = 30) -> None:
 
 
 def registry() -> dict:
-    everyone = {"subjects": [], "groups": ["system:authenticated"], "dailyLimit": None, "grant": "bench/status",
-                "approval": "required"}
+    everyone = {
+        "subjects": [],
+        "groups": ["system:authenticated"],
+        "dailyLimit": None,
+        "grant": "bench/status",
+        "approval": "required",
+    }
 
     def agent(memory, **more):
-        return {"object": "bench/agent", "brief": "Checks the platform.", "tier": "fast", "memory": memory,
-                "limits": {"steps": 4, "tokensPerTurn": 1_000_000, "deadlineSeconds": 60},
-                "tools": {"platform_status": everyone, **more}}
+        return {
+            "object": "bench/agent",
+            "brief": "Checks the platform.",
+            "tier": "fast",
+            "memory": memory,
+            "limits": {"steps": 4, "tokensPerTurn": 1_000_000, "deadlineSeconds": 60},
+            "tools": {"platform_status": everyone, **more},
+        }
 
-    return {"apiVersion": "agentfn.dev/v1alpha1", "kind": "Registry", "revision": "sha256:" + "0" * 64,
-            "agents": {"plain": agent("none"), "remembering": agent("preferences"),
-                       "asking": agent("facts", remember=everyone),
-                       "trusting": agent("facts", remember={**everyone, "approval": "waived"})},
-            "alone": {}, "mcp": {}}
+    return {
+        "apiVersion": "agentfn.dev/v1alpha1",
+        "kind": "Registry",
+        "revision": "sha256:" + "0" * 64,
+        "agents": {
+            "plain": agent("none"),
+            "remembering": agent("preferences"),
+            "asking": agent("facts", remember=everyone),
+            "trusting": agent("facts", remember={**everyone, "approval": "waived"}),
+        },
+        "alone": {},
+        "mcp": {},
+    }
 
 
 def parse_sse(text: str) -> list[tuple[str, dict]]:
@@ -123,12 +141,16 @@ class Bench:
         self._issuer = make_server("127.0.0.1", port, issuer_app(self.issuer), threaded=True)
         threading.Thread(target=self._issuer.serve_forever, daemon=True).start()
         # Raw forwarding: this measures the loop; what token exchange adds is bench_identity.py's measure.
-        ident = {"AGENTFN_JWT_ISSUER": self.issuer.url, "AGENTFN_JWKS_URL": self.issuer.jwks_url,
-                 "AGENTFN_TOKEN_FORWARDING": "raw",
-                 "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": SERVICE}
+        ident = {
+            "AGENTFN_JWT_ISSUER": self.issuer.url,
+            "AGENTFN_JWKS_URL": self.issuer.jwks_url,
+            "AGENTFN_TOKEN_FORWARDING": "raw",
+            "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": SERVICE,
+        }
         engine_port = free_port()
-        self.engine_process = subprocess.Popen([sys.executable, "-c", ENGINE_MAIN, str(engine_port),
-                                                str(ROOT / "tests" / "model")], stderr=subprocess.DEVNULL)
+        self.engine_process = subprocess.Popen(
+            [sys.executable, "-c", ENGINE_MAIN, str(engine_port), str(ROOT / "tests" / "model")], stderr=subprocess.DEVNULL
+        )
         self.engine = f"http://127.0.0.1:{engine_port}"
         wait_http(self.engine + "/v1/models")
         from agentfn.platform_status.dev_upstream import create_app as upstream_app
@@ -136,24 +158,43 @@ class Bench:
         up_port = free_port()
         self._upstream = make_server("127.0.0.1", up_port, upstream_app(ident), threaded=True)
         threading.Thread(target=self._upstream.serve_forever, daemon=True).start()
-        status = self.start(Gunicorn("agentfn.platform_status.app:create_app()", {
-            **ident, "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL": f"http://127.0.0.1:{up_port}"}, self.tmp / "tool.log"))
-        memory = self.start(Gunicorn("agentfn.memory.app:create_app()", {
-            **ident, "AGENTFN_DATABASE_URL": self.pg.provision("memory", "agentfn_memory")}, self.tmp / "memory.log"))
+        status = self.start(
+            Gunicorn(
+                "agentfn.platform_status.app:create_app()",
+                {**ident, "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL": f"http://127.0.0.1:{up_port}"},
+                self.tmp / "tool.log",
+            )
+        )
+        memory = self.start(
+            Gunicorn(
+                "agentfn.memory.app:create_app()",
+                {**ident, "AGENTFN_DATABASE_URL": self.pg.provision("memory", "agentfn_memory")},
+                self.tmp / "memory.log",
+            )
+        )
         (self.tmp / "registry.json").write_text(json.dumps(registry()))
         (self.tmp / "token").write_text(self.issuer.service_token(SERVICE))
         (self.tmp / "approval-key").write_text(secrets.token_urlsafe(48))
         self.model_env = {
-            **ident, "AGENTFN_DATABASE_URL": self.pg.provision("model", "agentfn_model"),
-            "AGENTFN_REGISTRY_FILE": str(self.tmp / "registry.json"), "AGENTFN_MEMORY_URL": memory.url,
-            "AGENTFN_TOOL_PLATFORM_STATUS_URL": status.url, "AGENTFN_SERVICE_TOKEN_FILE": str(self.tmp / "token"),
-            "AGENTFN_TIER_FAST_URL": self.engine + "/v1", "AGENTFN_TIER_FAST_MODEL": "scripted",
-            "AGENTFN_APPROVAL_KEY_FILE": str(self.tmp / "approval-key"), "AGENTFN_LOG_LEVEL": "WARNING"}
+            **ident,
+            "AGENTFN_DATABASE_URL": self.pg.provision("model", "agentfn_model"),
+            "AGENTFN_REGISTRY_FILE": str(self.tmp / "registry.json"),
+            "AGENTFN_MEMORY_URL": memory.url,
+            "AGENTFN_TOOL_PLATFORM_STATUS_URL": status.url,
+            "AGENTFN_SERVICE_TOKEN_FILE": str(self.tmp / "token"),
+            "AGENTFN_TIER_FAST_URL": self.engine + "/v1",
+            "AGENTFN_TIER_FAST_MODEL": "scripted",
+            "AGENTFN_APPROVAL_KEY_FILE": str(self.tmp / "approval-key"),
+            "AGENTFN_LOG_LEVEL": "WARNING",
+        }
         self.model = self.start(Gunicorn("agentfn.model.app:create_app()", self.model_env, self.tmp / "model.log"))
         self.token = self.issuer.caller_token("bench-person", ["platform-users"])
         self.headers = {"Authorization": f"Bearer {self.token}"}
-        requests.post(memory.url + "/v1/entries", headers=self.headers, json={
-            "kind": "preference", "text": "Wants the platform status in one sentence.", "source": "bench"})
+        requests.post(
+            memory.url + "/v1/entries",
+            headers=self.headers,
+            json={"kind": "preference", "text": "Wants the platform status in one sentence.", "source": "bench"},
+        )
 
     def down(self) -> None:
         for server in reversed(self.started):
@@ -174,8 +215,12 @@ class Bench:
     def turn(self, agent: str, rounds: list[dict]) -> tuple[list, float]:
         sid = self.script(*rounds)
         began = time.perf_counter()
-        response = requests.post(f"{self.model.url}/v1/agents/{agent}/turns", headers=self.headers, timeout=60,
-                                 json={"messages": [{"role": "user", "content": f"Status please. script:{sid}"}]})
+        response = requests.post(
+            f"{self.model.url}/v1/agents/{agent}/turns",
+            headers=self.headers,
+            timeout=60,
+            json={"messages": [{"role": "user", "content": f"Status please. script:{sid}"}]},
+        )
         wall = (time.perf_counter() - began) * 1000
         events = parse_sse(response.text)
         if events[-1][0] != "done":
@@ -191,26 +236,43 @@ class Bench:
             events, wall = self.turn("plain", [call] * 4 + [{"text": "All up."}])
             done = events[-1][1]
             t = done["timing"]
-            four.append({"wall": wall, "server": t["ms"], "engine": t["engine_ms"], "tools": t["tools_ms"],
-                         "per_step": (t["ms"] - t["engine_ms"] - t["tools_ms"]) / done["steps"]})
+            four.append(
+                {
+                    "wall": wall,
+                    "server": t["ms"],
+                    "engine": t["engine_ms"],
+                    "tools": t["tools_ms"],
+                    "per_step": (t["ms"] - t["engine_ms"] - t["tools_ms"]) / done["steps"],
+                }
+            )
             events, wall = self.turn("plain", [{"text": "All up."}])
             t = events[-1][1]["timing"]
             none.append({"wall": wall, "loop": t["ms"] - t["engine_ms"]})
         med = lambda rows, key: statistics.median(r[key] for r in rows)  # noqa: E731
-        return {"turns": self.args.turns, "steps_per_turn": 4,
-                "per_step_overhead_ms_p50": round(med(four, "per_step"), 2),
-                "per_step_overhead_ms_p90": round(statistics.quantiles([r["per_step"] for r in four], n=10)[-1], 2),
-                "turn_ms_p50": round(med(four, "server"), 1), "engine_ms_p50": round(med(four, "engine"), 1),
-                "tools_ms_p50": round(med(four, "tools"), 1), "client_wall_ms_p50": round(med(four, "wall"), 1),
-                "no_step_turn_loop_ms_p50": round(med(none, "loop"), 2),
-                "goal_ms": GOAL_STEP_MS, "met": med(four, "per_step") <= GOAL_STEP_MS}
+        return {
+            "turns": self.args.turns,
+            "steps_per_turn": 4,
+            "per_step_overhead_ms_p50": round(med(four, "per_step"), 2),
+            "per_step_overhead_ms_p90": round(statistics.quantiles([r["per_step"] for r in four], n=10)[-1], 2),
+            "turn_ms_p50": round(med(four, "server"), 1),
+            "engine_ms_p50": round(med(four, "engine"), 1),
+            "tools_ms_p50": round(med(four, "tools"), 1),
+            "client_wall_ms_p50": round(med(four, "wall"), 1),
+            "no_step_turn_loop_ms_p50": round(med(none, "loop"), 2),
+            "goal_ms": GOAL_STEP_MS,
+            "met": med(four, "per_step") <= GOAL_STEP_MS,
+        }
 
     # --- 4. the approval round trip -------------------------------------------------------------------
 
     def post_turn(self, agent: str, content: str, **body) -> tuple[list, float]:
         began = time.perf_counter()
-        response = requests.post(f"{self.model.url}/v1/agents/{agent}/turns", headers=self.headers, timeout=60,
-                                 json={"messages": [{"role": "user", "content": content}], **body})
+        response = requests.post(
+            f"{self.model.url}/v1/agents/{agent}/turns",
+            headers=self.headers,
+            timeout=60,
+            json={"messages": [{"role": "user", "content": content}], **body},
+        )
         wall = (time.perf_counter() - began) * 1000
         events = parse_sse(response.text) if response.status_code == 200 else [("error", response.json())]
         if events[-1][0] != "done":
@@ -234,19 +296,27 @@ class Bench:
                 waived.append(wall)
                 asked.append((first, second))
         p50 = statistics.median
-        return {"pairs": self.args.approvals, "waived_turn_ms_p50": round(p50(waived), 1),
-                "asking_turn_ms_p50": round(p50(a for a, _ in asked), 1),
-                "approving_turn_ms_p50": round(p50(b for _, b in asked), 1),
-                "both_turns_ms_p50": round(p50(a + b for a, b in asked), 1),
-                "added_ms_p50": round(p50(a + b - w for (a, b), w in zip(asked, waived, strict=True)), 1)}
+        return {
+            "pairs": self.args.approvals,
+            "waived_turn_ms_p50": round(p50(waived), 1),
+            "asking_turn_ms_p50": round(p50(a for a, _ in asked), 1),
+            "approving_turn_ms_p50": round(p50(b for _, b in asked), 1),
+            "both_turns_ms_p50": round(p50(a + b for a, b in asked), 1),
+            "added_ms_p50": round(p50(a + b - w for (a, b), w in zip(asked, waived, strict=True)), 1),
+        }
 
     # --- 2. time to first delta ---------------------------------------------------------------------
 
     def first_delta(self, agent: str, delay: float) -> float:
         sid = self.script({"text": "All services are up.", "delay": delay})
         began = time.perf_counter()
-        with requests.post(f"{self.model.url}/v1/agents/{agent}/turns", headers=self.headers, timeout=60, stream=True,
-                           json={"messages": [{"role": "user", "content": f"Status? script:{sid}"}]}) as response:
+        with requests.post(
+            f"{self.model.url}/v1/agents/{agent}/turns",
+            headers=self.headers,
+            timeout=60,
+            stream=True,
+            json={"messages": [{"role": "user", "content": f"Status? script:{sid}"}]},
+        ) as response:
             for line in response.iter_lines():
                 if line == b"event: delta":
                     took = time.perf_counter() - began
@@ -260,8 +330,9 @@ class Bench:
     def direct(self, client, delay: float) -> float:
         sid = self.script({"text": "All services are up.", "delay": delay})
         began = time.perf_counter()
-        stream = client.chat.completions.create(model="scripted", stream=True, max_tokens=256,
-                                                messages=[{"role": "user", "content": f"Status? script:{sid}"}])
+        stream = client.chat.completions.create(
+            model="scripted", stream=True, max_tokens=256, messages=[{"role": "user", "content": f"Status? script:{sid}"}]
+        )
         took = None
         for chunk in stream:
             if took is None and chunk.choices and chunk.choices[0].delta.content:
@@ -283,12 +354,15 @@ class Bench:
                 rows["plain"].append(self.first_delta("plain", delay))
                 rows["remembering"].append(self.first_delta("remembering", delay))
             p50 = {k: statistics.median(v) for k, v in rows.items()}
-            out[label] = {"direct_ms_p50": round(p50["direct"], 1), "through_model_ms_p50": round(p50["plain"], 1),
-                          "ratio_recall_excluded": round(p50["plain"] / p50["direct"], 3),
-                          "added_ms_recall_excluded": round(p50["plain"] - p50["direct"], 1),
-                          "with_recall_ms_p50": round(p50["remembering"], 1),
-                          "ratio_with_recall": round(p50["remembering"] / p50["direct"], 3),
-                          "added_ms_with_recall": round(p50["remembering"] - p50["direct"], 1)}
+            out[label] = {
+                "direct_ms_p50": round(p50["direct"], 1),
+                "through_model_ms_p50": round(p50["plain"], 1),
+                "ratio_recall_excluded": round(p50["plain"] / p50["direct"], 3),
+                "added_ms_recall_excluded": round(p50["plain"] - p50["direct"], 1),
+                "with_recall_ms_p50": round(p50["remembering"], 1),
+                "ratio_with_recall": round(p50["remembering"] / p50["direct"], 3),
+                "added_ms_with_recall": round(p50["remembering"] - p50["direct"], 1),
+            }
         main = out[main_label]
         return {**out, "goal_ratio": GOAL_TTFD_RATIO, "met": main["ratio_recall_excluded"] <= GOAL_TTFD_RATIO}
 
@@ -305,9 +379,14 @@ class Bench:
                 rows.append(server.start(60))
                 server.stop()
                 time.sleep(0.3)
-        return {"starts": self.args.starts, "model_s_p50": round(statistics.median(model), 3),
-                "model_s_min": round(min(model), 3), "bare_flask_s_p50": round(statistics.median(flask), 3),
-                "goal_s": GOAL_START_S, "met": statistics.median(model) <= GOAL_START_S}
+        return {
+            "starts": self.args.starts,
+            "model_s_p50": round(statistics.median(model), 3),
+            "model_s_min": round(min(model), 3),
+            "bare_flask_s_p50": round(statistics.median(flask), 3),
+            "goal_s": GOAL_START_S,
+            "met": statistics.median(model) <= GOAL_START_S,
+        }
 
 
 def write(results: dict) -> None:
@@ -319,10 +398,13 @@ def write(results: dict) -> None:
     instant = t["engine_instant"]
     mark = lambda ok: "met" if ok else "NOT met"  # noqa: E731
     lines = [
-        "# Model function benchmark", "",
+        "# Model function benchmark",
+        "",
         f"{results['when']}, {results['machine']}; `{results['command']}`. Scripted engine (a test double), "
-        "instant tools (platform_status and its dev upstream).", "",
-        "| measure | result | goal |", "|---|---|---|",
+        "instant tools (platform_status and its dev upstream).",
+        "",
+        "| measure | result | goal |",
+        "|---|---|---|",
         f"| loop overhead per step (turn − engine − tools) / steps, p50 (p90) | {o['per_step_overhead_ms_p50']} ms "
         f"({o['per_step_overhead_ms_p90']} ms) | <= {o['goal_ms']} ms: {mark(o['met'])} |",
         f"| a 4-step turn: total / engine / tools, p50 | {o['turn_ms_p50']} / {o['engine_ms_p50']} / "
@@ -338,7 +420,9 @@ def write(results: dict) -> None:
         f"{s['bare_flask_s_p50']} s | <= {s['goal_s']} s: {mark(s['met'])} |",
         f"| approval round trip ({a['pairs']} pairs): asking + approving turn vs one turn with approval waived, p50 | "
         f"{a['asking_turn_ms_p50']} + {a['approving_turn_ms_p50']} ms vs {a['waived_turn_ms_p50']} ms: "
-        f"+{a['added_ms_p50']} ms | reported |", ""]
+        f"+{a['added_ms_p50']} ms | reported |",
+        "",
+    ]
     (RESULTS / "model.md").write_text("\n".join(lines))
 
 
@@ -353,13 +437,17 @@ def main() -> int:
     bench = Bench(args)
     try:
         bench.up()
-        results = {"when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                   "machine": f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
-                              f"load {os.getloadavg()[0]:.1f}",
-                   "command": "python benchmarks/bench_model.py " + " ".join(sys.argv[1:]),
-                   "first_token_ms": args.first_token_ms,
-                   "loop_overhead": bench.overhead(), "time_to_first_delta": bench.ttfd(),
-                   "start_to_ready": bench.starts(), "approval_round_trip": bench.approval()}
+        results = {
+            "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
+            f"load {os.getloadavg()[0]:.1f}",
+            "command": "python benchmarks/bench_model.py " + " ".join(sys.argv[1:]),
+            "first_token_ms": args.first_token_ms,
+            "loop_overhead": bench.overhead(),
+            "time_to_first_delta": bench.ttfd(),
+            "start_to_ready": bench.starts(),
+            "approval_round_trip": bench.approval(),
+        }
     finally:
         bench.down()
     write(results)

@@ -77,9 +77,13 @@ def bench_apply(applies: int) -> dict:
         kubeconfig = kube.root / "operator.kubeconfig"
         kubeconfig.write_text(kube.kubeconfig_text(token, NS))
         log = open(kube.root / "operator.log", "wb")
-        operator = subprocess.Popen([str(Path(sys.executable).parent / "kopf"), "run", "-m", "agentfn_operator",
-                                     "--namespace", NS], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                    env={**os.environ, "KUBECONFIG": str(kubeconfig), "AGENTFN_NAMESPACE": NS})
+        operator = subprocess.Popen(
+            [str(Path(sys.executable).parent / "kopf"), "run", "-m", "agentfn_operator", "--namespace", NS],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, "KUBECONFIG": str(kubeconfig), "AGENTFN_NAMESPACE": NS},
+        )
         session = requests.Session()
         session.headers["Authorization"] = f"Bearer {kube.admin_token}"
         session.verify, session.trust_env = str(kube.ca_file), False
@@ -88,8 +92,9 @@ def bench_apply(applies: int) -> dict:
             if time.monotonic() > deadline or operator.poll() is not None:
                 raise RuntimeError("the operator published nothing:\n" + (kube.root / "operator.log").read_text()[-2000:])
             time.sleep(0.05)
-        grant = next(d for d in yaml.safe_load_all((ROOT / "examples/grants.yaml").read_text())
-                     if d["metadata"]["name"] == GRANT)
+        grant = next(
+            d for d in yaml.safe_load_all((ROOT / "examples/grants.yaml").read_text()) if d["metadata"]["name"] == GRANT
+        )
         from_start, from_exit = [], []
         for i in range(applies + 2):  # two warm-up applies, not counted
             grant["spec"]["dailyLimit"] = 1000 + i
@@ -102,11 +107,19 @@ def bench_apply(applies: int) -> dict:
                 from_start.append(changed - started)
                 from_exit.append(changed - applied)
             time.sleep(0.2)
-        return {"applies": applies,
-                "from_kubectl_start_s": {"p50": statistics.median(from_start), "p90": percentile(from_start, 0.9),
-                                         "max": max(from_start)},
-                "from_kubectl_exit_s": {"p50": statistics.median(from_exit), "p90": percentile(from_exit, 0.9),
-                                        "max": max(from_exit)}}
+        return {
+            "applies": applies,
+            "from_kubectl_start_s": {
+                "p50": statistics.median(from_start),
+                "p90": percentile(from_start, 0.9),
+                "max": max(from_start),
+            },
+            "from_kubectl_exit_s": {
+                "p50": statistics.median(from_exit),
+                "p90": percentile(from_exit, 0.9),
+                "max": max(from_exit),
+            },
+        }
     finally:
         if operator and operator.poll() is None:
             operator.terminate()
@@ -116,24 +129,49 @@ def bench_apply(applies: int) -> dict:
 
 def synthetic(agents: int, tools: int, per_agent: bool):
     catalog = {f"t{t}": Tool(f"t{t}", f"f{t}", callable_alone=t < 3, mcp=t < 3) for t in range(tools)}
-    agent_objs = [{"kind": "Agent", "metadata": {"name": f"agent-{a}", "namespace": NS, "generation": 1},
-                   "spec": {"brief": f"agent {a}", "tools": list(catalog), "memory": "none"}} for a in range(agents)]
+    agent_objs = [
+        {
+            "kind": "Agent",
+            "metadata": {"name": f"agent-{a}", "namespace": NS, "generation": 1},
+            "spec": {"brief": f"agent {a}", "tools": list(catalog), "memory": "none"},
+        }
+        for a in range(agents)
+    ]
     if per_agent:
-        grants = [{"kind": "ToolGrant", "metadata": {"name": f"g-{a}-{t}", "namespace": NS, "generation": 1},
-                   "spec": {"tool": f"t{t}", "agents": [f"agent-{a}"], "groups": ["developers"], "subjects": [f"u{a}"],
-                            "dailyLimit": 100}} for a in range(agents) for t in range(tools)]
+        grants = [
+            {
+                "kind": "ToolGrant",
+                "metadata": {"name": f"g-{a}-{t}", "namespace": NS, "generation": 1},
+                "spec": {
+                    "tool": f"t{t}",
+                    "agents": [f"agent-{a}"],
+                    "groups": ["developers"],
+                    "subjects": [f"u{a}"],
+                    "dailyLimit": 100,
+                },
+            }
+            for a in range(agents)
+            for t in range(tools)
+        ]
     else:
         names = [f"agent-{a}" for a in range(agents)]
-        grants = [{"kind": "ToolGrant", "metadata": {"name": f"g-{t}", "namespace": NS, "generation": 1},
-                   "spec": {"tool": f"t{t}", "agents": names, "groups": ["developers"],
-                            "callableAlone": t < 3, "mcp": t < 3}} for t in range(tools)]
+        grants = [
+            {
+                "kind": "ToolGrant",
+                "metadata": {"name": f"g-{t}", "namespace": NS, "generation": 1},
+                "spec": {"tool": f"t{t}", "agents": names, "groups": ["developers"], "callableAlone": t < 3, "mcp": t < 3},
+            }
+            for t in range(tools)
+        ]
     return catalog, agent_objs, grants
 
 
 def bench_reconcile(runs: int) -> dict:
     out = {}
-    for label, per_agent in (("1000 agents x 10 grants each (10,000 grants)", True),
-                             ("1000 agents, 10 grants naming all of them", False)):
+    for label, per_agent in (
+        ("1000 agents x 10 grants each (10,000 grants)", True),
+        ("1000 agents, 10 grants naming all of them", False),
+    ):
         catalog, agents, grants = synthetic(1000, 10, per_agent)
         pure, whole = [], []
         for _ in range(runs):
@@ -145,8 +183,13 @@ def bench_reconcile(runs: int) -> dict:
                 desired(verdict, None, "2026-12-02T00:00:00Z")
             whole.append(time.perf_counter() - started)
         ready = sum(v.ready for v in outcome.verdicts)
-        out[label] = {"objects": len(agents) + len(grants), "ready": ready, "reconcile_s": statistics.median(pure),
-                      "publish_path_s": statistics.median(whole), "registry_bytes": len(dumps(outcome.registry))}
+        out[label] = {
+            "objects": len(agents) + len(grants),
+            "ready": ready,
+            "reconcile_s": statistics.median(pure),
+            "publish_path_s": statistics.median(whole),
+            "registry_bytes": len(dumps(outcome.registry)),
+        }
     return out
 
 
@@ -155,24 +198,44 @@ def main() -> None:
     parser.add_argument("--applies", type=int, default=20)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    result = {"when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-              "machine": f"{os.cpu_count()} cores", "command": "benchmarks/bench_operator.py",
-              "reconcile": bench_reconcile(args.runs), "apply_to_configmap": bench_apply(args.applies)}
+    result = {
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": f"{os.cpu_count()} cores",
+        "command": "benchmarks/bench_operator.py",
+        "reconcile": bench_reconcile(args.runs),
+        "apply_to_configmap": bench_apply(args.applies),
+    }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "operator.json").write_text(json.dumps(result, indent=2) + "\n")
     a = result["apply_to_configmap"]
     lines = [
-        "# Operator benchmark", "",
+        "# Operator benchmark",
+        "",
         f"{result['when']}, {result['machine']}, `.venv/bin/python benchmarks/bench_operator.py` "
-        f"(real kube-apiserver v1.20.2 + etcd on loopback; the operator as its own process and ServiceAccount).", "",
-        f"## `kubectl apply` of a ToolGrant -> the registry ConfigMap changed ({a['applies']} applies, goal p50 <= 1 s)", "",
-        "| timed from | p50 | p90 | max |", "|---|---|---|---|",
-        *(f"| {name} | {v['p50']:.3f} s | {v['p90']:.3f} s | {v['max']:.3f} s |" for name, v in
-          (("kubectl's start", a["from_kubectl_start_s"]), ("kubectl's exit (object stored)", a["from_kubectl_exit_s"]))),
-        "", "## The pure reconcile (goal <= 1 s)", "",
-        "| case | objects | reconcile | reconcile + file + statuses | registry |", "|---|---|---|---|---|",
-        *(f"| {name} | {v['objects']} | {v['reconcile_s']:.3f} s | {v['publish_path_s']:.3f} s | "
-          f"{v['registry_bytes'] / 1e6:.1f} MB |" for name, v in result["reconcile"].items()), "",
+        f"(real kube-apiserver v1.20.2 + etcd on loopback; the operator as its own process and ServiceAccount).",
+        "",
+        f"## `kubectl apply` of a ToolGrant -> the registry ConfigMap changed ({a['applies']} applies, goal p50 <= 1 s)",
+        "",
+        "| timed from | p50 | p90 | max |",
+        "|---|---|---|---|",
+        *(
+            f"| {name} | {v['p50']:.3f} s | {v['p90']:.3f} s | {v['max']:.3f} s |"
+            for name, v in (
+                ("kubectl's start", a["from_kubectl_start_s"]),
+                ("kubectl's exit (object stored)", a["from_kubectl_exit_s"]),
+            )
+        ),
+        "",
+        "## The pure reconcile (goal <= 1 s)",
+        "",
+        "| case | objects | reconcile | reconcile + file + statuses | registry |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {name} | {v['objects']} | {v['reconcile_s']:.3f} s | {v['publish_path_s']:.3f} s | "
+            f"{v['registry_bytes'] / 1e6:.1f} MB |"
+            for name, v in result["reconcile"].items()
+        ),
+        "",
     ]
     (RESULTS / "operator.md").write_text("\n".join(lines))
     print("\n".join(lines))

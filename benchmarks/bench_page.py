@@ -50,13 +50,29 @@ def main() -> None:
     if os.geteuid() != 0:
         sys.exit("run as root: the benchmark makes a network namespace")
     directory = Path(tempfile.mkdtemp(prefix="agentfn-bench-page-"))
-    lab = subprocess.Popen([sys.executable, str(LAB), "--dir", str(directory)], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, stderr=open(directory / "lab.log", "wb"),
-                           preexec_fn=_die_with_parent)
+    lab = subprocess.Popen(
+        [sys.executable, str(LAB), "--dir", str(directory)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=open(directory / "lab.log", "wb"),
+        preexec_fn=_die_with_parent,
+    )
     try:
         pid = json.loads(lab.stdout.readline())["pid"]
-        command = ["nsenter", f"--net=/proc/{pid}/ns/net", "--", sys.executable, __file__, "--inside",
-                   "--small", str(args.small), "--large", str(args.large), "--starts", str(args.starts)]
+        command = [
+            "nsenter",
+            f"--net=/proc/{pid}/ns/net",
+            "--",
+            sys.executable,
+            __file__,
+            "--inside",
+            "--small",
+            str(args.small),
+            "--large",
+            str(args.large),
+            "--starts",
+            str(args.starts),
+        ]
         subprocess.run(command, check=True)
     finally:
         lab.stdin.close()
@@ -88,10 +104,17 @@ def inside(args) -> None:
         web = make_server("127.0.0.1", issuer_port, issuer_app(issuer), threaded=True)
         threading.Thread(target=web.serve_forever, daemon=True).start()
         # Raw forwarding: the caller's own token at the door (the exchange's cost is bench_identity.py's measure).
-        env = {**os.environ, "AGENTFN_JWT_ISSUER": issuer.url, "AGENTFN_JWKS_URL": issuer.jwks_url,
-               "AGENTFN_TOKEN_FORWARDING": "raw",
-               "AGENTFN_DATABASE_URL": postgres.dsn("agentfn_page", password), "AGENTFN_DNS_SERVERS": "127.0.0.1:53",
-               "AGENTFN_PAGE_DAILY_PAGES": "1000000", "AGENTFN_LOG_LEVEL": "WARNING", "AGENTFN_BIND": "127.0.0.1"}
+        env = {
+            **os.environ,
+            "AGENTFN_JWT_ISSUER": issuer.url,
+            "AGENTFN_JWKS_URL": issuer.jwks_url,
+            "AGENTFN_TOKEN_FORWARDING": "raw",
+            "AGENTFN_DATABASE_URL": postgres.dsn("agentfn_page", password),
+            "AGENTFN_DNS_SERVERS": "127.0.0.1:53",
+            "AGENTFN_PAGE_DAILY_PAGES": "1000000",
+            "AGENTFN_LOG_LEVEL": "WARNING",
+            "AGENTFN_BIND": "127.0.0.1",
+        }
 
         starts = []
         for _ in range(args.starts):
@@ -127,8 +150,11 @@ def inside(args) -> None:
             for i in range(rounds + 1):  # round 0 warms both paths (imports, DNS cache, connections)
                 token = secrets.token_hex(4)
                 literal = f"http://44.0.0.10/bench/{size}?r={token}"
-                calls = [(ours, open_page, literal), (by_name, open_page, f"http://www.pub.test/bench/{size}?r={token}"),
-                         (base, plain, literal)]
+                calls = [
+                    (ours, open_page, literal),
+                    (by_name, open_page, f"http://www.pub.test/bench/{size}?r={token}"),
+                    (base, plain, literal),
+                ]
                 shuffle.shuffle(calls)  # no order effect between the three
                 for store, call, url in calls:
                     elapsed = call(url)
@@ -146,19 +172,25 @@ def inside(args) -> None:
         # refused literal address (that, plus the budget statement and the audit insert, no connection).
         cached_url = "http://44.0.0.10/bench/10000?r=cached"
         open_page(cached_url)
-        overhead = {"cached_window_p50_ms": _p50([open_page(cached_url) for _ in range(args.small)]),
-                    "refused_p50_ms": _p50([_refused(session, server.url) for _ in range(args.small)])}
+        overhead = {
+            "cached_window_p50_ms": _p50([open_page(cached_url) for _ in range(args.small)]),
+            "refused_p50_ms": _p50([_refused(session, server.url) for _ in range(args.small)]),
+        }
         report = {
             "benchmark": "page fetcher: open_page vs requests.get + trafilatura.extract",
             "command": "sudo .venv/bin/python benchmarks/bench_page.py "
-                       f"--small {args.small} --large {args.large} --starts {args.starts}",
+            f"--small {args.small} --large {args.large} --starts {args.starts}",
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-                       f"load average {load_before:.1f} at the start (the cores are shared)",
+            f"load average {load_before:.1f} at the start (the cores are shared)",
             "pages": results,
             "door_overhead": overhead,
-            "start_to_ready_s": {"p50": round(statistics.median(starts), 3), "min": round(min(starts), 3),
-                                 "max": round(max(starts), 3), "starts": len(starts)},
+            "start_to_ready_s": {
+                "p50": round(statistics.median(starts), 3),
+                "min": round(min(starts), 3),
+                "max": round(max(starts), 3),
+                "starts": len(starts),
+            },
             "goals": {"ratio": 1.2, "start_to_ready_s": 1.0},
         }
         write(report)
@@ -201,8 +233,12 @@ class Server:
         started = time.monotonic()
         self.process = subprocess.Popen(
             [str(BIN / "gunicorn"), "-c", "python:agentfn.shared.gunicorn_conf", "agentfn.page.app:create_app()"],
-            env=self.env, cwd=ROOT, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent)
+            env=self.env,
+            cwd=ROOT,
+            stdout=open(self.log, "ab"),
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+        )
         while time.monotonic() - started < 60:
             try:
                 if requests.get(self.url + "/readyz", timeout=2).status_code == 200:
@@ -221,25 +257,37 @@ class Server:
 def write(report: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "page.json").write_text(json.dumps(report, indent=2) + "\n")
-    rows = [f"| {label} | {r['rounds']} | {r['open_page_p50_ms']} | {r['open_page_by_name_p50_ms']} | "
-            f"{r['requests_trafilatura_p50_ms']} | {r['ratio']}x | {r['ratio_by_name']}x |"
-            for label, r in report["pages"].items()]
+    rows = [
+        f"| {label} | {r['rounds']} | {r['open_page_p50_ms']} | {r['open_page_by_name_p50_ms']} | "
+        f"{r['requests_trafilatura_p50_ms']} | {r['ratio']}x | {r['ratio_by_name']}x |"
+        for label, r in report["pages"].items()
+    ]
     s = report["start_to_ready_s"]
-    md = "\n".join([
-        "# Page fetcher benchmark", "",
-        f"`{report['command']}` ({report['when']}, {report['machine']})", "",
-        "p50 of one call, side by side in one run; goal <= 1.2x. `open_page` is the whole door (caller JWT, budget,",
-        "DNS, guarded fetch, extraction with numbered links, audit, JSON) through gunicorn; the baseline is",
-        "`trafilatura.extract(requests.get(url).text)` of the same page. Fresh query string each round (no cache),",
-        "the three calls of a round in random order.", "",
-        "| page | rounds | open_page ms (IP URL) | open_page ms (by name) | requests + trafilatura ms | ratio | "
-        "ratio by name |",
-        "|---|---|---|---|---|---|---|", *rows, "",
-        f"Door overhead, p50: a window of a cached page {report['door_overhead']['cached_window_p50_ms']} ms "
-        f"(token check, HTTP, JSON); a refused address {report['door_overhead']['refused_p50_ms']} ms (that, "
-        f"plus the budget statement and the audit insert).", "",
-        f"Start-to-ready under gunicorn (process start to `/readyz` 200, migrations applied): p50 {s['p50']} s, "
-        f"min {s['min']} s, max {s['max']} s over {s['starts']} starts; goal <= 1 s.", ""])
+    md = "\n".join(
+        [
+            "# Page fetcher benchmark",
+            "",
+            f"`{report['command']}` ({report['when']}, {report['machine']})",
+            "",
+            "p50 of one call, side by side in one run; goal <= 1.2x. `open_page` is the whole door (caller JWT, budget,",
+            "DNS, guarded fetch, extraction with numbered links, audit, JSON) through gunicorn; the baseline is",
+            "`trafilatura.extract(requests.get(url).text)` of the same page. Fresh query string each round (no cache),",
+            "the three calls of a round in random order.",
+            "",
+            "| page | rounds | open_page ms (IP URL) | open_page ms (by name) | requests + trafilatura ms | ratio | "
+            "ratio by name |",
+            "|---|---|---|---|---|---|---|",
+            *rows,
+            "",
+            f"Door overhead, p50: a window of a cached page {report['door_overhead']['cached_window_p50_ms']} ms "
+            f"(token check, HTTP, JSON); a refused address {report['door_overhead']['refused_p50_ms']} ms (that, "
+            f"plus the budget statement and the audit insert).",
+            "",
+            f"Start-to-ready under gunicorn (process start to `/readyz` 200, migrations applied): p50 {s['p50']} s, "
+            f"min {s['min']} s, max {s['max']} s over {s['starts']} starts; goal <= 1 s.",
+            "",
+        ]
+    )
     (RESULTS / "page.md").write_text(md)
     print(md)
 

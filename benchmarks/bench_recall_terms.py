@@ -50,28 +50,42 @@ def main() -> None:
         pg.start()
         store = Store(pg.provision("memory", "agentfn_memory"), pool_size=1)
         store.migrate()
-        texts = ([t for _, t in bench_memory.NOTES] + bench_memory.filler_texts(rng, args.entries))[:args.entries]
+        texts = ([t for _, t in bench_memory.NOTES] + bench_memory.filler_texts(rng, args.entries))[: args.entries]
         vectors = rng.normal(size=(args.entries + len(bench_memory.QUERIES), 384)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         with psycopg.connect(pg.admin_dsn, autocommit=True) as conn:  # the admin bypasses RLS
             with conn.cursor() as cur:
-                cur.executemany("INSERT INTO memory.entries (id, subject, kind, text, source, model, embedding) "
-                                "VALUES (%s, 'bench', 'fact', %s, 'bench', 'bench', %s::halfvec)",
-                                [(uuid.uuid4(), t, "[" + ",".join(f"{x:.4f}" for x in v) + "]")
-                                 for t, v in zip(texts, vectors, strict=False)])
+                cur.executemany(
+                    "INSERT INTO memory.entries (id, subject, kind, text, source, model, embedding) "
+                    "VALUES (%s, 'bench', 'fact', %s, 'bench', 'bench', %s::halfvec)",
+                    [
+                        (uuid.uuid4(), t, "[" + ",".join(f"{x:.4f}" for x in v) + "]")
+                        for t, v in zip(texts, vectors, strict=False)
+                    ],
+                )
             conn.execute("VACUUM ANALYZE memory.entries")
-        queries = vectors[args.entries:]
+        queries = vectors[args.entries :]
 
         def recall(i: int, stems: dict) -> list:
             question = bench_memory.QUERIES[i]
-            params = dict(subject="bench", question=question, query=queries[i], model="bench", threshold=0.82, limit=5,
-                          kinds=None, k=RRF_K, depth=DEPTH, **term_parameters(question, stems))
+            params = dict(
+                subject="bench",
+                question=question,
+                query=queries[i],
+                model="bench",
+                threshold=0.82,
+                limit=5,
+                kinds=None,
+                k=RRF_K,
+                depth=DEPTH,
+                **term_parameters(question, stems),
+            )
             with store.subject("bench") as cur:
                 return cur.execute(RECALL_HYBRID, params).fetchall()
 
         times = {side: [] for side in SIDES}
         for r in range(args.rounds):
-            for side in (list(SIDES) if r % 2 == 0 else list(SIDES)[::-1]):
+            for side in list(SIDES) if r % 2 == 0 else list(SIDES)[::-1]:
                 for i in range(len(bench_memory.QUERIES)):
                     started = time.perf_counter()
                     recall(i, SIDES[side])
@@ -79,11 +93,15 @@ def main() -> None:
         with store.subject("bench") as cur:
             for side, stems in SIDES.items():
                 count = f"SELECT count(*) FROM entries WHERE subject = 'bench' AND terms @@ ({QUESTION_TERMS})"
-                matched = [cur.execute(count, dict(question=q, **term_parameters(q, stems))).fetchone()["count"]
-                           for q in bench_memory.QUERIES]
+                matched = [
+                    cur.execute(count, dict(question=q, **term_parameters(q, stems))).fetchone()["count"]
+                    for q in bench_memory.QUERIES
+                ]
                 ms = 1000 * np.array(times[side])
-                print(f"{side:26} p50 {np.percentile(ms, 50):6.2f} ms  p90 {np.percentile(ms, 90):6.2f} ms  "
-                      f"({len(ms)} recalls; text list matches {np.mean(matched):.1f} entries per question)")
+                print(
+                    f"{side:26} p50 {np.percentile(ms, 50):6.2f} ms  p90 {np.percentile(ms, 90):6.2f} ms  "
+                    f"({len(ms)} recalls; text list matches {np.mean(matched):.1f} entries per question)"
+                )
         store.close()
     finally:
         pg.stop("immediate")

@@ -39,8 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from agentfn.cli.postgres import free_port  # noqa: E402
 from agentfn.shared.dev_issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES, DevIssuer  # noqa: E402
-from support import MODEL_SERVICE, Gunicorn  # noqa: E402
 from bench_model import wait_http  # noqa: E402
+from support import MODEL_SERVICE, Gunicorn  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 SITE = "http://127.0.0.1:8800/"  # the workbench's redirect URI as the dev stack registers it (never called here)
@@ -66,11 +66,17 @@ class Bench:
         self.url = f"http://127.0.0.1:{port}"
         self.issuer = DevIssuer(self.tmp / "issuer", self.url)  # the served one's keys: signs the client assertion
         clients = {MODEL_SERVICE: {"subject_audiences": ["agentfn"], "audiences": ["agentfn:memory"]}}
-        self.served = Gunicorn("agentfn.shared.dev_issuer:create_app()", {
-            "AGENTFN_JWT_ISSUER": self.url, "AGENTFN_DEV_ISSUER_DIR": str(self.tmp / "issuer"),
-            "AGENTFN_DEV_ISSUER_CLIENTS": json.dumps(clients), "AGENTFN_LOG_LEVEL": "WARNING",
-            "AGENTFN_DEV_ISSUER_WEB_CLIENTS": json.dumps({WORKBENCH: {"redirect_uris": [SITE], "audience": "agentfn"}})},
-            self.tmp / "issuer.log")
+        self.served = Gunicorn(
+            "agentfn.shared.dev_issuer:create_app()",
+            {
+                "AGENTFN_JWT_ISSUER": self.url,
+                "AGENTFN_DEV_ISSUER_DIR": str(self.tmp / "issuer"),
+                "AGENTFN_DEV_ISSUER_CLIENTS": json.dumps(clients),
+                "AGENTFN_LOG_LEVEL": "WARNING",
+                "AGENTFN_DEV_ISSUER_WEB_CLIENTS": json.dumps({WORKBENCH: {"redirect_uris": [SITE], "audience": "agentfn"}}),
+            },
+            self.tmp / "issuer.log",
+        )
         self.served.port, self.served.url = port, self.url
         self.served.env["PORT"] = str(port)
         self.served.wait_ready = lambda timeout=60: wait_http(self.url + "/healthz", timeout)
@@ -83,29 +89,53 @@ class Bench:
     def sign_in(self) -> tuple[float, float, float]:
         verifier = secrets.token_urlsafe(48)
         challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-        ask = {"response_type": "code", "client_id": WORKBENCH, "redirect_uri": SITE, "scope": "openid profile",
-               "state": secrets.token_urlsafe(12), "code_challenge": challenge, "code_challenge_method": "S256"}
+        ask = {
+            "response_type": "code",
+            "client_id": WORKBENCH,
+            "redirect_uri": SITE,
+            "scope": "openid profile",
+            "state": secrets.token_urlsafe(12),
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+        }
         began = time.perf_counter()
         shown = self.http.get(self.url + "/authorize", params=ask, timeout=10)
         page = ms(began)
         began = time.perf_counter()
-        sent = self.http.post(self.url + "/authorize", timeout=10, allow_redirects=False,
-                              data={**ask, "subject": "alice", "groups": ["developers"], "action": "sign_in"})
+        sent = self.http.post(
+            self.url + "/authorize",
+            timeout=10,
+            allow_redirects=False,
+            data={**ask, "subject": "alice", "groups": ["developers"], "action": "sign_in"},
+        )
         form = ms(began)
         code = parse_qs(urlsplit(sent.headers["Location"]).query)["code"][0]
         began = time.perf_counter()
-        tokens = self.http.post(self.url + "/token", timeout=10, data={
-            "grant_type": "authorization_code", "code": code, "redirect_uri": SITE, "client_id": WORKBENCH,
-            "code_verifier": verifier})
+        tokens = self.http.post(
+            self.url + "/token",
+            timeout=10,
+            data={
+                "grant_type": "authorization_code",
+                "code": code,
+                "redirect_uri": SITE,
+                "client_id": WORKBENCH,
+                "code_verifier": verifier,
+            },
+        )
         redeem = ms(began)
         if shown.status_code != 200 or tokens.status_code != 200:
             raise RuntimeError(f"sign-in failed: {shown.status_code} {tokens.text[:300]}")
         return page, form, redeem
 
     def exchange(self) -> float:
-        form = {"grant_type": TOKEN_EXCHANGE, "subject_token": self.issuer.caller_token("alice"),
-                "subject_token_type": TOKEN_TYPES[0], "audience": "agentfn:memory", "client_assertion_type": JWT_BEARER,
-                "client_assertion": self.issuer.service_token(MODEL_SERVICE, audience=self.url)}
+        form = {
+            "grant_type": TOKEN_EXCHANGE,
+            "subject_token": self.issuer.caller_token("alice"),
+            "subject_token_type": TOKEN_TYPES[0],
+            "audience": "agentfn:memory",
+            "client_assertion_type": JWT_BEARER,
+            "client_assertion": self.issuer.service_token(MODEL_SERVICE, audience=self.url),
+        }
         began = time.perf_counter()
         answer = self.http.post(self.url + "/token", data=form, timeout=10)
         took = ms(began)
@@ -125,12 +155,23 @@ class Bench:
         return {k: p50(v) for k, v in rows.items()}
 
     def weight(self) -> dict:
-        ask = {"response_type": "code", "client_id": WORKBENCH, "redirect_uri": SITE, "scope": "openid",
-               "state": "s", "code_challenge": "A" * 43, "code_challenge_method": "S256"}
+        ask = {
+            "response_type": "code",
+            "client_id": WORKBENCH,
+            "redirect_uri": SITE,
+            "scope": "openid",
+            "state": "s",
+            "code_challenge": "A" * 43,
+            "code_challenge_method": "S256",
+        }
         html = self.http.get(self.url + "/authorize", params=ask, timeout=10).content
         css = self.http.get(self.url + "/sign-in.css", timeout=10).content
-        return {"html_bytes": len(html), "css_bytes": len(css), "total_bytes": len(html) + len(css),
-                "total_gzip_bytes": len(gzip.compress(html)) + len(gzip.compress(css))}
+        return {
+            "html_bytes": len(html),
+            "css_bytes": len(css),
+            "total_bytes": len(html) + len(css),
+            "total_gzip_bytes": len(gzip.compress(html)) + len(gzip.compress(css)),
+        }
 
 
 def write(results: dict) -> None:
@@ -138,17 +179,23 @@ def write(results: dict) -> None:
     (RESULTS / "sign_in.json").write_text(json.dumps(results, indent=2) + "\n")
     t, w = results["ms_p50"], results["weight"]
     lines = [
-        "# Sign-in at the dev issuer beside one token exchange", "",
+        "# Sign-in at the dev issuer beside one token exchange",
+        "",
         f"{results['when']} on {results['machine']}; `.venv/bin/python benchmarks/bench_sign_in.py --runs {results['runs']}`"
-        " (the issuer under gunicorn, one worker, as `agentfn up` runs it).", "",
-        "| what | p50 |", "|---|---|",
+        " (the issuer under gunicorn, one worker, as `agentfn up` runs it).",
+        "",
+        "| what | p50 |",
+        "|---|---|",
         f"| the sign-in page, `GET /authorize` | {t['page']} ms |",
         f"| the form, `POST /authorize` (a code) | {t['form']} ms |",
         f"| the code's redemption, `POST /token` (PKCE, an access and an ID token signed) | {t['redeem']} ms |",
         f"| a whole sign-in, the three requests (the person's own time not included) | {t['sign_in']} ms |",
-        f"| one token exchange at the same endpoint | {t['exchange']} ms |", "",
+        f"| one token exchange at the same endpoint | {t['exchange']} ms |",
+        "",
         f"The page weighs {w['total_bytes']} bytes ({w['html_bytes']} HTML + {w['css_bytes']} CSS), "
-        f"{w['total_gzip_bytes']} gzipped; it loads nothing else.", ""]
+        f"{w['total_gzip_bytes']} gzipped; it loads nothing else.",
+        "",
+    ]
     (RESULTS / "sign_in.md").write_text("\n".join(lines))
 
 
@@ -159,9 +206,13 @@ def main() -> int:
     bench = Bench(args.runs)
     try:
         bench.up()
-        results = {"when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                   "machine": f"{platform.machine()}, {os.cpu_count()} cores", "runs": args.runs,
-                   "ms_p50": bench.measure(), "weight": bench.weight()}
+        results = {
+            "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "runs": args.runs,
+            "ms_p50": bench.measure(),
+            "weight": bench.weight(),
+        }
     finally:
         bench.down()
     write(results)

@@ -48,13 +48,24 @@ class Traced(Bench):
         status, memory, model = self.started
         self.receiver = Receiver()
         otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": self.receiver.url}
-        self.status_on = self.start(Gunicorn("agentfn.platform_status.app:create_app()", {**status.env, **otel},
-                                             self.tmp / "tool-on.log"))
-        self.memory_on = self.start(Gunicorn("agentfn.memory.app:create_app()", {**memory.env, **otel},
-                                             self.tmp / "memory-on.log"))
-        self.model_on = self.start(Gunicorn("agentfn.model.app:create_app()", {
-            **self.model_env, "AGENTFN_MEMORY_URL": self.memory_on.url,
-            "AGENTFN_TOOL_PLATFORM_STATUS_URL": self.status_on.url, **otel}, self.tmp / "model-on.log"))
+        self.status_on = self.start(
+            Gunicorn("agentfn.platform_status.app:create_app()", {**status.env, **otel}, self.tmp / "tool-on.log")
+        )
+        self.memory_on = self.start(
+            Gunicorn("agentfn.memory.app:create_app()", {**memory.env, **otel}, self.tmp / "memory-on.log")
+        )
+        self.model_on = self.start(
+            Gunicorn(
+                "agentfn.model.app:create_app()",
+                {
+                    **self.model_env,
+                    "AGENTFN_MEMORY_URL": self.memory_on.url,
+                    "AGENTFN_TOOL_PLATFORM_STATUS_URL": self.status_on.url,
+                    **otel,
+                },
+                self.tmp / "model-on.log",
+            )
+        )
         self.model_off = model
 
     def down(self) -> None:
@@ -63,12 +74,18 @@ class Traced(Bench):
             self.receiver.stop()
 
     def one(self, base: str, delay: float) -> float:
-        sid = self.script({"call": {"name": "platform_status", "arguments": {}}, "delay": delay},
-                          {"call": {"name": "platform_status", "arguments": {"service": "llm"}}, "delay": delay},
-                          {"text": "All services are up.", "delay": delay})
+        sid = self.script(
+            {"call": {"name": "platform_status", "arguments": {}}, "delay": delay},
+            {"call": {"name": "platform_status", "arguments": {"service": "llm"}}, "delay": delay},
+            {"text": "All services are up.", "delay": delay},
+        )
         began = time.perf_counter()
-        response = requests.post(f"{base}/v1/agents/remembering/turns", headers=self.headers, timeout=60,
-                                 json={"messages": [{"role": "user", "content": f"Status in one sentence? script:{sid}"}]})
+        response = requests.post(
+            f"{base}/v1/agents/remembering/turns",
+            headers=self.headers,
+            timeout=60,
+            json={"messages": [{"role": "user", "content": f"Status in one sentence? script:{sid}"}]},
+        )
         wall = (time.perf_counter() - began) * 1000
         events = parse_sse(response.text)
         if events[-1][0] != "done" or events[0][0] != "recall" or events[-1][1]["steps"] != 2:
@@ -86,26 +103,38 @@ class Traced(Bench):
                 (off if server is self.model_off else on).append(self.one(server.url, delay))
         time.sleep(6)  # the batches' schedule (5 s by default) lets the last spans arrive
         p50_off, p50_on = statistics.median(off), statistics.median(on)
-        return {"turns": self.args.turns, "off_ms_p50": round(p50_off, 1), "on_ms_p50": round(p50_on, 1),
-                "added_ms_p50": round(p50_on - p50_off, 2), "ratio": round(p50_on / p50_off, 4),
-                "paired_added_ms_p50": round(statistics.median(b - a for a, b in zip(off, on, strict=True)), 2),
-                "spans_per_turn": round((len(self.receiver.spans()) - spans_before) / self.args.turns, 1),
-                "met": p50_on / p50_off <= GOAL_RATIO}
+        return {
+            "turns": self.args.turns,
+            "off_ms_p50": round(p50_off, 1),
+            "on_ms_p50": round(p50_on, 1),
+            "added_ms_p50": round(p50_on - p50_off, 2),
+            "ratio": round(p50_on / p50_off, 4),
+            "paired_added_ms_p50": round(statistics.median(b - a for a, b in zip(off, on, strict=True)), 2),
+            "spans_per_turn": round((len(self.receiver.spans()) - spans_before) / self.args.turns, 1),
+            "met": p50_on / p50_off <= GOAL_RATIO,
+        }
 
 
 def write(results: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "telemetry.json").write_text(json.dumps(results, indent=2) + "\n")
-    lines = ["# Telemetry benchmark", "",
-             f"{results['when']}, {results['machine']}; `{results['command']}`. A turn: recall, two platform_status "
-             "steps, the answer (scripted engine, a test double). Off: no OTLP endpoint. On: every part exporting "
-             "traces and metrics to an OTLP/HTTP receiver on loopback (a test double of a collector).", "",
-             "| engine's first token | turns | off, p50 | on, p50 | added (p50 of pairs) | ratio | spans a turn | goal <= "
-             f"{GOAL_RATIO} |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Telemetry benchmark",
+        "",
+        f"{results['when']}, {results['machine']}; `{results['command']}`. A turn: recall, two platform_status "
+        "steps, the answer (scripted engine, a test double). Off: no OTLP endpoint. On: every part exporting "
+        "traces and metrics to an OTLP/HTTP receiver on loopback (a test double of a collector).",
+        "",
+        "| engine's first token | turns | off, p50 | on, p50 | added (p50 of pairs) | ratio | spans a turn | goal <= "
+        f"{GOAL_RATIO} |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for label, r in results["runs"].items():
-        lines.append(f"| {label} | {r['turns']} | {r['off_ms_p50']} ms | {r['on_ms_p50']} ms | {r['added_ms_p50']} ms "
-                     f"({r['paired_added_ms_p50']} ms) | {r['ratio']} | {r['spans_per_turn']} | "
-                     f"{'met' if r['met'] else 'NOT met'} |")
+        lines.append(
+            f"| {label} | {r['turns']} | {r['off_ms_p50']} ms | {r['on_ms_p50']} ms | {r['added_ms_p50']} ms "
+            f"({r['paired_added_ms_p50']} ms) | {r['ratio']} | {r['spans_per_turn']} | "
+            f"{'met' if r['met'] else 'NOT met'} |"
+        )
     (RESULTS / "telemetry.md").write_text("\n".join(lines) + "\n")
 
 
@@ -119,10 +148,13 @@ def main() -> int:
     try:
         bench.up()
         runs = {f"{ms} ms": bench.compare(int(ms) / 1000) for ms in args.first_token_ms.split(",")}
-        results = {"when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                   "machine": f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
-                              f"load {os.getloadavg()[0]:.1f}",
-                   "command": "python benchmarks/bench_telemetry.py " + " ".join(sys.argv[1:]), "runs": runs}
+        results = {
+            "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
+            f"load {os.getloadavg()[0]:.1f}",
+            "command": "python benchmarks/bench_telemetry.py " + " ".join(sys.argv[1:]),
+            "runs": runs,
+        }
     finally:
         bench.down()
     write(results)

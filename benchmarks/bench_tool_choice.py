@@ -53,20 +53,32 @@ GOAL_RIGHT, GOAL_LATER_S = 0.9, 20.0
 TOUR_NOTE = {"id": "3f2a9c1e-5b7d-4e2a-9c1e-5b7d4e2a9c1e", "kind": "preference", "text": "Answer me in one short sentence."}
 TOUR = [
     ("How long should your answers be?", None),
-    ("Run this Python code in the sandbox: print(6 * 7)",
-     {"stdout": "42\n", "stderr": "", "exit_code": 0, "ms": 31, "limit": None}),
-    ("Open the page https://example.com and read it",
-     {"url": "https://example.com/", "title": "Example Domain", "offset": 0, "next_offset": None,
-      "text": "Example Domain\nThis domain is for use in illustrative examples in documents. You may use this domain "
-              "in literature without prior coordination or asking for permission.\n[1] More information...",
-      "links": [{"n": 1, "href": "https://www.iana.org/domains/example", "text": "More information..."}]}),
+    (
+        "Run this Python code in the sandbox: print(6 * 7)",
+        {"stdout": "42\n", "stderr": "", "exit_code": 0, "ms": 31, "limit": None},
+    ),
+    (
+        "Open the page https://example.com and read it",
+        {
+            "url": "https://example.com/",
+            "title": "Example Domain",
+            "offset": 0,
+            "next_offset": None,
+            "text": "Example Domain\nThis domain is for use in illustrative examples in documents. You may use this domain "
+            "in literature without prior coordination or asking for permission.\n[1] More information...",
+            "links": [{"n": 1, "href": "https://www.iana.org/domains/example", "text": "More information..."}],
+        },
+    ),
 ]
 
 
 def reviewer() -> tuple[str, list[Tool]]:
     """The code reviewer of examples/: its brief and its tools, in its order, as the tool table describes them."""
-    agent = next(d for d in yaml.safe_load_all((ROOT / "examples" / "agents.yaml").read_text())
-                 if d and d["metadata"]["name"] == AGENT)
+    agent = next(
+        d
+        for d in yaml.safe_load_all((ROOT / "examples" / "agents.yaml").read_text())
+        if d and d["metadata"]["name"] == AGENT
+    )
     builtins = _builtins()
     tools = []
     for name in agent["spec"]["tools"]:
@@ -80,12 +92,16 @@ def reviewer() -> tuple[str, list[Tool]]:
 
 # --- one engine ----------------------------------------------------------------------------------------
 
+
 class Served:
     def __init__(self, model: weights.Model, port: int, log: Path):
         self.model, self.log = model, open(log, "wb")
         began = time.monotonic()
-        self.process = subprocess.Popen([sys.executable, "-m", "agentfn.model.engine_server", "--port", str(port),
-                                         "--model", model.name], stdout=subprocess.PIPE, stderr=self.log)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "agentfn.model.engine_server", "--port", str(port), "--model", model.name],
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+        )
         ready, _, _ = select.select([self.process.stdout], [], [], 300)
         line = json.loads(self.process.stdout.readline() or "{}") if ready else {}
         if "ready" not in line:
@@ -119,10 +135,16 @@ def ask(engine: Engine, convo: list[dict], tools: list[Tool]) -> dict:
                 usage = item
     except Exception as failure:  # a reply outside the format is a wrong choice, counted as such
         error = type(failure).__name__ + ":" + str(failure)
-    return {"s": time.perf_counter() - began, "answer": "".join(text), "error": error,
-            "tool": call.name if call else None, "arguments": call.arguments if call else None,
-            "raw": call.raw if call else None, "tokens_in": usage.tokens_in if usage else None,
-            "tokens_out": usage.tokens_out if usage else None}
+    return {
+        "s": time.perf_counter() - began,
+        "answer": "".join(text),
+        "error": error,
+        "tool": call.name if call else None,
+        "arguments": call.arguments if call else None,
+        "raw": call.raw if call else None,
+        "tokens_in": usage.tokens_in if usage else None,
+        "tokens_out": usage.tokens_out if usage else None,
+    }
 
 
 def judge(case: dict, reply: dict, tools: dict[str, Tool]) -> str | None:
@@ -171,13 +193,22 @@ def tour(engine: Engine, system: str, tools: list[Tool]) -> list[dict]:
             rounds.append(reply)
             if reply["tool"] is None:
                 break
-            convo += [{"role": "assistant", "content": reply["raw"]},
-                      result_message(reply["tool"], result or {"error": "not part of the tour"})]
+            convo += [
+                {"role": "assistant", "content": reply["raw"]},
+                result_message(reply["tool"], result or {"error": "not part of the tour"}),
+            ]
         answer = rounds[-1]["answer"]
         history.append({"role": "assistant", "content": answer})
-        turns.append({"say": say, "s": sum(r["s"] for r in rounds), "calls": [r["tool"] for r in rounds if r["tool"]],
-                      "answer": answer, "cited": prompt.cited(answer, [TOUR_NOTE["id"]]),
-                      "tokens_in": [r["tokens_in"] for r in rounds]})
+        turns.append(
+            {
+                "say": say,
+                "s": sum(r["s"] for r in rounds),
+                "calls": [r["tool"] for r in rounds if r["tool"]],
+                "answer": answer,
+                "cited": prompt.cited(answer, [TOUR_NOTE["id"]]),
+                "tokens_in": [r["tokens_in"] for r in rounds],
+            }
+        )
     return turns
 
 
@@ -190,68 +221,102 @@ def measure(model: weights.Model, port: int, cases: list[dict], tours: int) -> d
         engine = Engine(Tier("bench", served.url, model.alias, "constrained", 300.0, MAX_TOKENS, model.context, 0.0))
         rows = []
         for case in cases:
-            convo = [{"role": "system", "content": system},
-                     *prompt.with_notes([{"role": "user", "content": case["say"]}], case.get("notes") or [])]
+            convo = [
+                {"role": "system", "content": system},
+                *prompt.with_notes([{"role": "user", "content": case["say"]}], case.get("notes") or []),
+            ]
             reply = ask(engine, convo, tools)
             wrong = judge(case, reply, by_name)
-            rows.append({"say": case["say"], "lang": case["lang"], "want": case["tool"], "got": reply["tool"] or "none",
-                         "arguments": reply["arguments"], "answer": reply["answer"][:200], "wrong": wrong,
-                         "s": round(reply["s"], 2), "tokens_in": reply["tokens_in"]})
-            print(f"  {model.name}: {'ok ' if not wrong else 'BAD'} {case['say'][:60]!r} -> {reply['tool'] or 'none'} "
-                  f"{json.dumps(reply['arguments'], ensure_ascii=False)[:80] if reply['tool'] else ''} "
-                  f"{wrong or ''} ({reply['s']:.1f} s)", flush=True)
+            rows.append(
+                {
+                    "say": case["say"],
+                    "lang": case["lang"],
+                    "want": case["tool"],
+                    "got": reply["tool"] or "none",
+                    "arguments": reply["arguments"],
+                    "answer": reply["answer"][:200],
+                    "wrong": wrong,
+                    "s": round(reply["s"], 2),
+                    "tokens_in": reply["tokens_in"],
+                }
+            )
+            print(
+                f"  {model.name}: {'ok ' if not wrong else 'BAD'} {case['say'][:60]!r} -> {reply['tool'] or 'none'} "
+                f"{json.dumps(reply['arguments'], ensure_ascii=False)[:80] if reply['tool'] else ''} "
+                f"{wrong or ''} ({reply['s']:.1f} s)",
+                flush=True,
+            )
         passes = []
         for n in range(tours):
             passes.append(tour(engine, system, tools))
-            print(f"  {model.name}: tour {n + 1}: " + ", ".join(f"{t['s']:.1f} s {t['calls']}" for t in passes[-1]),
-                  flush=True)
+            print(
+                f"  {model.name}: tour {n + 1}: " + ", ".join(f"{t['s']:.1f} s {t['calls']}" for t in passes[-1]), flush=True
+            )
         resident = served.resident()
     finally:
         served.stop()
     right = [r for r in rows if not r["wrong"]]
     later = [t["s"] for p in passes for t in p[1:]]
-    return {"model": model.name, "alias": model.alias, "file_bytes": model.size, "start_s": served.start_s,
-            "resident_bytes": resident, "right": len(right), "of": len(rows),
-            "right_en": sum(r["lang"] == "en" for r in right), "of_en": sum(r["lang"] == "en" for r in rows),
-            "right_hr": sum(r["lang"] == "hr" for r in right), "of_hr": sum(r["lang"] == "hr" for r in rows),
-            "set_round_p50_s": round(statistics.median(r["s"] for r in rows), 2),
-            "first_request_cold_s": rows[0]["s"],
-            "tour_first_turn_s": round(passes[0][0]["s"], 2),
-            "tour_later_turn_p50_s": round(statistics.median(later), 2),
-            "cases": rows, "tours": passes}
+    return {
+        "model": model.name,
+        "alias": model.alias,
+        "file_bytes": model.size,
+        "start_s": served.start_s,
+        "resident_bytes": resident,
+        "right": len(right),
+        "of": len(rows),
+        "right_en": sum(r["lang"] == "en" for r in right),
+        "of_en": sum(r["lang"] == "en" for r in rows),
+        "right_hr": sum(r["lang"] == "hr" for r in right),
+        "of_hr": sum(r["lang"] == "hr" for r in rows),
+        "set_round_p50_s": round(statistics.median(r["s"] for r in rows), 2),
+        "first_request_cold_s": rows[0]["s"],
+        "tour_first_turn_s": round(passes[0][0]["s"], 2),
+        "tour_later_turn_p50_s": round(statistics.median(later), 2),
+        "cases": rows,
+        "tours": passes,
+    }
 
 
 # --- results -------------------------------------------------------------------------------------------
+
 
 def write(results: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "tool_choice.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     lines = [
-        "# The offline models side by side: tool choice and tour latency", "",
+        "# The offline models side by side: tool choice and tour latency",
+        "",
         f"{results['when']}, {results['machine']}; `{results['command']}`. The project's engine server (llama.cpp "
         "through xllamacpp, 2 threads, its default slots and context per model), driven through `prompt.system` / "
         "`prompt.with_notes` / `engines.Engine.round` in constrained tool mode, temperature 0. "
         f"Load average {results['load'][0]:.1f} before, {results['load'][1]:.1f} after: the machine's 2 cores were "
         "shared with other work, so absolute times are high and noisy; the models ran one after another in the "
-        "same conditions, so their ratios compare.", "",
+        "same conditions, so their ratios compare.",
+        "",
         "| model | right tool, valid arguments | English | Croatian | set round p50 | first request (cold engine) | "
         "tour first turn | later turns p50 | start-to-ready | resident | file |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m in results["models"]:
-        lines.append(f"| {m['model']} | **{m['right']}/{m['of']}** | {m['right_en']}/{m['of_en']} | "
-                     f"{m['right_hr']}/{m['of_hr']} | {m['set_round_p50_s']:.1f} s | {m['first_request_cold_s']:.1f} s | "
-                     f"{m['tour_first_turn_s']:.1f} s | **{m['tour_later_turn_p50_s']:.1f} s** | "
-                     f"{m['start_s']:.1f} s | {m['resident_bytes'] / 2**20:.0f} MiB | {m['file_bytes'] / 1e6:.0f} MB |")
+        lines.append(
+            f"| {m['model']} | **{m['right']}/{m['of']}** | {m['right_en']}/{m['of_en']} | "
+            f"{m['right_hr']}/{m['of_hr']} | {m['set_round_p50_s']:.1f} s | {m['first_request_cold_s']:.1f} s | "
+            f"{m['tour_first_turn_s']:.1f} s | **{m['tour_later_turn_p50_s']:.1f} s** | "
+            f"{m['start_s']:.1f} s | {m['resident_bytes'] / 2**20:.0f} MiB | {m['file_bytes'] / 1e6:.0f} MB |"
+        )
     lines += ["", f"Goals: right >= {GOAL_RIGHT:.0%} of the set; a tour turn after the first <= {GOAL_LATER_S:.0f} s.", ""]
     for m in results["models"]:
         lines += [f"## {m['model']}", "", "Wrong choices:", ""]
-        lines += [f"- ({r['lang']}) {r['say']!r}: wanted {r['want']}, {r['wrong']}" for r in m["cases"] if r["wrong"]] \
-            or ["- none"]
+        lines += [f"- ({r['lang']}) {r['say']!r}: wanted {r['want']}, {r['wrong']}" for r in m["cases"] if r["wrong"]] or [
+            "- none"
+        ]
         lines += ["", "The tour, first pass (what the model answered):", ""]
         for t in m["tours"][0]:
-            lines.append(f"- {t['say']!r} -> calls {t['calls'] or 'none'}, {t['s']:.1f} s, cited {t['cited'] or 'nothing'}: "
-                         f"{t['answer'][:160]!r}")
+            lines.append(
+                f"- {t['say']!r} -> calls {t['calls'] or 'none'}, {t['s']:.1f} s, cited {t['cited'] or 'nothing'}: "
+                f"{t['answer'][:160]!r}"
+            )
         lines.append("")
     (RESULTS / "tool_choice.md").write_text("\n".join(lines))
 
@@ -266,10 +331,15 @@ def main() -> int:
     load = [os.getloadavg()[0]]
     models = [measure(weights.chosen(name), args.port, cases, args.tours) for name in args.models.split(",")]
     load.append(os.getloadavg()[0])
-    write({"when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-           "machine": f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}",
-           "command": "python benchmarks/bench_tool_choice.py " + " ".join(sys.argv[1:]), "load": load,
-           "models": models})
+    write(
+        {
+            "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}",
+            "command": "python benchmarks/bench_tool_choice.py " + " ".join(sys.argv[1:]),
+            "load": load,
+            "models": models,
+        }
+    )
     print((RESULTS / "tool_choice.md").read_text())
     return 0
 

@@ -55,9 +55,11 @@ from agentfn.shared.dev_issuer import create_app as issuer_app  # noqa: E402
 from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-READ_TOOLS = {"platform_status": "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL",
-              "list_models": "AGENTFN_LIST_MODELS_UPSTREAM_URL",
-              "radar_latest": "AGENTFN_RADAR_LATEST_UPSTREAM_URL"}
+READ_TOOLS = {
+    "platform_status": "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL",
+    "list_models": "AGENTFN_LIST_MODELS_UPSTREAM_URL",
+    "radar_latest": "AGENTFN_RADAR_LATEST_UPSTREAM_URL",
+}
 HELLO = "print('hello, world')"
 GROUPS = ["platform-users"]
 GOAL_START_S, GOAL_ADDED_MS = 0.5, 150
@@ -112,8 +114,12 @@ def cpu_seconds(master: int) -> float:
 def stats_ms(values: list[float]) -> dict:
     ordered = sorted(v * 1000 for v in values)
     p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
-    return {"p50_ms": round(statistics.median(ordered), 1), "p90_ms": round(p90, 1), "min_ms": round(ordered[0], 1),
-            "n": len(ordered)}
+    return {
+        "p50_ms": round(statistics.median(ordered), 1),
+        "p90_ms": round(p90, 1),
+        "min_ms": round(ordered[0], 1),
+        "n": len(ordered),
+    }
 
 
 def cold_start(app: str, env: dict, logs: Path, first_call=None, ready_status: int = 200) -> tuple:
@@ -141,9 +147,12 @@ def cold_starts(functions: dict[str, tuple], logs: Path, n: int) -> dict:
     figures = {}
     for name, runs in seen.items():
         ready, cpu, answered = zip(*runs, strict=True)
-        figures[name] = {"start_to_ready_s": round(statistics.median(ready), 3),
-                         "start_to_ready_min_s": round(min(ready), 3),
-                         "cpu_to_ready_s": round(statistics.median(cpu), 3), "starts": n}
+        figures[name] = {
+            "start_to_ready_s": round(statistics.median(ready), 3),
+            "start_to_ready_min_s": round(min(ready), 3),
+            "cpu_to_ready_s": round(statistics.median(cpu), 3),
+            "starts": n,
+        }
         if answered[0] is not None:
             figures[name]["start_to_first_answer_s"] = round(statistics.median(answered), 3)
     return figures
@@ -167,8 +176,12 @@ def sandbox_overhead(backend, python: str, rounds: int, door=None) -> dict:
             through_door.append(time.monotonic() - t)
         time.sleep(0.02)
     b, s = stats_ms(bare), stats_ms(sandboxed)
-    figures = {"bare_python": b, "sandboxed": s, "ratio": round(s["p50_ms"] / b["p50_ms"], 2),
-               "added_ms": round(s["p50_ms"] - b["p50_ms"], 1)}
+    figures = {
+        "bare_python": b,
+        "sandboxed": s,
+        "ratio": round(s["p50_ms"] / b["p50_ms"], 2),
+        "added_ms": round(s["p50_ms"] - b["p50_ms"], 1),
+    }
     if through_door:
         figures["through_the_door"] = stats_ms(through_door)
     return figures
@@ -193,8 +206,12 @@ def memory_overshoot(backend, rounds: int) -> dict:
         result = backend.run(GREEDY)
         assert result.limit == "memory", result
         held.append(result.stdout.count("+") * 8)
-    return {"bound_mb": backend.limits.memory_bytes >> 20, "held_mb_max": max(held),
-            "held_mb_median": statistics.median(held), "rounds": rounds}
+    return {
+        "bound_mb": backend.limits.memory_bytes >> 20,
+        "held_mb_max": max(held),
+        "held_mb_median": statistics.median(held),
+        "rounds": rounds,
+    }
 
 
 def main() -> None:
@@ -211,15 +228,24 @@ def main() -> None:
     issuer_server = make_server("127.0.0.1", issuer_port, issuer_app(issuer), threaded=True)
     threading.Thread(target=issuer_server.serve_forever, daemon=True).start()
     # Raw forwarding: the caller's own token at the door (the exchange's cost is bench_identity.py's measure).
-    identity = {"AGENTFN_JWT_ISSUER": issuer.url, "AGENTFN_JWKS_URL": issuer.jwks_url, "AGENTFN_LOG_LEVEL": "WARNING",
-                "AGENTFN_TOKEN_FORWARDING": "raw"}
+    identity = {
+        "AGENTFN_JWT_ISSUER": issuer.url,
+        "AGENTFN_JWKS_URL": issuer.jwks_url,
+        "AGENTFN_LOG_LEVEL": "WARNING",
+        "AGENTFN_TOKEN_FORWARDING": "raw",
+    }
     headers = {"Authorization": f"Bearer {issuer.caller_token('bench', GROUPS)}"}
     upstreams = {t: Served(importlib.import_module(f"agentfn.{t}.dev_upstream").create_app(identity)) for t in READ_TOOLS}
     pg = Postgres(work / "pg")
     pg.start()
     try:
-        run_env = {**identity, "AGENTFN_DATABASE_URL": pg.provision("run_code", "agentfn_run_code"),
-                   "AGENTFN_RUN_CODE_DAILY_RUNS": "100000", "AGENTFN_WORKERS": "1"}
+        run_env = {
+            **identity,
+            "AGENTFN_DATABASE_URL": pg.provision("run_code", "agentfn_run_code"),
+            "AGENTFN_RUN_CODE_DAILY_RUNS": "100000",
+            "AGENTFN_WORKERS": "1",
+        }
+
         def caller(arguments):
             return lambda url: requests.post(url + "/v1/call", json={"arguments": arguments}, headers=headers, timeout=30)
 
@@ -229,11 +255,19 @@ def main() -> None:
         functions = {
             "baseline: bare Flask": ("flask:Flask('baseline')", one, None, 404),
             "baseline: shared skeleton": (
-                "agentfn.shared.app:create_app('agentfn.shared', openapi={}, readiness={}, identity=None)", one, None, 200),
+                "agentfn.shared.app:create_app('agentfn.shared', openapi={}, readiness={}, identity=None)",
+                one,
+                None,
+                200,
+            ),
         }
         for tool, variable in READ_TOOLS.items():
-            functions[tool] = (f"agentfn.{tool}.app:create_app()", {**identity, variable: upstreams[tool].url, **one},
-                               caller({}), 200)
+            functions[tool] = (
+                f"agentfn.{tool}.app:create_app()",
+                {**identity, variable: upstreams[tool].url, **one},
+                caller({}),
+                200,
+            )
         functions["run_code"] = ("agentfn.run_code.app:create_app()", run_env, caller({"code": HELLO}), 200)
         starts = cold_starts(functions, logs, args.starts)
         for name, figures in starts.items():
@@ -249,6 +283,7 @@ def main() -> None:
         session = requests.Session()
         session.headers.update(headers)
         try:
+
             def door():
                 return session.post(door_server.url + "/v1/call", json={"arguments": {"code": HELLO}}, timeout=30)
 
@@ -263,8 +298,10 @@ def main() -> None:
             from agentfn.run_code.runsc import Runsc
 
             runsc_bounds = Bounds("off", limits)
-            sandbox["runsc"] = {**sandbox_overhead(Runsc({}, limits, LazyRoot(python), None, runsc_bounds), python,
-                                                   max(5, args.runs // 8)), "bounds": runsc_bounds.name}
+            sandbox["runsc"] = {
+                **sandbox_overhead(Runsc({}, limits, LazyRoot(python), None, runsc_bounds), python, max(5, args.runs // 8)),
+                "bounds": runsc_bounds.name,
+            }
             print("runsc", sandbox["runsc"], flush=True)
         else:
             sandbox["runsc"] = "runsc is not installed on this machine"
@@ -277,10 +314,16 @@ def main() -> None:
 
     report = {
         "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
-                    "load_average_1m": round(os.getloadavg()[0], 2)},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "kernel": platform.release(),
+            "python": platform.python_version(),
+            "load_average_1m": round(os.getloadavg()[0], 2),
+        },
         "command": "benchmarks/bench_tools.py " + " ".join(sys.argv[1:]),
-        "start": starts, "sandbox": sandbox, "memory_overshoot": overshoot,
+        "start": starts,
+        "sandbox": sandbox,
+        "memory_overshoot": overshoot,
         "goals": {"start_to_ready_s": GOAL_START_S, "added_ms_bubblewrap": GOAL_ADDED_MS},
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -306,33 +349,51 @@ def markdown(r: dict) -> str:
     ]
     for tool, s in r["start"].items():
         goal = "" if tool.startswith("baseline") else ok(s["start_to_ready_s"] <= GOAL_START_S)
-        lines.append(f"| {tool} | {s['start_to_ready_s']} | {s['start_to_ready_min_s']} | {s['cpu_to_ready_s']} | "
-                     f"{s.get('start_to_first_answer_s', '')} | {goal} |")
-    lines += ["", "CPU to ready: user + system time of gunicorn's master and worker when /readyz first answered; "
-              "on an idle core start-to-ready is about this plus the waits (sockets, Postgres)."]
-    lines += ["", "## run_code: hello world, sandboxed against bare `python3 -I -c`, side by side", "",
-              "| backend (run bound) | bare p50 (ms) | sandboxed p50 (ms) | sandboxed p90 (ms) | ratio | added (ms) "
-              "| through the door p50 (ms) |",
-              "|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {tool} | {s['start_to_ready_s']} | {s['start_to_ready_min_s']} | {s['cpu_to_ready_s']} | "
+            f"{s.get('start_to_first_answer_s', '')} | {goal} |"
+        )
+    lines += [
+        "",
+        "CPU to ready: user + system time of gunicorn's master and worker when /readyz first answered; "
+        "on an idle core start-to-ready is about this plus the waits (sockets, Postgres).",
+    ]
+    lines += [
+        "",
+        "## run_code: hello world, sandboxed against bare `python3 -I -c`, side by side",
+        "",
+        "| backend (run bound) | bare p50 (ms) | sandboxed p50 (ms) | sandboxed p90 (ms) | ratio | added (ms) "
+        "| through the door p50 (ms) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, s in r["sandbox"].items():
         if isinstance(s, str):
             lines.append(f"| {name} | {s} | | | | | |")
             continue
         door = s.get("through_the_door", {}).get("p50_ms", "")
-        lines.append(f"| {name} ({s['bounds']}) | {s['bare_python']['p50_ms']} | {s['sandboxed']['p50_ms']} | "
-                     f"{s['sandboxed']['p90_ms']} | {s['ratio']} | {s['added_ms']} | {door} |")
+        lines.append(
+            f"| {name} ({s['bounds']}) | {s['bare_python']['p50_ms']} | {s['sandboxed']['p50_ms']} | "
+            f"{s['sandboxed']['p90_ms']} | {s['ratio']} | {s['added_ms']} | {door} |"
+        )
     b = r["sandbox"]["bubblewrap"]
-    lines += ["", f"Goal: bubblewrap adds <= {GOAL_ADDED_MS} ms: {ok(b['added_ms'] <= GOAL_ADDED_MS)}. "
-              "\"Through the door\" is POST /v1/call on a warm run_code (token check, the daily-runs count in "
-              "Postgres, the sandbox, JSON).", ""]
+    lines += [
+        "",
+        f"Goal: bubblewrap adds <= {GOAL_ADDED_MS} ms: {ok(b['added_ms'] <= GOAL_ADDED_MS)}. "
+        '"Through the door" is POST /v1/call on a warm run_code (token check, the daily-runs count in '
+        "Postgres, the sandbox, JSON).",
+        "",
+    ]
     o = r["memory_overshoot"]
     lines += ["## The sampled memory bound (no cgroup per run): what a greedy run held when stopped", ""]
     if isinstance(o, str):
         lines += [o, ""]
     else:
-        lines += [f"Four children writing 8 MB chunks as fast as they can, per-run memory {o['bound_mb']} MB, "
-                  f"{o['rounds']} runs: held at most **{o['held_mb_max']} MB** (median {o['held_mb_median']} MB) "
-                  "when stopped, counted from the chunks each reported.", ""]
+        lines += [
+            f"Four children writing 8 MB chunks as fast as they can, per-run memory {o['bound_mb']} MB, "
+            f"{o['rounds']} runs: held at most **{o['held_mb_max']} MB** (median {o['held_mb_median']} MB) "
+            "when stopped, counted from the chunks each reported.",
+            "",
+        ]
     return "\n".join(lines)
 
 

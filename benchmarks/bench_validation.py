@@ -69,12 +69,18 @@ BODIES = [
     ("memory Recall", "plain, valid", {"query": "Which port does the ledger listen on?"}),
     ("memory Recall", "hostile: 3,999 letters + NUL (within maxLength)", {"query": "a" * 3999 + "\0"}),
     ("model turn", "plain, valid", {"messages": [user("How long should your answers be?")]}),
-    ("model turn", "hostile: 7 messages of 31,999 letters + NUL (within maxLength)",
-     {"messages": [user("a" * 31_999 + "\0")] * 7}),
+    (
+        "model turn",
+        "hostile: 7 messages of 31,999 letters + NUL (within maxLength)",
+        {"messages": [user("a" * 31_999 + "\0")] * 7},
+    ),
     ("model turn", "hostile: 250,000 letters + NUL (over maxLength)", {"messages": [user("a" * 250_000 + "\0")]}),
 ]
-SCHEMAS = {"memory CreateEntry": memory_schemas.CREATE, "memory Recall": memory_schemas.RECALL,
-           "model turn": model_schemas.TURN}
+SCHEMAS = {
+    "memory CreateEntry": memory_schemas.CREATE,
+    "memory Recall": memory_schemas.RECALL,
+    "model turn": model_schemas.TURN,
+}
 
 
 def former(schema: dict) -> dict:
@@ -105,8 +111,14 @@ def bare(runs: int) -> list[dict]:
     rows = []
     for name, what, body in BODIES:
         status = check(compiled[name], body)
-        rows.append({"schema": name, "body": what, "outcome": 422 if status == 422 else "valid",
-                     **timed(lambda s=compiled[name], b=body: check(s, b), runs)})
+        rows.append(
+            {
+                "schema": name,
+                "body": what,
+                "outcome": 422 if status == 422 else "valid",
+                **timed(lambda s=compiled[name], b=body: check(s, b), runs),
+            }
+        )
     return rows
 
 
@@ -121,8 +133,7 @@ def former_validator(include: bool) -> dict:
         if not what.startswith("hostile") or "250,000" in what or "7 messages" in what:
             continue  # minutes each: the pattern alone shows the growth
         validator = Draft202012Validator(former(SCHEMAS[name]))
-        out["bodies"].append({"schema": name, "body": what,
-                              **timed(lambda v=validator, b=body: list(v.iter_errors(b)), 1)})
+        out["bodies"].append({"schema": name, "body": what, **timed(lambda v=validator, b=body: list(v.iter_errors(b)), 1)})
     return out
 
 
@@ -135,26 +146,40 @@ def door(runs: int, root: Path) -> list[dict]:
         issuer = DevIssuer(root / "issuer", f"http://127.0.0.1:{port}")
         issuer_server = make_server("127.0.0.1", port, issuer_app(issuer), threaded=True)
         threading.Thread(target=issuer_server.serve_forever, daemon=True).start()
-        env = {"AGENTFN_JWT_ISSUER": issuer.url, "AGENTFN_JWKS_URL": issuer.jwks_url, "AGENTFN_LOG_LEVEL": "WARNING",
-               "AGENTFN_DATABASE_URL": pg.provision("memory", "agentfn_memory"),
-               "AGENTFN_MEMORY_WRITES_PER_MINUTE": "1000000"}  # a benchmark, not a person
+        env = {
+            "AGENTFN_JWT_ISSUER": issuer.url,
+            "AGENTFN_JWKS_URL": issuer.jwks_url,
+            "AGENTFN_LOG_LEVEL": "WARNING",
+            "AGENTFN_DATABASE_URL": pg.provision("memory", "agentfn_memory"),
+            "AGENTFN_MEMORY_WRITES_PER_MINUTE": "1000000",
+        }  # a benchmark, not a person
         server = Gunicorn("agentfn.memory.app:create_app()", env, root / "memory.log")
         server.start()
         session = requests.Session()
-        session.headers.update({"Authorization": f"Bearer {issuer.caller_token('bench-validation')}",
-                                "Content-Type": "application/json"})
+        session.headers.update(
+            {"Authorization": f"Bearer {issuer.caller_token('bench-validation')}", "Content-Type": "application/json"}
+        )
         rows = []
         for name, what, body in BODIES:
             if name != "memory CreateEntry":
                 continue
             # A valid body is a new note each time (the same note again is answered from the existing entry).
             numbered = itertools.count()
-            def post(b=body, valid=what == "plain, valid"):
+
+            def post(b=body, valid=what == "plain, valid", numbered=numbered):
                 sent = {**b, "text": f"{b['text']} (note {next(numbered)})"} if valid else b
                 return session.post(server.url + "/v1/entries", data=json.dumps(sent).encode(), timeout=120)
+
             status = post().status_code  # warm
-            rows.append({"door": "POST /v1/entries", "body": what, "status": status, "bytes": len(json.dumps(body)),
-                         **timed(post, runs)})
+            rows.append(
+                {
+                    "door": "POST /v1/entries",
+                    "body": what,
+                    "status": status,
+                    "bytes": len(json.dumps(body)),
+                    **timed(post, runs),
+                }
+            )
         return rows
     finally:
         if server:
@@ -165,27 +190,53 @@ def door(runs: int, root: Path) -> list[dict]:
 
 
 def markdown(out: dict) -> str:
-    lines = [f"# Validation: a hostile-pattern body against a plain one ({out['date']})", "",
-             f"`{out['command']}` on {out['machine']['cores']} cores (load {out['machine']['load_average_at_start']} "
-             f"at start), Python {out['machine']['python']}.", "", "## Bare: `shared.validation.Schema.check`", "",
-             "| schema | body | outcome | p50 ms | max ms |", "|---|---|---|---|---|"]
+    lines = [
+        f"# Validation: a hostile-pattern body against a plain one ({out['date']})",
+        "",
+        f"`{out['command']}` on {out['machine']['cores']} cores (load {out['machine']['load_average_at_start']} "
+        f"at start), Python {out['machine']['python']}.",
+        "",
+        "## Bare: `shared.validation.Schema.check`",
+        "",
+        "| schema | body | outcome | p50 ms | max ms |",
+        "|---|---|---|---|---|",
+    ]
     lines += [f"| {r['schema']} | {r['body']} | {r['outcome']} | {r['p50_ms']} | {r['max_ms']} |" for r in out["bare"]]
-    lines += ["", "## Through memory's door: `POST /v1/entries` under gunicorn", "",
-              "| body | status | bytes | p50 ms | max ms |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Through memory's door: `POST /v1/entries` under gunicorn",
+        "",
+        "| body | status | bytes | p50 ms | max ms |",
+        "|---|---|---|---|---|",
+    ]
     lines += [f"| {r['body']} | {r['status']} | {r['bytes']} | {r['p50_ms']} | {r['max_ms']} |" for r in out["door"]]
     if out["former"]["bodies"]:
-        lines += ["", "## The former validator (quadratic pattern, tried over maxLength), once each", "",
-                  "| schema | body | ms |", "|---|---|---|"]
+        lines += [
+            "",
+            "## The former validator (quadratic pattern, tried over maxLength), once each",
+            "",
+            "| schema | body | ms |",
+            "|---|---|---|",
+        ]
         lines += [f"| {r['schema']} | {r['body']} | {r['p50_ms']} |" for r in out["former"]["bodies"]]
-        lines += ["", "The former pattern alone on letters ending in NUL (quadratic: twice the text, four times "
-                  "the time):", "", "| characters | ms |", "|---|---|"]
+        lines += [
+            "",
+            "The former pattern alone on letters ending in NUL (quadratic: twice the text, four times the time):",
+            "",
+            "| characters | ms |",
+            "|---|---|",
+        ]
         lines += [f"| {r['characters']} | {r['p50_ms']} |" for r in out["former"]["pattern_alone"]]
     f = out["figures"]
-    lines += ["", "## Figures", "",
-              f"- through the door, the hostile 60 KB body vs a plain refused one: {f['door_hostile_ms']} ms vs "
-              f"{f['door_plain_refused_ms']} ms (p50)",
-              f"- bare, the worst hostile body vs a plain valid one: {f['bare_worst_hostile_ms']} ms vs "
-              f"{f['bare_plain_ms']} ms (p50)"]
+    lines += [
+        "",
+        "## Figures",
+        "",
+        f"- through the door, the hostile 60 KB body vs a plain refused one: {f['door_hostile_ms']} ms vs "
+        f"{f['door_plain_refused_ms']} ms (p50)",
+        f"- bare, the worst hostile body vs a plain valid one: {f['bare_worst_hostile_ms']} ms vs "
+        f"{f['bare_plain_ms']} ms (p50)",
+    ]
     if f.get("former_hostile_s") is not None:
         lines.append(f"- the former validator on the same 60 KB hostile body: {f['former_hostile_s']} s")
     return "\n".join(lines) + "\n"
@@ -197,10 +248,15 @@ def main() -> None:
     parser.add_argument("--no-former", action="store_true", help="skip the former validator (about 40 s)")
     args = parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    out = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-           "command": shlex.join([".venv/bin/python", "benchmarks/bench_validation.py", *sys.argv[1:]]),
-           "machine": {"cores": os.cpu_count(), "load_average_at_start": round(os.getloadavg()[0], 2),
-                       "python": platform.python_version()}}
+    out = {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": shlex.join([".venv/bin/python", "benchmarks/bench_validation.py", *sys.argv[1:]]),
+        "machine": {
+            "cores": os.cpu_count(),
+            "load_average_at_start": round(os.getloadavg()[0], 2),
+            "python": platform.python_version(),
+        },
+    }
     print("bare ...", flush=True)
     out["bare"] = bare(args.runs)
     print("former validator ...", flush=True)

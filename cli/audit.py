@@ -25,8 +25,16 @@ def kubectl() -> str:
 
 
 def from_cluster(namespace: str) -> str:
-    command = [kubectl(), "get", "configmap", CONFIGMAP, "--namespace", namespace, "-o",
-               "jsonpath={.data." + KEY.replace(".", "\\.") + "}"]
+    command = [
+        kubectl(),
+        "get",
+        "configmap",
+        CONFIGMAP,
+        "--namespace",
+        namespace,
+        "-o",
+        "jsonpath={.data." + KEY.replace(".", "\\.") + "}",
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:

@@ -175,8 +175,9 @@ class Chat:
             self.err.print("nothing to end yet: say something first")
             return False
         try:
-            episode = self.client.json("POST", f"/v1/agents/{self.agent}/sessions/end",
-                                       json={"messages": messages})["episode"]
+            episode = self.client.json("POST", f"/v1/agents/{self.agent}/sessions/end", json={"messages": messages})[
+                "episode"
+            ]
         except Failure as failure:
             self.failed(failure)
             return False
@@ -220,8 +221,13 @@ class Chat:
             raise Failure(f"no agent {self.agent} for this caller", "`agentfn agents` lists the ones you may use")
         if not self.as_json:
             agent = granted[self.agent]
-            self.out.print(Text(f"chat with {self.agent} ({agent['tier']} tier; tools: {', '.join(agent['tools'])}) "
-                                f"at {self.client.url} · /help lists the commands", style="dim"))
+            self.out.print(
+                Text(
+                    f"chat with {self.agent} ({agent['tier']} tier; tools: {', '.join(agent['tools'])}) "
+                    f"at {self.client.url} · /help lists the commands",
+                    style="dim",
+                )
+            )
         for line in self.lines():
             text = line.strip()
             if not text:

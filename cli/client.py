@@ -45,17 +45,24 @@ class Problem(Failure):
         except ValueError:
             body = None
         if isinstance(body, dict) and "title" in body:
-            return cls(int(body.get("status") or response.status_code), str(body["title"]), str(body.get("detail") or ""),
-                       body)
-        return cls(response.status_code, f"{response.status_code} {response.reason or ''}".strip(),
-                   "the gateway answered without problem details")
+            return cls(
+                int(body.get("status") or response.status_code), str(body["title"]), str(body.get("detail") or ""), body
+            )
+        return cls(
+            response.status_code,
+            f"{response.status_code} {response.reason or ''}".strip(),
+            "the gateway answered without problem details",
+        )
 
 
 class Client:
     def __init__(self, url: str, token: str | None):
         if not token:
-            raise Failure("no caller token", f"get one from the local dev issuer:\n  {TOKEN_HINT}\n"
-                                              "or pass --token (any gateway's caller token works)", code=2)
+            raise Failure(
+                "no caller token",
+                f"get one from the local dev issuer:\n  {TOKEN_HINT}\nor pass --token (any gateway's caller token works)",
+                code=2,
+            )
         self.url = url.rstrip("/")
         self.http = requests.Session()
         self.http.headers["Authorization"] = f"Bearer {token}"
@@ -64,8 +71,10 @@ class Client:
         try:
             response = self.http.request(method, self.url + path, stream=stream, timeout=TIMEOUT, **kw)
         except requests.ConnectionError:
-            raise Failure(f"the gateway is not answering at {self.url}: start the platform with `agentfn up`, "
-                          "or give another with --url or AGENTFN_URL") from None
+            raise Failure(
+                f"the gateway is not answering at {self.url}: start the platform with `agentfn up`, "
+                "or give another with --url or AGENTFN_URL"
+            ) from None
         except requests.Timeout:
             raise Failure(f"the gateway at {self.url} did not answer in time") from None
         except requests.RequestException as error:

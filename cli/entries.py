@@ -21,8 +21,7 @@ def resolve(client: Client, given: str) -> str:
     if not found:
         raise Failure("no such entry", f"none of your entries has an id starting with {given}")
     if len(found) > 1:
-        raise Failure("the id is ambiguous", f"{len(found)} of your entries start with {given}: "
-                                             f"{', '.join(found)}")
+        raise Failure("the id is ambiguous", f"{len(found)} of your entries start with {given}: {', '.join(found)}")
     return found[0]
 
 

@@ -20,11 +20,10 @@ from collections.abc import Iterator, Mapping
 from urllib.parse import quote
 
 import requests
+from agentfn.shared.problems import PROBLEM_JSON, ProblemError
 from werkzeug.datastructures import Headers
 from werkzeug.http import is_hop_by_hop_header
 from werkzeug.wrappers import Request, Response
-
-from agentfn.shared.problems import PROBLEM_JSON, ProblemError
 
 # The public doors, matched against the whole decoded path: path -> upstream.
 ROUTES = (
@@ -74,16 +73,28 @@ class Gateway:
             return problem(404, "Not Found", "no such door")
         if (request.content_length or 0) > MAX_BODY:
             return problem(413, "Content Too Large", f"the body is larger than {MAX_BODY} bytes")
-        headers = {k: v for k, v in request.headers.items()
-                   if not is_hop_by_hop_header(k) and k.lower() not in ("host", "content-length")}
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if not is_hop_by_hop_header(k) and k.lower() not in ("host", "content-length")
+        }
         url = self.upstreams[upstream] + quote(request.path, safe="/:@!$&'()*+,;=")
         try:
-            answer = self.http.request(request.method, url, params=request.query_string or None, headers=headers,
-                                       data=request.get_data(), stream=True, allow_redirects=False, timeout=TIMEOUT)
+            answer = self.http.request(
+                request.method,
+                url,
+                params=request.query_string or None,
+                headers=headers,
+                data=request.get_data(),
+                stream=True,
+                allow_redirects=False,
+                timeout=TIMEOUT,
+            )
         except requests.RequestException:
             return problem(502, "Bad Gateway", f"{upstream} is not answering")
-        kept = Headers([(k, v) for k, v in answer.raw.headers.items()
-                        if not is_hop_by_hop_header(k) and k.lower() != "content-length"])
+        kept = Headers(
+            [(k, v) for k, v in answer.raw.headers.items() if not is_hop_by_hop_header(k) and k.lower() != "content-length"]
+        )
         return Response(relay(answer), status=answer.status_code, headers=kept, direct_passthrough=True)
 
 

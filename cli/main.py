@@ -23,10 +23,14 @@ from . import render
 from .client import Client, Failure, default_url
 from .stack import PORTS, Stack
 
-app = typer.Typer(help="agentfn: memory that cites, tools that run as the caller, a bounded agent loop.",
-                  no_args_is_help=True, add_completion=False)
-memory = typer.Typer(help="The caller's memory: facts and preferences kept, episodes of ended sessions.",
-                     no_args_is_help=True)
+app = typer.Typer(
+    help="agentfn: memory that cites, tools that run as the caller, a bounded agent loop.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+memory = typer.Typer(
+    help="The caller's memory: facts and preferences kept, episodes of ended sessions.", no_args_is_help=True
+)
 app.add_typer(memory, name="memory")
 console = Console(stderr=True)
 out = Console()
@@ -44,11 +48,18 @@ class Connection:
 
 
 @app.callback()
-def connection(ctx: typer.Context,
-               url: str = typer.Option(None, envvar="AGENTFN_URL", show_default=False,
-                                       help="the gateway (default: the local one, port $AGENTFN_DEV_PORT_BASE or 8800)"),
-               token: str = typer.Option(None, envvar="AGENTFN_TOKEN", show_default=False,
-                                         help="the caller's token (agentfn token SUBJECT --groups ...)")):
+def connection(
+    ctx: typer.Context,
+    url: str = typer.Option(
+        None,
+        envvar="AGENTFN_URL",
+        show_default=False,
+        help="the gateway (default: the local one, port $AGENTFN_DEV_PORT_BASE or 8800)",
+    ),
+    token: str = typer.Option(
+        None, envvar="AGENTFN_TOKEN", show_default=False, help="the caller's token (agentfn token SUBJECT --groups ...)"
+    ),
+):
     ctx.obj = Connection(url or default_url(), token)
 
 
@@ -78,14 +89,20 @@ def up(var: Path = typer.Option(Path("var"), help="where data, secrets and logs 
 
 
 @app.command()
-def token(subject: str = typer.Argument(None, help="the subject (`sub`) of a caller token"),
-          groups: str = typer.Option("", help="comma-separated groups of the caller"),
-          service: str = typer.Option(None, help="mint a service token for this account instead, "
-                                                 "e.g. system:serviceaccount:agentfn:agentfn-model"),
-          audience: str = typer.Option(None, help="the token's audience (default: agentfn for a caller, agentfn-memory "
-                                                  "for a service); /mcp takes only its resource URL, "
-                                                  "e.g. http://127.0.0.1:8800/mcp"),
-          ttl: int = typer.Option(3600, help="seconds the token is valid")):
+def token(
+    subject: str = typer.Argument(None, help="the subject (`sub`) of a caller token"),
+    groups: str = typer.Option("", help="comma-separated groups of the caller"),
+    service: str = typer.Option(
+        None, help="mint a service token for this account instead, e.g. system:serviceaccount:agentfn:agentfn-model"
+    ),
+    audience: str = typer.Option(
+        None,
+        help="the token's audience (default: agentfn for a caller, agentfn-memory "
+        "for a service); /mcp takes only its resource URL, "
+        "e.g. http://127.0.0.1:8800/mcp",
+    ),
+    ttl: int = typer.Option(3600, help="seconds the token is valid"),
+):
     """Print a dev token from the local dev issuer: a caller token, or with --service a service token."""
     if (subject is None) == (service is None):
         console.print("[red]name a subject, or --service ACCOUNT[/]")
@@ -108,10 +125,13 @@ def token(subject: str = typer.Argument(None, help="the subject (`sub`) of a cal
 
 
 @app.command()
-def chat(ctx: typer.Context, agent: str = typer.Argument(..., help="the agent's name (`agentfn agents` lists them)"),
-         message: str = typer.Option(None, "--message", "-m", help="send this one turn, print the answer and exit"),
-         as_json: bool = typer.Option(False, "--json", help="print the turn's events as JSON lines"),
-         yes: bool = typer.Option(False, "--yes", "-y", help="approve every call that changes state (for scripts)")):
+def chat(
+    ctx: typer.Context,
+    agent: str = typer.Argument(..., help="the agent's name (`agentfn agents` lists them)"),
+    message: str = typer.Option(None, "--message", "-m", help="send this one turn, print the answer and exit"),
+    as_json: bool = typer.Option(False, "--json", help="print the turn's events as JSON lines"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="approve every call that changes state (for scripts)"),
+):
     """Talk with an agent: lines from the terminal or a pipe; /end keeps the session as an episode, /quit leaves.
 
     A call that changes state (remember, forget, run_code) waits for you: `approve? [y/N]`."""
@@ -134,8 +154,11 @@ def memory_list(ctx: typer.Context, kind: str = typer.Option(None, help="fact, p
 
 
 @memory.command("search")
-def memory_search(ctx: typer.Context, query: str = typer.Argument(..., help="a question, as recall would see it"),
-                  kind: list[str] = typer.Option(None, help="only this kind (repeat for more)")):
+def memory_search(
+    ctx: typer.Context,
+    query: str = typer.Argument(..., help="a question, as recall would see it"),
+    kind: list[str] = typer.Option(None, help="only this kind (repeat for more)"),
+):
     """What recall finds for a question: the caller's nearest entries above the model's threshold."""
     with shown():
         found = ctx.obj.client().json("POST", "/v1/recall", json={"query": query, **({"kinds": kind} if kind else {})})
@@ -144,9 +167,12 @@ def memory_search(ctx: typer.Context, query: str = typer.Argument(..., help="a q
 
 
 @memory.command("add")
-def memory_add(ctx: typer.Context, text: str = typer.Argument(..., help="what to keep"),
-               kind: str = typer.Option("fact", help="fact or preference"),
-               source: str = typer.Option("agentfn cli", help="where it comes from: the source it is cited by")):
+def memory_add(
+    ctx: typer.Context,
+    text: str = typer.Argument(..., help="what to keep"),
+    kind: str = typer.Option("fact", help="fact or preference"),
+    source: str = typer.Option("agentfn cli", help="where it comes from: the source it is cited by"),
+):
     """Keep a fact or a preference."""
     from . import entries
 
@@ -156,9 +182,12 @@ def memory_add(ctx: typer.Context, text: str = typer.Argument(..., help="what to
 
 
 @memory.command("edit")
-def memory_edit(ctx: typer.Context, entry_id: str = typer.Argument(..., metavar="ID", help="an id or its prefix"),
-                text: str = typer.Option(None, help="the corrected text"),
-                source: str = typer.Option(None, help="the corrected source")):
+def memory_edit(
+    ctx: typer.Context,
+    entry_id: str = typer.Argument(..., metavar="ID", help="an id or its prefix"),
+    text: str = typer.Option(None, help="the corrected text"),
+    source: str = typer.Option(None, help="the corrected source"),
+):
     """Correct an entry's text or source."""
     from . import entries
 
@@ -167,10 +196,12 @@ def memory_edit(ctx: typer.Context, entry_id: str = typer.Argument(..., metavar=
 
 
 @memory.command("forget")
-def memory_forget(ctx: typer.Context,
-                  entry_id: str = typer.Argument(None, metavar="ID", help="an id or its prefix", show_default=False),
-                  every: bool = typer.Option(False, "--all", help="forget every entry you have, of every kind"),
-                  yes: bool = typer.Option(False, "--yes", "-y", help="with --all: do not ask for the phrase (scripts)")):
+def memory_forget(
+    ctx: typer.Context,
+    entry_id: str = typer.Argument(None, metavar="ID", help="an id or its prefix", show_default=False),
+    every: bool = typer.Option(False, "--all", help="forget every entry you have, of every kind"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="with --all: do not ask for the phrase (scripts)"),
+):
     """Forget an entry: it and its vector are deleted. --all forgets every entry, once you type `forget everything`."""
     from . import entries
 
@@ -190,8 +221,11 @@ def confirm_forget_all(counted: dict[str, int]) -> None:
     """The person types the phrase memory asks for; anything else (or no answer) forgets nothing."""
     from .entries import PHRASE
 
-    console.print(f"You have {render.kinds(counted)}. Forgetting everything deletes them all, with their vectors; "
-                  "it cannot be undone.", highlight=False)
+    console.print(
+        f"You have {render.kinds(counted)}. Forgetting everything deletes them all, with their vectors; "
+        "it cannot be undone.",
+        highlight=False,
+    )
     try:
         typed = console.input(f"Type [bold]{PHRASE}[/] to go on: ")
     except EOFError:
@@ -225,9 +259,12 @@ def argument_value(raw: str):
 
 
 @app.command()
-def call(ctx: typer.Context, tool: str = typer.Argument(..., help="the tool's name (`agentfn tools` lists them)"),
-         arg: list[str] = typer.Option([], "--arg", "-a", help="an argument as key=value; repeat for more"),
-         as_json: str = typer.Option(None, "--json", help="the arguments as one JSON object")):
+def call(
+    ctx: typer.Context,
+    tool: str = typer.Argument(..., help="the tool's name (`agentfn tools` lists them)"),
+    arg: list[str] = typer.Option([], "--arg", "-a", help="an argument as key=value; repeat for more"),
+    as_json: str = typer.Option(None, "--json", help="the arguments as one JSON object"),
+):
     """Call a tool on its own, as the caller (CallTool), and print what it found."""
     with shown():
         arguments = {}
@@ -248,37 +285,44 @@ def call(ctx: typer.Context, tool: str = typer.Argument(..., help="the tool's na
 
 
 @app.command()
-def audit(ctx: typer.Context,
-          registry: str = typer.Argument(os.environ.get("AGENTFN_REGISTRY_FILE", "var/registry.json"),
-                                         help="the registry file, or - for standard input; or `calls`: the tool calls "
-                                              "made, from the gateway (admins only)"),
-          kube: bool = typer.Option(False, "--kube", help="read the ConfigMap agentfn-registry through kubectl"),
-          namespace: str = typer.Option("agentfn", help="the ConfigMap's namespace (with --kube)"),
-          as_json: bool = typer.Option(False, "--json", help="rows as JSON objects (calls: one a line)"),
-          as_csv: bool = typer.Option(False, "--csv", help="calls: rows as CSV with a header"),
-          agent: str = typer.Option(None, help="calls: of this agent only"),
-          tool: str = typer.Option(None, help="calls: of this tool only"),
-          channel: str = typer.Option(None, help="calls: step, alone or mcp"),
-          outcome: str = typer.Option(None, help="calls: ok, error, needs_approval, declined or repeat"),
-          since: str = typer.Option(None, help="calls: from this ISO 8601 time"),
-          before: str = typer.Option(None, help="calls: before this ISO 8601 time"),
-          limit: int = typer.Option(50, min=1, help="calls: at most this many, newest first")):
+def audit(
+    ctx: typer.Context,
+    registry: str = typer.Argument(
+        os.environ.get("AGENTFN_REGISTRY_FILE", "var/registry.json"),
+        help="the registry file, or - for standard input; or `calls`: the tool calls made, from the gateway (admins only)",
+    ),
+    kube: bool = typer.Option(False, "--kube", help="read the ConfigMap agentfn-registry through kubectl"),
+    namespace: str = typer.Option("agentfn", help="the ConfigMap's namespace (with --kube)"),
+    as_json: bool = typer.Option(False, "--json", help="rows as JSON objects (calls: one a line)"),
+    as_csv: bool = typer.Option(False, "--csv", help="calls: rows as CSV with a header"),
+    agent: str = typer.Option(None, help="calls: of this agent only"),
+    tool: str = typer.Option(None, help="calls: of this tool only"),
+    channel: str = typer.Option(None, help="calls: step, alone or mcp"),
+    outcome: str = typer.Option(None, help="calls: ok, error, needs_approval, declined or repeat"),
+    since: str = typer.Option(None, help="calls: from this ISO 8601 time"),
+    before: str = typer.Option(None, help="calls: before this ISO 8601 time"),
+    limit: int = typer.Option(50, min=1, help="calls: at most this many, newest first"),
+):
     """Who may call what: one row per agent, tool and channel, from the registry. `agentfn audit calls`: the tool
     calls made (when, who hashed, agent, tool, channel, outcome, ms, grant; never arguments or results)."""
     if registry == "calls":
         from .audit import CALL_COLUMNS, calls, csv_text, flat
 
         with shown():
-            found = calls(ctx.obj.client(), limit, agent=agent, tool=tool, channel=channel, outcome=outcome, since=since,
-                          before=before)
+            found = calls(
+                ctx.obj.client(), limit, agent=agent, tool=tool, channel=channel, outcome=outcome, since=since, before=before
+            )
         if as_json:
             for row in found:
                 print(json.dumps(row, ensure_ascii=False))
         elif as_csv:
             print(csv_text(found), end="")
         else:
-            out.print(render.grants([c.upper() for c in CALL_COLUMNS], [[_cell(flat(r).get(c)) for c in CALL_COLUMNS]
-                                                                           for r in found]))
+            out.print(
+                render.grants(
+                    [c.upper() for c in CALL_COLUMNS], [[_cell(flat(r).get(c)) for c in CALL_COLUMNS] for r in found]
+                )
+            )
         return
     from agentfn.shared.grants import HEADER, records, rows
 

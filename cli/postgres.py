@@ -80,24 +80,40 @@ class EmbeddedPostgres:
             pwfile.write(password)
             pwfile.flush()
             os.chmod(pwfile.name, 0o644)  # read by initdb as the server's user, then deleted
-            self._commands.initdb(["-U", ADMIN, "--auth-host=scram-sha-256", "--auth-local=peer",
-                                   f"--pwfile={pwfile.name}", "--encoding=UTF8", "--locale=C.UTF-8"],
-                                  pgdata=self.data_dir, user=self.user, timeout=120)
+            self._commands.initdb(
+                [
+                    "-U",
+                    ADMIN,
+                    "--auth-host=scram-sha-256",
+                    "--auth-local=peer",
+                    f"--pwfile={pwfile.name}",
+                    "--encoding=UTF8",
+                    "--locale=C.UTF-8",
+                ],
+                pgdata=self.data_dir,
+                user=self.user,
+                timeout=120,
+            )
         secret = self.data_dir / ADMIN_PASSWORD_FILE
         secret.write_text(password)
         secret.chmod(0o600)
         with open(self.data_dir / "postgresql.conf", "a") as f:
-            f.write("\n# agentfn: loopback only\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = ''\n"
-                    "max_connections = 200\nshared_buffers = '256MB'\n")
+            f.write(
+                "\n# agentfn: loopback only\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = ''\n"
+                "max_connections = 200\nshared_buffers = '256MB'\n"
+            )
 
     def start(self, timeout: float = 30) -> None:
         self.init()
         if self.pid() is not None:  # left running by a process that died: take it over
             self.wait(timeout)
             return
-        self._commands.pg_ctl(["-w", "-t", str(int(timeout)), "-o", f"-p {self.port}",
-                               "-l", str(self.data_dir / "server.log"), "start"],
-                              pgdata=self.data_dir, user=self.user, timeout=timeout + 5)
+        self._commands.pg_ctl(
+            ["-w", "-t", str(int(timeout)), "-o", f"-p {self.port}", "-l", str(self.data_dir / "server.log"), "start"],
+            pgdata=self.data_dir,
+            user=self.user,
+            timeout=timeout + 5,
+        )
         self.wait()
 
     def pid(self) -> int | None:

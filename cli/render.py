@@ -26,27 +26,35 @@ def entries(found: Iterable[dict]) -> Table:
     for column in ("id", "kind", "text", "source", "updated"):
         table.add_column(column, overflow="fold")
     for e in found:
-        table.add_row(e["id"][:ID_PREFIX], e["kind"], e["text"], e.get("source") or "",
-                      (e.get("updated_at") or e.get("created_at") or "")[:19].replace("T", " "))
+        table.add_row(
+            e["id"][:ID_PREFIX],
+            e["kind"],
+            e["text"],
+            e.get("source") or "",
+            (e.get("updated_at") or e.get("created_at") or "")[:19].replace("T", " "),
+        )
     return table
 
 
 def entry(e: dict, title: str) -> Panel:
-    return Panel(Text(e["text"]), title=f"{title} {e['id']}",
-                 subtitle=f"{e['kind']} · {e.get('source') or ''}".rstrip(" ·"), title_align="left",
-                 subtitle_align="right")
+    return Panel(
+        Text(e["text"]),
+        title=f"{title} {e['id']}",
+        subtitle=f"{e['kind']} · {e.get('source') or ''}".rstrip(" ·"),
+        title_align="left",
+        subtitle_align="right",
+    )
 
 
 def kinds(counted: dict[str, int]) -> str:
-    """"2 facts, 1 preference, 0 episodes"."""
+    """ "2 facts, 1 preference, 0 episodes"."""
     return ", ".join(plural(n, kind) for kind, n in counted.items())
 
 
 def receipt(r: dict) -> Text:
     """What forgetting everything deleted, by kind, and when."""
     total = f"{r['total']} {'entry' if r['total'] == 1 else 'entries'}"
-    return Text.assemble(f"forgot {total}: {kinds(r['deleted'])}",
-                         (f"  at {r['at'][:19].replace('T', ' ')} UTC", "dim"))
+    return Text.assemble(f"forgot {total}: {kinds(r['deleted'])}", (f"  at {r['at'][:19].replace('T', ' ')} UTC", "dim"))
 
 
 def agents(found: Iterable[dict]) -> Table:
@@ -55,8 +63,16 @@ def agents(found: Iterable[dict]) -> Table:
         table.add_column(column, overflow="fold")
     for a in found:
         limits = a.get("limits") or {}
-        table.add_row(a["name"], a["tier"], a["memory"], ", ".join(a["tools"]), str(limits.get("steps", "")),
-                      str(limits.get("tokensPerTurn", "")), f"{limits.get('deadlineSeconds', '')} s", a["brief"])
+        table.add_row(
+            a["name"],
+            a["tier"],
+            a["memory"],
+            ", ".join(a["tools"]),
+            str(limits.get("steps", "")),
+            str(limits.get("tokensPerTurn", "")),
+            f"{limits.get('deadlineSeconds', '')} s",
+            a["brief"],
+        )
     return table
 
 
@@ -67,8 +83,9 @@ def tools(found: Iterable[dict]) -> Table:
     for t in found:
         properties = (t.get("input_schema") or {}).get("properties") or {}
         required = set((t.get("input_schema") or {}).get("required") or [])
-        table.add_row(t["name"], t.get("description", ""),
-                      ", ".join(f"{k}{'' if k in required else '?'}" for k in properties))
+        table.add_row(
+            t["name"], t.get("description", ""), ", ".join(f"{k}{'' if k in required else '?'}" for k in properties)
+        )
     return table
 
 
@@ -81,8 +98,14 @@ def grants(header: Iterable[str], found: Iterable[Iterable[str]]) -> Table:
     return table
 
 
-STATUS_STYLE = {"started": "yellow", "ok": "green", "error": "red", "needs_approval": "magenta", "declined": "red",
-                "repeat": "dim"}
+STATUS_STYLE = {
+    "started": "yellow",
+    "ok": "green",
+    "error": "red",
+    "needs_approval": "magenta",
+    "declined": "red",
+    "repeat": "dim",
+}
 NOT_RUN = {"needs_approval": "needs your approval", "declined": "declined", "repeat": "a repeat: not run again"}
 
 
@@ -110,8 +133,13 @@ def step(event: dict) -> Panel:
         if status == "error" and isinstance(result, dict) and "title" in result:
             result = f"{result['title']}: {result.get('detail', '')}".rstrip(": ")
         lines.append(Text.assemble(("result    ", "dim"), short(result)))
-    return Panel(Group(*lines), title=f"step {event.get('n', '?')} · [bold]{event.get('tool', '?')}[/]",
-                 title_align="left", border_style=STATUS_STYLE.get(status, ""), expand=False)
+    return Panel(
+        Group(*lines),
+        title=f"step {event.get('n', '?')} · [bold]{event.get('tool', '?')}[/]",
+        title_align="left",
+        border_style=STATUS_STYLE.get(status, ""),
+        expand=False,
+    )
 
 
 def recalled(found: list[dict], cited: Iterable[str]) -> Table:
@@ -122,9 +150,13 @@ def recalled(found: list[dict], cited: Iterable[str]) -> Table:
         table.add_column(column, overflow="fold")
     for e in found:
         similarity = e.get("similarity")
-        table.add_row("✓" if e["id"] in cited else "", e["id"][:ID_PREFIX], e["kind"] + (
-            f" {e['date']}" if e.get("date") else ""), short(e["text"], 200),
-            f"{similarity:.2f}" if isinstance(similarity, int | float) else "")
+        table.add_row(
+            "✓" if e["id"] in cited else "",
+            e["id"][:ID_PREFIX],
+            e["kind"] + (f" {e['date']}" if e.get("date") else ""),
+            short(e["text"], 200),
+            f"{similarity:.2f}" if isinstance(similarity, int | float) else "",
+        )
     return table
 
 
@@ -134,8 +166,12 @@ def plural(n: int, noun: str) -> str:
 
 def done(event: dict) -> Text:
     usage, timing = event.get("usage") or {}, event.get("timing") or {}
-    parts = [f"{usage.get('tokens_in', 0)} in / {usage.get('tokens_out', 0)} out tokens",
-             plural(usage.get("rounds", 0), "round"), plural(event.get("steps", 0), "step"),
-             f"{timing.get('ms', 0) / 1000:.2f} s (engine {timing.get('engine_ms', 0) / 1000:.2f} s, "
-             f"tools {timing.get('tools_ms', 0) / 1000:.2f} s)", f"generation {event.get('generation_id', '?')}"]
+    parts = [
+        f"{usage.get('tokens_in', 0)} in / {usage.get('tokens_out', 0)} out tokens",
+        plural(usage.get("rounds", 0), "round"),
+        plural(event.get("steps", 0), "step"),
+        f"{timing.get('ms', 0) / 1000:.2f} s (engine {timing.get('engine_ms', 0) / 1000:.2f} s, "
+        f"tools {timing.get('tools_ms', 0) / 1000:.2f} s)",
+        f"generation {event.get('generation_id', '?')}",
+    ]
     return Text(" · ".join(parts), style="dim")

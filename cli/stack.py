@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
+from agentfn.model import weights
 from agentfn.shared import db
 from rich.console import Console
-
-from agentfn.model import weights
 
 from .postgres import EmbeddedPostgres
 
@@ -39,22 +38,34 @@ def account(part: str) -> str:
     """The service account a part runs as, as in the chart (`agentfn-<part>` in namespace agentfn)."""
     return f"system:serviceaccount:agentfn:agentfn-{part.replace('_', '-')}"
 
+
 # The gateway on the base port and the parts above it: AGENTFN_DEV_PORT_BASE moves them all.
 BASE = int(os.environ.get("AGENTFN_DEV_PORT_BASE", "8800"))
 READS = ("platform_status", "list_models", "radar_latest")
-PORTS = {"gateway": BASE, "issuer": BASE + 1, "memory": BASE + 2, "page": BASE + 3, "model": BASE + 4, "engine": BASE + 5,
-         "workbench": BASE + 6,
-         **{tool: BASE + 10 + n for n, tool in enumerate((*READS, "run_code"))},
-         **{f"{tool}-upstream": BASE + 20 + n for n, tool in enumerate(READS)},
-         "postgres": BASE + 99}
+PORTS = {
+    "gateway": BASE,
+    "issuer": BASE + 1,
+    "memory": BASE + 2,
+    "page": BASE + 3,
+    "model": BASE + 4,
+    "engine": BASE + 5,
+    "workbench": BASE + 6,
+    **{tool: BASE + 10 + n for n, tool in enumerate((*READS, "run_code"))},
+    **{f"{tool}-upstream": BASE + 20 + n for n, tool in enumerate(READS)},
+    "postgres": BASE + 99,
+}
 # Parts with a schema of their own: schema -> role.
 ROLES = {"memory": "agentfn_memory", "page": "agentfn_page", "run_code": "agentfn_run_code", "model": "agentfn_model"}
 # The offline tier: a shipped model (AGENTFN_ENGINE_MODEL, see agentfn.model.weights) on llama.cpp,
 # JSON-constrained tool calls, greedy so a tour repeats itself. Set AGENTFN_TIER_FAST_URL (and its siblings)
 # to use an engine of your own instead; then none is started.
-OFFLINE_TIER = {"AGENTFN_TIERS": "fast", "AGENTFN_TIER_FAST_TOOL_MODE": "constrained",
-                "AGENTFN_TIER_FAST_DEADLINE_SECONDS": "120", "AGENTFN_TIER_FAST_MAX_TOKENS": "160",
-                "AGENTFN_TIER_FAST_TEMPERATURE": "0"}
+OFFLINE_TIER = {
+    "AGENTFN_TIERS": "fast",
+    "AGENTFN_TIER_FAST_TOOL_MODE": "constrained",
+    "AGENTFN_TIER_FAST_DEADLINE_SECONDS": "120",
+    "AGENTFN_TIER_FAST_MAX_TOKENS": "160",
+    "AGENTFN_TIER_FAST_TEMPERATURE": "0",
+}
 TOKEN_ROTATION_SECONDS = 1200  # the service token lives an hour; rotated well before, as the kubelet does
 
 
@@ -117,8 +128,10 @@ class Stack:
     def check_ports(self) -> None:
         taken = [f"{name} ({port})" for name, port in PORTS.items() if port_taken(port)]
         if taken:
-            raise SystemExit(f"port already taken: {', '.join(taken)}. Is another `agentfn up` running? "
-                             "AGENTFN_DEV_PORT_BASE moves every port.")
+            raise SystemExit(
+                f"port already taken: {', '.join(taken)}. Is another `agentfn up` running? "
+                "AGENTFN_DEV_PORT_BASE moves every port."
+            )
 
     def start_postgres(self) -> dict[str, str]:
         """Start Postgres and give each part with a schema its own role; returns each part's DSN."""
@@ -135,18 +148,27 @@ class Stack:
 
     def identity_env(self) -> dict[str, str]:
         issuer = f"http://{HOST}:{PORTS['issuer']}"
-        return {"AGENTFN_JWT_ISSUER": issuer, "AGENTFN_JWKS_URL": f"{issuer}/.well-known/jwks.json",
-                "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": SERVICE_ACCOUNT, "AGENTFN_TRUSTED_ACTORS": SERVICE_ACCOUNT}
+        return {
+            "AGENTFN_JWT_ISSUER": issuer,
+            "AGENTFN_JWKS_URL": f"{issuer}/.well-known/jwks.json",
+            "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": SERVICE_ACCOUNT,
+            "AGENTFN_TRUSTED_ACTORS": SERVICE_ACCOUNT,
+        }
 
     def exchange_clients(self) -> str:
         """Who may exchange what at the dev issuer: the model function toward every part, each read tool toward
         its upstream (the configuration a real issuer keeps as clients and their allowed audiences)."""
-        clients = {SERVICE_ACCOUNT: {"subject_audiences": ["agentfn", self.mcp_resource],
-                                     "audiences": ["agentfn:memory", "agentfn:page",
-                                                   *(f"agentfn:tool:{tool}" for tool in (*READS, "run_code"))]}}
+        clients = {
+            SERVICE_ACCOUNT: {
+                "subject_audiences": ["agentfn", self.mcp_resource],
+                "audiences": ["agentfn:memory", "agentfn:page", *(f"agentfn:tool:{tool}" for tool in (*READS, "run_code"))],
+            }
+        }
         for tool in READS:
-            clients[account(tool)] = {"subject_audiences": [f"agentfn:tool:{tool}"],
-                                      "audiences": [f"agentfn:upstream:{tool}"]}
+            clients[account(tool)] = {
+                "subject_audiences": [f"agentfn:tool:{tool}"],
+                "audiences": [f"agentfn:upstream:{tool}"],
+            }
         return json.dumps(clients)
 
     def web_clients(self) -> str:
@@ -163,9 +185,12 @@ class Stack:
             return {}, False  # the caller's own engine, configured in the environment
         self.model = weights.chosen()
         weights.path(self.model)  # not installed: one line saying how, before anything starts
-        return {**OFFLINE_TIER, "AGENTFN_TIER_FAST_URL": f"http://{HOST}:{PORTS['engine']}/v1",
-                "AGENTFN_TIER_FAST_MODEL": self.model.alias,
-                "AGENTFN_TIER_FAST_CONTEXT_TOKENS": str(self.model.context)}, True
+        return {
+            **OFFLINE_TIER,
+            "AGENTFN_TIER_FAST_URL": f"http://{HOST}:{PORTS['engine']}/v1",
+            "AGENTFN_TIER_FAST_MODEL": self.model.alias,
+            "AGENTFN_TIER_FAST_CONTEXT_TOKENS": str(self.model.context),
+        }, True
 
     def plan(self, dsns: dict[str, str]) -> None:
         ident = self.identity_env()
@@ -173,59 +198,136 @@ class Stack:
         url = {name: f"http://{HOST}:{port}" for name, port in PORTS.items()}
         tiers, offline = self.tier_env()
         self.parts = [
-            Part("issuer", "agentfn.shared.dev_issuer:create_app()", PORTS["issuer"],
-                 {**ident, "AGENTFN_DEV_ISSUER_DIR": str(self.var / "issuer"),
-                  "AGENTFN_DEV_ISSUER_CLIENTS": self.exchange_clients(),
-                  "AGENTFN_DEV_ISSUER_WEB_CLIENTS": self.web_clients()}, ready="/healthz"),
-            Part("registry", "operator local mode over examples/", None, doing="reconciling examples/",
-                 argv=[str(BIN / "python"), "-m", "agentfn_operator.local", str(ROOT / "examples"),
-                       "--out", str(registry), "--watch"], ready_file=registry),
+            Part(
+                "issuer",
+                "agentfn.shared.dev_issuer:create_app()",
+                PORTS["issuer"],
+                {
+                    **ident,
+                    "AGENTFN_DEV_ISSUER_DIR": str(self.var / "issuer"),
+                    "AGENTFN_DEV_ISSUER_CLIENTS": self.exchange_clients(),
+                    "AGENTFN_DEV_ISSUER_WEB_CLIENTS": self.web_clients(),
+                },
+                ready="/healthz",
+            ),
+            Part(
+                "registry",
+                "operator local mode over examples/",
+                None,
+                doing="reconciling examples/",
+                argv=[
+                    str(BIN / "python"),
+                    "-m",
+                    "agentfn_operator.local",
+                    str(ROOT / "examples"),
+                    "--out",
+                    str(registry),
+                    "--watch",
+                ],
+                ready_file=registry,
+            ),
         ]
         if offline:
-            self.parts.append(Part("engine", "the offline engine", PORTS["engine"], ready="/health",
-                                   doing=f"loading {self.model.alias} on llama.cpp",
-                                   argv=[str(BIN / "python"), "-m", "agentfn.model.engine_server",
-                                         "--port", str(PORTS["engine"]), "--model", self.model.name]))
+            self.parts.append(
+                Part(
+                    "engine",
+                    "the offline engine",
+                    PORTS["engine"],
+                    ready="/health",
+                    doing=f"loading {self.model.alias} on llama.cpp",
+                    argv=[
+                        str(BIN / "python"),
+                        "-m",
+                        "agentfn.model.engine_server",
+                        "--port",
+                        str(PORTS["engine"]),
+                        "--model",
+                        self.model.name,
+                    ],
+                )
+            )
         self.parts += [
-            Part("memory", "agentfn.memory.app:create_app()", PORTS["memory"],
-                 {**ident, "AGENTFN_DATABASE_URL": dsns["memory"]}, doing="loading the multilingual embedder"),
-            Part("page", "agentfn.page.app:create_app()", PORTS["page"],
-                 {**ident, "AGENTFN_DATABASE_URL": dsns["page"]}),
+            Part(
+                "memory",
+                "agentfn.memory.app:create_app()",
+                PORTS["memory"],
+                {**ident, "AGENTFN_DATABASE_URL": dsns["memory"]},
+                doing="loading the multilingual embedder",
+            ),
+            Part("page", "agentfn.page.app:create_app()", PORTS["page"], {**ident, "AGENTFN_DATABASE_URL": dsns["page"]}),
         ]
         for tool in READS:  # each read tool and the dev upstream (a test double) standing for its service
             upstream = f"{tool}-upstream"
             self.parts += [
-                Part(upstream, f"agentfn.{tool}.dev_upstream:create_app()", PORTS[upstream],
-                     {**ident, "AGENTFN_TRUSTED_ACTORS": account(tool)}, ready="/healthz"),
-                Part(tool, f"agentfn.{tool}.app:create_app()", PORTS[tool],
-                     {**ident, f"AGENTFN_{tool.upper()}_UPSTREAM_URL": url[upstream],
-                      "AGENTFN_EXCHANGE_TOKEN_FILE": str(self.exchange_token_files[tool])}),
+                Part(
+                    upstream,
+                    f"agentfn.{tool}.dev_upstream:create_app()",
+                    PORTS[upstream],
+                    {**ident, "AGENTFN_TRUSTED_ACTORS": account(tool)},
+                    ready="/healthz",
+                ),
+                Part(
+                    tool,
+                    f"agentfn.{tool}.app:create_app()",
+                    PORTS[tool],
+                    {
+                        **ident,
+                        f"AGENTFN_{tool.upper()}_UPSTREAM_URL": url[upstream],
+                        "AGENTFN_EXCHANGE_TOKEN_FILE": str(self.exchange_token_files[tool]),
+                    },
+                ),
             ]
         self.parts += [
-            Part("run_code", "agentfn.run_code.app:create_app()", PORTS["run_code"],
-                 {**ident, "AGENTFN_DATABASE_URL": dsns["run_code"]}),
-            Part("model", "agentfn.model.app:create_app()", PORTS["model"],
-                 {**ident, **tiers, "AGENTFN_DATABASE_URL": dsns["model"], "AGENTFN_REGISTRY_FILE": str(registry),
-                  "AGENTFN_MEMORY_URL": url["memory"], "AGENTFN_PAGE_URL": url["page"],
-                  "AGENTFN_SERVICE_TOKEN_FILE": str(self.service_token_file), "AGENTFN_THREADS": "8",
-                  "AGENTFN_APPROVAL_KEY_FILE": str(self.approval_key_file()),
-                  "AGENTFN_EXCHANGE_TOKEN_FILE": str(self.exchange_token_files["model"]),
-                  "AGENTFN_MCP_RESOURCE": self.mcp_resource, "AGENTFN_ADMIN_GROUPS": "platform-admins",
-                  **{f"AGENTFN_TOOL_{tool.upper()}_URL": url[tool] for tool in (*READS, "run_code")}}),
+            Part(
+                "run_code",
+                "agentfn.run_code.app:create_app()",
+                PORTS["run_code"],
+                {**ident, "AGENTFN_DATABASE_URL": dsns["run_code"]},
+            ),
+            Part(
+                "model",
+                "agentfn.model.app:create_app()",
+                PORTS["model"],
+                {
+                    **ident,
+                    **tiers,
+                    "AGENTFN_DATABASE_URL": dsns["model"],
+                    "AGENTFN_REGISTRY_FILE": str(registry),
+                    "AGENTFN_MEMORY_URL": url["memory"],
+                    "AGENTFN_PAGE_URL": url["page"],
+                    "AGENTFN_SERVICE_TOKEN_FILE": str(self.service_token_file),
+                    "AGENTFN_THREADS": "8",
+                    "AGENTFN_APPROVAL_KEY_FILE": str(self.approval_key_file()),
+                    "AGENTFN_EXCHANGE_TOKEN_FILE": str(self.exchange_token_files["model"]),
+                    "AGENTFN_MCP_RESOURCE": self.mcp_resource,
+                    "AGENTFN_ADMIN_GROUPS": "platform-admins",
+                    **{f"AGENTFN_TOOL_{tool.upper()}_URL": url[tool] for tool in (*READS, "run_code")},
+                },
+            ),
             Part("workbench", "agentfn.workbench.app:create_app()", PORTS["workbench"], ident),
             # Ready when a public door answers through it: the model function's 401 to a caller without a token.
-            Part("gateway", "agentfn.cli.gateway:create_app()", PORTS["gateway"],
-                 {"AGENTFN_GATEWAY_MEMORY_URL": url["memory"], "AGENTFN_GATEWAY_MODEL_URL": url["model"],
-                  "AGENTFN_GATEWAY_WORKBENCH_URL": url["workbench"], "AGENTFN_THREADS": "16"},
-                 ready="/v1/agents", ready_status=401),
+            Part(
+                "gateway",
+                "agentfn.cli.gateway:create_app()",
+                PORTS["gateway"],
+                {
+                    "AGENTFN_GATEWAY_MEMORY_URL": url["memory"],
+                    "AGENTFN_GATEWAY_MODEL_URL": url["model"],
+                    "AGENTFN_GATEWAY_WORKBENCH_URL": url["workbench"],
+                    "AGENTFN_THREADS": "16",
+                },
+                ready="/v1/agents",
+                ready_status=401,
+            ),
         ]
 
     def launch(self, part: Part) -> None:
         log = open(self.var / "logs" / f"{part.name}.log", "ab")
         env = {**os.environ, **part.env, "PORT": str(part.port), "AGENTFN_BIND": HOST}
         argv = part.argv or [str(BIN / "gunicorn"), "-c", "python:agentfn.shared.gunicorn_conf", part.app]
-        part.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                        preexec_fn=die_with_parent)
+        part.process = subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent
+        )
 
     def is_ready(self, part: Part) -> bool:
         if part.ready_file is not None:
@@ -240,8 +342,9 @@ class Stack:
 
     def exited(self, part: Part) -> SystemExit:
         """A part that died at start: why, in its own words (a missing dependency says so), not a traceback."""
-        return SystemExit(f"{part.name} exited (code {part.process.returncode}): {last_words(self.log_of(part))}\n"
-                          f"see {self.log_of(part)}")
+        return SystemExit(
+            f"{part.name} exited (code {part.process.returncode}): {last_words(self.log_of(part))}\nsee {self.log_of(part)}"
+        )
 
     def wait_ready(self, part: Part, timeout: float = 180) -> float:
         started = time.monotonic()
@@ -251,8 +354,7 @@ class Stack:
                     raise self.exited(part)
                 if self.is_ready(part):
                     where = part.url if part.port else part.ready_file
-                    self.console.print(f"[green]✓[/] {part.name} ready: {where} "
-                                       f"({time.monotonic() - self.started:.1f} s)")
+                    self.console.print(f"[green]✓[/] {part.name} ready: {where} ({time.monotonic() - self.started:.1f} s)")
                     return time.monotonic() - started
                 time.sleep(0.1)
         raise SystemExit(f"{part.name} was not ready in {timeout:.0f} s; see {self.log_of(part)}")
@@ -266,8 +368,11 @@ class Stack:
             self.write_token(path, SERVICE_ACCOUNT if part == "model" else account(part), issuer)
 
     def write_token(self, path: Path, service_account: str, audience: str) -> None:
-        answer = requests.post(f"http://{HOST}:{PORTS['issuer']}/v1/service-tokens",
-                               json={"account": service_account, "audience": audience}, timeout=5)
+        answer = requests.post(
+            f"http://{HOST}:{PORTS['issuer']}/v1/service-tokens",
+            json={"account": service_account, "audience": audience},
+            timeout=5,
+        )
         answer.raise_for_status()
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fresh = path.with_suffix(".new")
@@ -303,13 +408,20 @@ class Stack:
         agentfn = os.path.relpath(BIN / "agentfn") if (BIN / "agentfn").is_relative_to(Path.cwd()) else BIN / "agentfn"
         self.console.rule(f"[bold]agentfn is up[/] in {time.monotonic() - self.started:.1f} s")
         for name, value in (
-            ("gateway", f"{gateway}   (the public doors: /v1/entries, /v1/recall, /v1/agents, /v1/tools, /mcp; "
-                        "/v1/admin for the group platform-admins)"),
+            (
+                "gateway",
+                f"{gateway}   (the public doors: /v1/entries, /v1/recall, /v1/agents, /v1/tools, /mcp; "
+                "/v1/admin for the group platform-admins)",
+            ),
             ("workbench", f"{gateway}/   (in a browser: sign in at the dev issuer's page, as anyone)"),
             ("token", f"export AGENTFN_TOKEN=$({agentfn} token alice --groups developers,platform-users)"),
             ("chat", f"{agentfn} chat code-reviewer"),
-            ("engine", f"{self.model.alias} offline on llama.cpp (AGENTFN_ENGINE_MODEL={self.model.name})" if self.model
-             else f"{os.environ.get('AGENTFN_TIER_FAST_MODEL', 'default')} at {os.environ['AGENTFN_TIER_FAST_URL']}"),
+            (
+                "engine",
+                f"{self.model.alias} offline on llama.cpp (AGENTFN_ENGINE_MODEL={self.model.name})"
+                if self.model
+                else f"{os.environ.get('AGENTFN_TIER_FAST_MODEL', 'default')} at {os.environ['AGENTFN_TIER_FAST_URL']}",
+            ),
             ("memory", f"{sum(memory.values()) / 2**20:.0f} MiB resident (MiB: {biggest}, ...)"),
             ("data", f"{self.var}   logs: {self.var / 'logs'}   agents: examples/ (edit to update)"),
             ("stop", "Ctrl-C"),
@@ -340,8 +452,9 @@ class Stack:
             while True:
                 for part in self.parts:
                     if part.process.poll() is not None:
-                        self.console.print(f"[red]✗[/] {part.name} exited (code {part.process.returncode});"
-                                           f" see {self.log_of(part)}")
+                        self.console.print(
+                            f"[red]✗[/] {part.name} exited (code {part.process.returncode}); see {self.log_of(part)}"
+                        )
                         return
                 if time.monotonic() - rotated > TOKEN_ROTATION_SECONDS:
                     self.rotate_service_token()

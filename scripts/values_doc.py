@@ -72,8 +72,11 @@ def documented_schema(schema: dict, found: list[tuple[str, str, str]]) -> tuple[
             node["description"] = comment
     listed = {path for path, _, _ in found}
     leaves = {path for path, _, default in found if default}  # written inline ({cpu: 1}, {}): documented whole
-    problems += [f"{p}: in values.schema.json, not in values.yaml" for p in schema_paths(schema)
-                 if p not in listed and not any(p.startswith(leaf + ".") for leaf in leaves)]
+    problems += [
+        f"{p}: in values.schema.json, not in values.yaml"
+        for p in schema_paths(schema)
+        if p not in listed and not any(p.startswith(leaf + ".") for leaf in leaves)
+    ]
     return schema, problems
 
 
@@ -88,7 +91,7 @@ def table(found: list[tuple[str, str, str]]) -> str:
 def readme(current: str, found: list[tuple[str, str, str]]) -> str:
     block = f"{BEGIN}\n\n{table(found)}\n\n{END}"
     if BEGIN in current and END in current:
-        return current[:current.index(BEGIN)] + block + current[current.index(END) + len(END):]
+        return current[: current.index(BEGIN)] + block + current[current.index(END) + len(END) :]
     return current.rstrip("\n") + "\n\n" + block + "\n"
 
 
@@ -97,8 +100,10 @@ def main(argv: list[str]) -> int:
     values, schema_file, readme_file = chart / "values.yaml", chart / "values.schema.json", chart / "README.md"
     found = list(entries(values.read_text()))
     schema, problems = documented_schema(json.loads(schema_file.read_text()), found)
-    wanted = {schema_file: json.dumps(schema, indent=2, ensure_ascii=False) + "\n",
-              readme_file: readme(readme_file.read_text() if readme_file.exists() else "", found)}
+    wanted = {
+        schema_file: json.dumps(schema, indent=2, ensure_ascii=False) + "\n",
+        readme_file: readme(readme_file.read_text() if readme_file.exists() else "", found),
+    }
     for problem in problems:
         print(problem, file=sys.stderr)
     if "--check" in argv:

@@ -126,8 +126,7 @@ def create_app(
         # The message of an arbitrary exception may quote data; log where it happened, not what it said.
         frames = traceback.extract_tb(error.__traceback__)[-3:]
         where = " <- ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno}" for f in reversed(frames))
-        log.error("unhandled", extra={"request_id": g.get("request_id"), "error_type": type(error).__name__,
-                                      "where": where})
+        log.error("unhandled", extra={"request_id": g.get("request_id"), "error_type": type(error).__name__, "where": where})
         return problem_response(ProblemError(500, "Internal Server Error", "the request failed; see request_id"))
 
     @app.get("/healthz")
@@ -162,9 +161,12 @@ def _trace_requests(app: Flask) -> None:
     @app.before_request
     def open_span():
         route = request.url_rule.rule if request.url_rule else None
-        span = telemetry.start(f"{request.method} {route}" if route else request.method,
-                               {"http.request.method": request.method, "http.route": route}, kind="server",
-                               parent=telemetry.extract(request.headers))
+        span = telemetry.start(
+            f"{request.method} {route}" if route else request.method,
+            {"http.request.method": request.method, "http.route": route},
+            kind="server",
+            parent=telemetry.extract(request.headers),
+        )
         g.telemetry_span, g.telemetry_token = span, telemetry.attach(span)
 
     @app.after_request
@@ -172,8 +174,12 @@ def _trace_requests(app: Flask) -> None:
         span = g.pop("telemetry_span", None)
         if span is not None:
             caller = g.get("caller")
-            span.attrs({"http.response.status_code": response.status_code,
-                        "user.hash": subject_hash(caller.subject) if caller else None})
+            span.attrs(
+                {
+                    "http.response.status_code": response.status_code,
+                    "user.hash": subject_hash(caller.subject) if caller else None,
+                }
+            )
             if response.status_code >= 500:
                 span.fail(str(response.status_code))
             # A streamed answer (a turn) is still being written: its span ends when the stream does.

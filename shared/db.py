@@ -39,8 +39,11 @@ def provision(admin_dsn: str, *, schema: str, role: str, password: str) -> None:
                     sql.Identifier(role), sql.Literal(password)
                 )
             )
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {} AUTHORIZATION {}").format(
-                sql.Identifier(schema), sql.Identifier(role)))
+            conn.execute(
+                sql.SQL("CREATE SCHEMA IF NOT EXISTS {} AUTHORIZATION {}").format(
+                    sql.Identifier(schema), sql.Identifier(role)
+                )
+            )
             # Nothing by default: a part's role reaches its own schema and the extension's types only.
             conn.execute(sql.SQL("REVOKE ALL ON SCHEMA public FROM PUBLIC"))
             conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(sql.Identifier(role)))
@@ -66,26 +69,32 @@ def migrate(conn: psycopg.Connection, schema: str, package: str) -> list[str]:
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(f"agentfn.migrate.{schema}".encode()),))
         conn.execute(
-            sql.SQL("CREATE TABLE IF NOT EXISTS {}.schema_migrations "
-                    "(version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
-            .format(sql.Identifier(schema))
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {}.schema_migrations "
+                "(version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+            ).format(sql.Identifier(schema))
         )
-        done = {row[0] for row in conn.execute(
-            sql.SQL("SELECT version FROM {}.schema_migrations").format(sql.Identifier(schema)))}
+        done = {
+            row[0]
+            for row in conn.execute(sql.SQL("SELECT version FROM {}.schema_migrations").format(sql.Identifier(schema)))
+        }
         for version, name, text in migrations(package):
             if version in done:
                 continue
             conn.execute(text)
-            conn.execute(sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)")
-                         .format(sql.Identifier(schema)), (version, name))
+            conn.execute(
+                sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)").format(sql.Identifier(schema)),
+                (version, name),
+            )
             applied_now.append(name)
     for name in applied_now:
         log.info("migration applied", extra={"event": "migration", "part": schema, "where": name})
     return applied_now
 
 
-def open_pool(dsn: str, *, schema: str, size: int, configure: Callable[[psycopg.Connection], None] | None = None,
-              timeout: float = 3.0) -> ConnectionPool:
+def open_pool(
+    dsn: str, *, schema: str, size: int, configure: Callable[[psycopg.Connection], None] | None = None, timeout: float = 3.0
+) -> ConnectionPool:
     """A pool whose connections search the part's schema first; it reconnects by itself after an outage."""
     pool = ConnectionPool(
         dsn,

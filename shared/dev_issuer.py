@@ -49,9 +49,25 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from flask import Flask, jsonify, redirect, request, url_for
 
 from . import dev_sign_in_page
-from .dev_sign_in import (AUTHORIZATION_CODE, DEV_GROUPS, SCOPES, AuthorizationRequest, Codes, GrantError, PageError,
-                          RedirectError, WebClient, authorization_request, client_of, origin, redeem, sign_in_choice,
-                          token_claims, web_clients_from_env, with_query)
+from .dev_sign_in import (
+    AUTHORIZATION_CODE,
+    DEV_GROUPS,
+    SCOPES,
+    AuthorizationRequest,
+    Codes,
+    GrantError,
+    PageError,
+    RedirectError,
+    WebClient,
+    authorization_request,
+    client_of,
+    origin,
+    redeem,
+    sign_in_choice,
+    token_claims,
+    web_clients_from_env,
+    with_query,
+)
 from .identity import SERVICE_ACCOUNT_PREFIX
 
 KEY_FILE = "dev-issuer-key.pem"
@@ -64,8 +80,9 @@ TOKEN_TYPES = ("urn:ietf:params:oauth:token-type:access_token", "urn:ietf:params
 JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 EXCHANGE_SECONDS = 300
 # The doors a browser app on a web client's origin reads: the token endpoint and the metadata that finds it.
-CORS_DOORS = frozenset({"/token", "/.well-known/openid-configuration", "/.well-known/oauth-authorization-server",
-                        "/.well-known/jwks.json"})
+CORS_DOORS = frozenset(
+    {"/token", "/.well-known/openid-configuration", "/.well-known/oauth-authorization-server", "/.well-known/jwks.json"}
+)
 
 
 @dataclass(frozen=True)
@@ -96,9 +113,15 @@ def _key(path: Path, generate):
 
 
 class DevIssuer:
-    def __init__(self, directory: str | Path, url: str, clients: Mapping[str, ExchangeClient] | None = None,
-                 exchange_seconds: int = EXCHANGE_SECONDS, web_clients: Mapping[str, WebClient] | None = None,
-                 codes: Codes | None = None):
+    def __init__(
+        self,
+        directory: str | Path,
+        url: str,
+        clients: Mapping[str, ExchangeClient] | None = None,
+        exchange_seconds: int = EXCHANGE_SECONDS,
+        web_clients: Mapping[str, WebClient] | None = None,
+        codes: Codes | None = None,
+    ):
         self.url = url.rstrip("/")
         self.clients = dict(clients or {})
         self.exchange_seconds = exchange_seconds
@@ -134,17 +157,25 @@ class DevIssuer:
 
     def _claims(self, sub: str, audience: str, ttl: int) -> dict[str, Any]:
         now = int(time.time())
-        return {"iss": self.url, "sub": sub, "aud": audience, "iat": now, "nbf": now, "exp": now + ttl,
-                "jti": str(uuid.uuid4())}
+        return {
+            "iss": self.url,
+            "sub": sub,
+            "aud": audience,
+            "iat": now,
+            "nbf": now,
+            "exp": now + ttl,
+            "jti": str(uuid.uuid4()),
+        }
 
-    def caller_token(self, subject: str, groups: list[str] | None = None, *, audience: str = CALLER_AUDIENCE,
-                     ttl: int = 3600) -> str:
+    def caller_token(
+        self, subject: str, groups: list[str] | None = None, *, audience: str = CALLER_AUDIENCE, ttl: int = 3600
+    ) -> str:
         return self.sign({**self._claims(subject, audience, ttl), "groups": list(groups or [])})
 
     def service_token(self, account: str, *, audience: str = SERVICE_AUDIENCE, ttl: int = 3600) -> str:
         if not account.startswith(SERVICE_ACCOUNT_PREFIX):
             raise ValueError(f"a service account is named {SERVICE_ACCOUNT_PREFIX}<namespace>:<name>")
-        namespace, _, name = account[len(SERVICE_ACCOUNT_PREFIX):].partition(":")
+        namespace, _, name = account[len(SERVICE_ACCOUNT_PREFIX) :].partition(":")
         claims = self._claims(account, audience, ttl)
         claims["kubernetes.io"] = {"namespace": namespace, "serviceaccount": {"name": name, "uid": str(uuid.uuid4())}}
         return self.sign(claims)
@@ -156,8 +187,12 @@ class DevIssuer:
         the ID token; or `GrantError`."""
         client, grant = redeem(form, self.web_clients, self.codes)
         access, identity = token_claims(self.url, client, grant)
-        answer = {"access_token": self.sign(access, {"typ": "at+jwt"}), "token_type": "Bearer",
-                  "expires_in": access["exp"] - access["iat"], "scope": access["scope"]}
+        answer = {
+            "access_token": self.sign(access, {"typ": "at+jwt"}),
+            "token_type": "Bearer",
+            "expires_in": access["exp"] - access["iat"],
+            "scope": access["scope"],
+        }
         if identity is not None:
             answer["id_token"] = self.sign(identity)
         return answer
@@ -171,9 +206,18 @@ class DevIssuer:
     # --- token exchange (RFC 8693) -------------------------------------------------------------------
 
     def _verify(self, token: str, audience: str | list[str] | None) -> dict[str, Any]:
-        key = self._rsa.public_key() if jwt.get_unverified_header(token).get("kid") == self.rsa_kid else self._key.public_key()
-        return jwt.decode(token, key, algorithms=["ES256", "RS256"], issuer=self.url, audience=audience, leeway=10,
-                          options={"require": ["exp", "iss", "aud", "sub"], "verify_aud": audience is not None})
+        key = (
+            self._rsa.public_key() if jwt.get_unverified_header(token).get("kid") == self.rsa_kid else self._key.public_key()
+        )
+        return jwt.decode(
+            token,
+            key,
+            algorithms=["ES256", "RS256"],
+            issuer=self.url,
+            audience=audience,
+            leeway=10,
+            options={"require": ["exp", "iss", "aud", "sub"], "verify_aud": audience is not None},
+        )
 
     def client(self, form: Mapping[str, str]) -> tuple[str, ExchangeClient]:
         """The authenticated client (RFC 7523 client assertion: its workload token, audience this issuer)."""
@@ -208,48 +252,86 @@ class DevIssuer:
         try:
             subject = self._verify(subject_token, sorted(client.subject_audiences))
         except (jwt.PyJWTError, ValueError, TypeError):
-            raise ExchangeError("invalid_grant", "the subject token does not verify or is not meant for this client") \
-                from None
+            raise ExchangeError(
+                "invalid_grant", "the subject token does not verify or is not meant for this client"
+            ) from None
         if not isinstance(subject["sub"], str) or subject["sub"].startswith(SERVICE_ACCOUNT_PREFIX):
             raise ExchangeError("invalid_grant", "the subject token does not name a caller")
         now = int(time.time())
         exp = min(now + self.exchange_seconds, int(subject["exp"]))
         act = {"sub": account, **({"act": subject["act"]} if isinstance(subject.get("act"), dict) else {})}
-        claims = {"iss": self.url, "sub": subject["sub"], "aud": audience, "iat": now, "nbf": now, "exp": exp,
-                  "jti": str(uuid.uuid4()), "groups": subject.get("groups", []), "act": act, "client_id": account}
-        return {"access_token": self.sign(claims), "issued_token_type": TOKEN_TYPES[0], "token_type": "Bearer",
-                "expires_in": exp - now}
+        claims = {
+            "iss": self.url,
+            "sub": subject["sub"],
+            "aud": audience,
+            "iat": now,
+            "nbf": now,
+            "exp": exp,
+            "jti": str(uuid.uuid4()),
+            "groups": subject.get("groups", []),
+            "act": act,
+            "client_id": account,
+        }
+        return {
+            "access_token": self.sign(claims),
+            "issued_token_type": TOKEN_TYPES[0],
+            "token_type": "Bearer",
+            "expires_in": exp - now,
+        }
 
 
 def clients_from_env(value: str | None) -> dict[str, ExchangeClient]:
     doc = json.loads(value or "{}")
-    return {account: ExchangeClient(frozenset(c.get("subject_audiences", [])), frozenset(c.get("audiences", [])))
-            for account, c in doc.items()}
+    return {
+        account: ExchangeClient(frozenset(c.get("subject_audiences", [])), frozenset(c.get("audiences", [])))
+        for account, c in doc.items()
+    }
 
 
 def create_app(issuer: DevIssuer | None = None) -> Flask:
     """The issuer's HTTP face: discovery, JWKS, the token endpoint, sign-in and a token counter for the dev CLI."""
     if issuer is None:
-        issuer = DevIssuer(os.environ.get("AGENTFN_DEV_ISSUER_DIR", "var/issuer"), os.environ["AGENTFN_JWT_ISSUER"],
-                           clients_from_env(os.environ.get("AGENTFN_DEV_ISSUER_CLIENTS")),
-                           int(os.environ.get("AGENTFN_DEV_ISSUER_EXCHANGE_SECONDS", str(EXCHANGE_SECONDS))),
-                           web_clients_from_env(os.environ.get("AGENTFN_DEV_ISSUER_WEB_CLIENTS"), CALLER_AUDIENCE))
+        issuer = DevIssuer(
+            os.environ.get("AGENTFN_DEV_ISSUER_DIR", "var/issuer"),
+            os.environ["AGENTFN_JWT_ISSUER"],
+            clients_from_env(os.environ.get("AGENTFN_DEV_ISSUER_CLIENTS")),
+            int(os.environ.get("AGENTFN_DEV_ISSUER_EXCHANGE_SECONDS", str(EXCHANGE_SECONDS))),
+            web_clients_from_env(os.environ.get("AGENTFN_DEV_ISSUER_WEB_CLIENTS"), CALLER_AUDIENCE),
+        )
     app = Flask("agentfn.dev_issuer")
 
     @app.get("/.well-known/openid-configuration")
     @app.get("/.well-known/oauth-authorization-server")
     def discovery():
         """OIDC discovery and RFC 8414 metadata, so any OAuth-aware client finds the keys and the token endpoint."""
-        return jsonify(issuer=issuer.url, jwks_uri=issuer.jwks_url, token_endpoint=issuer.token_endpoint,
-                       authorization_endpoint=issuer.authorization_endpoint, response_types_supported=["code"],
-                       response_modes_supported=["query"], code_challenge_methods_supported=["S256"],
-                       grant_types_supported=[TOKEN_EXCHANGE, AUTHORIZATION_CODE], scopes_supported=list(SCOPES),
-                       token_endpoint_auth_methods_supported=["private_key_jwt", "none"],
-                       token_endpoint_auth_signing_alg_values_supported=[ALGORITHM, "RS256"],
-                       subject_types_supported=["public"], id_token_signing_alg_values_supported=[ALGORITHM],
-                       claims_supported=["iss", "sub", "aud", "exp", "iat", "auth_time", "nonce", "azp",
-                                         "preferred_username", "groups"],
-                       authorization_response_iss_parameter_supported=True)
+        return jsonify(
+            issuer=issuer.url,
+            jwks_uri=issuer.jwks_url,
+            token_endpoint=issuer.token_endpoint,
+            authorization_endpoint=issuer.authorization_endpoint,
+            response_types_supported=["code"],
+            response_modes_supported=["query"],
+            code_challenge_methods_supported=["S256"],
+            grant_types_supported=[TOKEN_EXCHANGE, AUTHORIZATION_CODE],
+            scopes_supported=list(SCOPES),
+            token_endpoint_auth_methods_supported=["private_key_jwt", "none"],
+            token_endpoint_auth_signing_alg_values_supported=[ALGORITHM, "RS256"],
+            subject_types_supported=["public"],
+            id_token_signing_alg_values_supported=[ALGORITHM],
+            claims_supported=[
+                "iss",
+                "sub",
+                "aud",
+                "exp",
+                "iat",
+                "auth_time",
+                "nonce",
+                "azp",
+                "preferred_username",
+                "groups",
+            ],
+            authorization_response_iss_parameter_supported=True,
+        )
 
     @app.get("/.well-known/jwks.json")
     def jwks():
@@ -296,8 +378,9 @@ def create_app(issuer: DevIssuer | None = None) -> Flask:
         audience = body.get("audience", CALLER_AUDIENCE)
         if not isinstance(audience, str) or not audience:
             return jsonify(error="audience is a string"), 422
-        return jsonify(token=issuer.caller_token(subject, [str(x) for x in groups], audience=audience,
-                                                 ttl=int(body.get("ttl", 3600))))
+        return jsonify(
+            token=issuer.caller_token(subject, [str(x) for x in groups], audience=audience, ttl=int(body.get("ttl", 3600)))
+        )
 
     @app.post("/v1/service-tokens")
     def service_token():
@@ -324,7 +407,8 @@ def sign_in_routes(app: Flask, issuer: DevIssuer) -> None:
 
     def page_headers(response, form_action: str = "'none'"):
         response.headers["Content-Security-Policy"] = (
-            f"default-src 'none'; style-src 'self'; form-action {form_action}; frame-ancestors 'none'; base-uri 'none'")
+            f"default-src 'none'; style-src 'self'; form-action {form_action}; frame-ancestors 'none'; base-uri 'none'"
+        )
         response.headers["X-Frame-Options"] = "DENY"
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["Referrer-Policy"] = "same-origin"  # a same-origin POST still sends its Origin
@@ -335,10 +419,19 @@ def sign_in_routes(app: Flask, issuer: DevIssuer) -> None:
         html = error_template.render(detail=e.description, css=url_for("sign_in_css"))
         return page_headers(app.response_class(html, e.status, mimetype="text/html"))
 
-    def sign_in_page(ask: AuthorizationRequest, subject: str = "", chosen=(), other_groups: str = "", error: str = "",
-                     status: int = 200):
-        html = sign_in_template.render(ask=ask, action=url_for("authorize"), css=url_for("sign_in_css"), subject=subject,
-                                       groups=DEV_GROUPS, chosen=chosen, other_groups=other_groups, error=error)
+    def sign_in_page(
+        ask: AuthorizationRequest, subject: str = "", chosen=(), other_groups: str = "", error: str = "", status: int = 200
+    ):
+        html = sign_in_template.render(
+            ask=ask,
+            action=url_for("authorize"),
+            css=url_for("sign_in_css"),
+            subject=subject,
+            groups=DEV_GROUPS,
+            chosen=chosen,
+            other_groups=other_groups,
+            error=error,
+        )
         # The form's POST is answered with a redirect to the client: form-action must allow its origin too.
         response = app.response_class(html, status, mimetype="text/html")
         return page_headers(response, f"'self' {origin(ask.redirect_uri)}")
@@ -377,8 +470,14 @@ def sign_in_routes(app: Flask, issuer: DevIssuer) -> None:
         try:
             subject, groups = sign_in_choice(params)
         except ValueError as e:
-            return sign_in_page(ask, subject=params.get("subject", ""), chosen=params.getlist("groups"),
-                                other_groups=params.get("other_groups", ""), error=str(e), status=422)
+            return sign_in_page(
+                ask,
+                subject=params.get("subject", ""),
+                chosen=params.getlist("groups"),
+                other_groups=params.get("other_groups", ""),
+                error=str(e),
+                status=422,
+            )
         return back(redirect_uri, code=issuer.codes.issue(ask, subject, groups), state=state)
 
     @app.get("/sign-in.css")

@@ -39,8 +39,19 @@ CHALLENGE = re.compile(r"[A-Za-z0-9_-]{43}")  # base64url of a SHA-256, no paddi
 VERIFIER = re.compile(r"[A-Za-z0-9._~-]{43,128}")  # RFC 7636 4.1
 GROUP = re.compile(r"[^\s,\x00-\x1f\x7f]{1,100}")
 # The authorization request's parameters: each is sent at most once (RFC 6749 3.1).
-REQUEST_FIELDS = ("response_type", "client_id", "redirect_uri", "scope", "state", "code_challenge",
-                  "code_challenge_method", "nonce", "response_mode", "prompt", "login_hint")
+REQUEST_FIELDS = (
+    "response_type",
+    "client_id",
+    "redirect_uri",
+    "scope",
+    "state",
+    "code_challenge",
+    "code_challenge_method",
+    "nonce",
+    "response_mode",
+    "prompt",
+    "login_hint",
+)
 
 
 @dataclass(frozen=True)
@@ -71,8 +82,9 @@ def web_clients_from_env(value: str | None, default_audience: str) -> dict[str, 
         for uri in uris:
             parts = urlsplit(uri)
             if parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment or parts.username:
-                raise ValueError(f"web client {client_id}: {uri!r} is not an absolute http(s) URL "
-                                 "without a fragment or user")
+                raise ValueError(
+                    f"web client {client_id}: {uri!r} is not an absolute http(s) URL without a fragment or user"
+                )
         clients[client_id] = WebClient(client_id, frozenset(uris), c.get("audience", default_audience))
     return clients
 
@@ -113,9 +125,16 @@ class AuthorizationRequest:
 
     def hidden(self) -> dict[str, str]:
         """The request as the form carries it back."""
-        fields = {"response_type": "code", "client_id": self.client.client_id, "redirect_uri": self.redirect_uri,
-                  "scope": " ".join(self.scope), "state": self.state, "code_challenge": self.code_challenge,
-                  "code_challenge_method": "S256", "nonce": self.nonce}
+        fields = {
+            "response_type": "code",
+            "client_id": self.client.client_id,
+            "redirect_uri": self.redirect_uri,
+            "scope": " ".join(self.scope),
+            "state": self.state,
+            "code_challenge": self.code_challenge,
+            "code_challenge_method": "S256",
+            "nonce": self.nonce,
+        }
         return {k: v for k, v in fields.items() if v is not None}
 
 
@@ -225,8 +244,17 @@ class Codes:
     def issue(self, request: AuthorizationRequest, subject: str, groups: list[str]) -> str:
         code = secrets.token_urlsafe(32)
         now = time.monotonic()
-        grant = Grant(request.client.client_id, request.redirect_uri, request.code_challenge, subject, tuple(groups),
-                      request.scope, request.nonce, int(time.time()), now + self.seconds)
+        grant = Grant(
+            request.client.client_id,
+            request.redirect_uri,
+            request.code_challenge,
+            subject,
+            tuple(groups),
+            request.scope,
+            request.nonce,
+            int(time.time()),
+            now + self.seconds,
+        )
         with self._lock:
             for key in [k for k, g in self._grants.items() if g.expires <= now]:
                 del self._grants[key]
@@ -269,13 +297,29 @@ def token_claims(issuer: str, client: WebClient, grant: Grant, seconds: int = AC
     """The access token's claims (RFC 9068: the caller's `sub` and `groups`, audience the client's) and, for scope
     `openid`, the ID token's (OIDC Core 2: audience the client, `nonce` echoed)."""
     now = int(time.time())
-    access = {"iss": issuer, "sub": grant.subject, "aud": client.audience, "iat": now, "nbf": now, "exp": now + seconds,
-              "jti": secrets.token_urlsafe(16), "groups": list(grant.groups), "client_id": client.client_id,
-              "scope": " ".join(grant.scope)}
+    access = {
+        "iss": issuer,
+        "sub": grant.subject,
+        "aud": client.audience,
+        "iat": now,
+        "nbf": now,
+        "exp": now + seconds,
+        "jti": secrets.token_urlsafe(16),
+        "groups": list(grant.groups),
+        "client_id": client.client_id,
+        "scope": " ".join(grant.scope),
+    }
     if "openid" not in grant.scope:
         return access, None
-    identity: dict[str, Any] = {"iss": issuer, "sub": grant.subject, "aud": client.client_id, "iat": now,
-                                "exp": now + seconds, "auth_time": grant.auth_time, "azp": client.client_id}
+    identity: dict[str, Any] = {
+        "iss": issuer,
+        "sub": grant.subject,
+        "aud": client.client_id,
+        "iat": now,
+        "exp": now + seconds,
+        "auth_time": grant.auth_time,
+        "azp": client.client_id,
+    }
     if "profile" in grant.scope:
         identity["preferred_username"] = grant.subject
     if "groups" in grant.scope:

@@ -63,8 +63,18 @@ def _problem(status: int, detail: str) -> ExchangeFailed:
 
 
 class TokenExchange:
-    def __init__(self, *, mode: str, url: str, token_file: str, client_id: str | None = None, timeout: float = 3.0,
-                 size: int = 4096, secret_file: str | None = None, token_type: str = ACCESS_TOKEN):
+    def __init__(
+        self,
+        *,
+        mode: str,
+        url: str,
+        token_file: str,
+        client_id: str | None = None,
+        timeout: float = 3.0,
+        size: int = 4096,
+        secret_file: str | None = None,
+        token_type: str = ACCESS_TOKEN,
+    ):
         if mode not in ("exchange", "raw"):
             raise RuntimeError("AGENTFN_TOKEN_FORWARDING is `exchange` or `raw`")
         if secret_file and not client_id:
@@ -78,14 +88,16 @@ class TokenExchange:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> TokenExchange:
         issuer = env.get("AGENTFN_JWT_ISSUER", "").rstrip("/")
-        return cls(mode=(env.get("AGENTFN_TOKEN_FORWARDING") or "exchange").strip(),
-                   url=env.get("AGENTFN_TOKEN_EXCHANGE_URL") or f"{issuer}/token",
-                   token_file=env.get("AGENTFN_EXCHANGE_TOKEN_FILE", "/var/run/secrets/agentfn/exchange-token"),
-                   client_id=env.get("AGENTFN_TOKEN_EXCHANGE_CLIENT_ID") or None,
-                   timeout=float(env.get("AGENTFN_TOKEN_EXCHANGE_TIMEOUT_SECONDS", "3")),
-                   size=int(env.get("AGENTFN_TOKEN_EXCHANGE_CACHE", "4096")),
-                   secret_file=env.get("AGENTFN_TOKEN_EXCHANGE_CLIENT_SECRET_FILE") or None,
-                   token_type=env.get("AGENTFN_TOKEN_EXCHANGE_TOKEN_TYPE") or ACCESS_TOKEN)
+        return cls(
+            mode=(env.get("AGENTFN_TOKEN_FORWARDING") or "exchange").strip(),
+            url=env.get("AGENTFN_TOKEN_EXCHANGE_URL") or f"{issuer}/token",
+            token_file=env.get("AGENTFN_EXCHANGE_TOKEN_FILE", "/var/run/secrets/agentfn/exchange-token"),
+            client_id=env.get("AGENTFN_TOKEN_EXCHANGE_CLIENT_ID") or None,
+            timeout=float(env.get("AGENTFN_TOKEN_EXCHANGE_TIMEOUT_SECONDS", "3")),
+            size=int(env.get("AGENTFN_TOKEN_EXCHANGE_CACHE", "4096")),
+            secret_file=env.get("AGENTFN_TOKEN_EXCHANGE_CLIENT_SECRET_FILE") or None,
+            token_type=env.get("AGENTFN_TOKEN_EXCHANGE_TOKEN_TYPE") or ACCESS_TOKEN,
+        )
 
     def token_for(self, caller: Caller, audience: str, timeout: float | None = None) -> str:
         """A token for `audience` carrying the caller; raises `ExchangeFailed` when the issuer gives none."""
@@ -129,8 +141,14 @@ class TokenExchange:
 
     def _exchange(self, subject_token: str, audience: str, timeout: float) -> tuple[str, float]:
         client, basic = self._client_authentication()
-        form = {"grant_type": GRANT, "subject_token": subject_token, "subject_token_type": ACCESS_TOKEN,
-                "requested_token_type": self.token_type, "audience": audience, **client}
+        form = {
+            "grant_type": GRANT,
+            "subject_token": subject_token,
+            "subject_token_type": ACCESS_TOKEN,
+            "requested_token_type": self.token_type,
+            "audience": audience,
+            **client,
+        }
         headers = {"Accept": "application/json", "Content-Type": "application/x-www-form-urlencoded"}
         if basic:  # RFC 6749 section 2.3.1: both parts form-encoded, then Basic
             pair = f"{urllib.parse.quote_plus(basic[0])}:{urllib.parse.quote_plus(basic[1])}"
@@ -153,8 +171,9 @@ class TokenExchange:
         kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         conn = kind(parts.hostname, parts.port, timeout=timeout)
         try:
-            conn.request("POST", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), body=data,
-                         headers=headers)
+            conn.request(
+                "POST", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), body=data, headers=headers
+            )
             response = conn.getresponse()
             raw = response.read(MAX_BYTES + 1)
         except TimeoutError:

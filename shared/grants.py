@@ -23,13 +23,24 @@ Row = tuple[str, str, str, str, str, str, str, str]
 def _row(agent: str, tool: str, channel: str, access: Mapping[str, Any]) -> Row:
     limit = access.get("dailyLimit")
     approval = access.get("approval", "required") if channel == "step" else "-"
-    return (agent, tool, ",".join(access.get("subjects") or []) or "-", ",".join(access.get("groups") or []) or "-",
-            channel, "-" if limit is None else str(limit), approval, str(access.get("grant") or "-"))
+    return (
+        agent,
+        tool,
+        ",".join(access.get("subjects") or []) or "-",
+        ",".join(access.get("groups") or []) or "-",
+        channel,
+        "-" if limit is None else str(limit),
+        approval,
+        str(access.get("grant") or "-"),
+    )
 
 
 def rows(registry: Mapping[str, Any]) -> list[Row]:
-    found = [_row(agent, tool, "step", access)
-             for agent, entry in registry["agents"].items() for tool, access in entry["tools"].items()]
+    found = [
+        _row(agent, tool, "step", access)
+        for agent, entry in registry["agents"].items()
+        for tool, access in entry["tools"].items()
+    ]
     for channel in ("alone", "mcp"):
         found += [_row("-", tool, channel, access) for tool, access in registry[channel].items()]
     return sorted(found)

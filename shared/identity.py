@@ -50,9 +50,14 @@ from .problems import forbidden, unauthorized, unavailable
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
 # The algorithms each kind of key verifies: a header naming another (RS256 on an EC key) is refused before
 # the signature is checked, where a mismatch would be a TypeError inside the crypto library.
-FITS = {("RSA", None): {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"},
-        ("EC", "P-256"): {"ES256"}, ("EC", "P-384"): {"ES384"}, ("EC", "P-521"): {"ES512"},
-        ("OKP", "Ed25519"): {"EdDSA"}, ("OKP", "Ed448"): {"EdDSA"}}
+FITS = {
+    ("RSA", None): {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"},
+    ("EC", "P-256"): {"ES256"},
+    ("EC", "P-384"): {"ES384"},
+    ("EC", "P-521"): {"ES512"},
+    ("OKP", "Ed25519"): {"EdDSA"},
+    ("OKP", "Ed448"): {"EdDSA"},
+}
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 MAX_TOKEN_BYTES = 8192
 GATEWAY_AUDIENCE = "agentfn"
@@ -94,8 +99,9 @@ class KeySet(jwt.PyJWKClient):
 
     def __init__(self, trust: Trust):
         context = ssl.create_default_context(cafile=trust.ca_file) if trust.ca_file else None
-        super().__init__(trust.jwks_url, cache_keys=True, lifespan=300, timeout=5, ssl_context=context,
-                         cooldown_duration=trust.cooldown)
+        super().__init__(
+            trust.jwks_url, cache_keys=True, lifespan=300, timeout=5, ssl_context=context, cooldown_duration=trust.cooldown
+        )
         self.token_file = trust.token_file
 
     def fetch_data(self) -> Any:
@@ -277,8 +283,9 @@ class Identity:
         actors = frozenset(csv(env.get("AGENTFN_TRUSTED_ACTORS")))
         takes_gateway = gateway or forwarding == "raw"  # raw forwarding: what reaches a part is the gateway's
         if not takes_gateway and not actors:
-            raise RuntimeError("AGENTFN_TRUSTED_ACTORS must name the service(s) that call this part "
-                               "(or AGENTFN_TOKEN_FORWARDING=raw)")
+            raise RuntimeError(
+                "AGENTFN_TRUSTED_ACTORS must name the service(s) that call this part (or AGENTFN_TOKEN_FORWARDING=raw)"
+            )
         door = Door(gateway_audience if takes_gateway else None, own, actors)
         caller = CallerVerifier(Trust(issuer, gateway_audience, jwks, leeway, cooldown=cooldown), door)
         service = Trust(

@@ -8,8 +8,23 @@ import sys
 import time
 
 # Fields a record may carry besides the message; anything else passed in `extra` is dropped.
-FIELDS = ("request_id", "method", "route", "status", "ms", "subject_hash", "event", "error_type", "where",
-          "part", "count", "model", "generation_id", "agent", "outcome")
+FIELDS = (
+    "request_id",
+    "method",
+    "route",
+    "status",
+    "ms",
+    "subject_hash",
+    "event",
+    "error_type",
+    "where",
+    "part",
+    "count",
+    "model",
+    "generation_id",
+    "agent",
+    "outcome",
+)
 
 
 class JsonFormatter(logging.Formatter):

@@ -31,35 +31,67 @@ SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV}"
 SCOPE = "agentfn"
 
 # Every attribute key a span or a data point may carry: names, counts, outcomes, timings; no text of anyone's.
-ATTRIBUTES = frozenset({
-    # GenAI (v1.41.0)
-    "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.agent.name", "gen_ai.request.model",
-    "gen_ai.request.max_tokens", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.token.type",
-    "gen_ai.tool.name", "gen_ai.tool.type", "gen_ai.tool.call.id", "gen_ai.conversation.id",
-    # general conventions
-    "error.type", "user.hash", "http.request.method", "http.route", "http.response.status_code",
-    # the platform's own
-    "agentfn.generation.id", "agentfn.tier", "agentfn.channel", "agentfn.outcome", "agentfn.status", "agentfn.limit",
-    "agentfn.step", "agentfn.rounds", "agentfn.steps", "agentfn.memory.kind", "agentfn.memory.entries",
-    "agentfn.page.bytes", "agentfn.page.cached",
-})
+ATTRIBUTES = frozenset(
+    {
+        # GenAI (v1.41.0)
+        "gen_ai.operation.name",
+        "gen_ai.provider.name",
+        "gen_ai.agent.name",
+        "gen_ai.request.model",
+        "gen_ai.request.max_tokens",
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.output_tokens",
+        "gen_ai.token.type",
+        "gen_ai.tool.name",
+        "gen_ai.tool.type",
+        "gen_ai.tool.call.id",
+        "gen_ai.conversation.id",
+        # general conventions
+        "error.type",
+        "user.hash",
+        "http.request.method",
+        "http.route",
+        "http.response.status_code",
+        # the platform's own
+        "agentfn.generation.id",
+        "agentfn.tier",
+        "agentfn.channel",
+        "agentfn.outcome",
+        "agentfn.status",
+        "agentfn.limit",
+        "agentfn.step",
+        "agentfn.rounds",
+        "agentfn.steps",
+        "agentfn.memory.kind",
+        "agentfn.memory.entries",
+        "agentfn.page.bytes",
+        "agentfn.page.cached",
+    }
+)
 
 # Metric name -> (kind, unit, description, explicit bucket boundaries or None).
 DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
 TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864]
 METRICS: dict[str, tuple[str, str, str, list[float] | None]] = {
-    "gen_ai.client.operation.duration": ("histogram", "s", "GenAI operation duration (engine rounds, tool executions)",
-                                         DURATION_BUCKETS),
+    "gen_ai.client.operation.duration": (
+        "histogram",
+        "s",
+        "GenAI operation duration (engine rounds, tool executions)",
+        DURATION_BUCKETS,
+    ),
     "gen_ai.client.token.usage": ("histogram", "{token}", "Tokens read and written by the engine, per round", TOKEN_BUCKETS),
     "agentfn.turns": ("counter", "{turn}", "Turns of an agent, by outcome", None),
     "agentfn.steps": ("counter", "{step}", "Tool steps of turns, by tool and status", None),
-    "agentfn.budget.refusals": ("counter", "{refusal}",
-                                "Refused for a budget: the caller's day of tokens, a turn's cap, the day's runs", None),
+    "agentfn.budget.refusals": (
+        "counter",
+        "{refusal}",
+        "Refused for a budget: the caller's day of tokens, a turn's cap, the day's runs",
+        None,
+    ),
     "agentfn.recall.duration": ("histogram", "s", "Memory's recall, from request to answer", DURATION_BUCKETS),
     "agentfn.recall.entries": ("histogram", "{entry}", "Entries a recall returned", [0, 1, 2, 3, 4, 5, 10, 20]),
     "agentfn.pages": ("counter", "{page}", "Pages the page fetcher opened, by outcome", None),
-    "agentfn.runs": ("counter", "{run}", "Sandboxed code runs, by the limit that stopped them (none: ran to its end)",
-                     None),
+    "agentfn.runs": ("counter", "{run}", "Sandboxed code runs, by the limit that stopped them (none: ran to its end)", None),
 }
 
 _state: dict[str, Any] = {}  # set by `setup` in this process: tracer, meter, instruments, propagator
@@ -84,8 +116,13 @@ def setup(service: str, env: Mapping[str, str] | None = None) -> bool:
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     # One instance per process (gunicorn workers each export their own series).
-    resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME", "").strip() or f"agentfn-{service}",
-                                "service.namespace": "agentfn", "service.instance.id": uuid.uuid4().hex})
+    resource = Resource.create(
+        {
+            "service.name": env.get("OTEL_SERVICE_NAME", "").strip() or f"agentfn-{service}",
+            "service.namespace": "agentfn",
+            "service.instance.id": uuid.uuid4().hex,
+        }
+    )
     state: dict[str, Any] = {"propagator": TraceContextTextMapPropagator()}
     if traces:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -102,24 +139,33 @@ def setup(service: str, env: Mapping[str, str] | None = None) -> bool:
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 
-        views = [View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(buckets))
-                 for name, (_, _, _, buckets) in METRICS.items() if buckets]
-        provider = MeterProvider(resource=resource, views=views,
-                                 metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=metrics))])
+        views = [
+            View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(buckets))
+            for name, (_, _, _, buckets) in METRICS.items()
+            if buckets
+        ]
+        provider = MeterProvider(
+            resource=resource,
+            views=views,
+            metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=metrics))],
+        )
         meter = provider.get_meter(SCOPE, schema_url=SCHEMA_URL)
         state["meter_provider"] = provider
         state["instruments"] = {
-            name: (meter.create_histogram if kind == "histogram" else meter.create_counter)(name, unit=unit,
-                                                                                            description=text)
-            for name, (kind, unit, text, _) in METRICS.items()}
+            name: (meter.create_histogram if kind == "histogram" else meter.create_counter)(
+                name, unit=unit, description=text
+            )
+            for name, (kind, unit, text, _) in METRICS.items()
+        }
     _state.update(state)
     return True
 
 
 def clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
     """Only the allowed keys, only plain values: the one gate between the platform's code and an exporter."""
-    return {k: v for k, v in attributes.items()
-            if k in ATTRIBUTES and v is not None and isinstance(v, (str, bool, int, float))}
+    return {
+        k: v for k, v in attributes.items() if k in ATTRIBUTES and v is not None and isinstance(v, (str, bool, int, float))
+    }
 
 
 def error_type(problem_type: str | None, status: int | None = None) -> str:
@@ -130,6 +176,7 @@ def error_type(problem_type: str | None, status: int | None = None) -> str:
 
 
 # --- spans ---------------------------------------------------------------------------------------------
+
 
 class Span:
     """A started span, or (tracing off) nothing: `attrs`, `fail` and `end` are safe either way."""
@@ -166,8 +213,16 @@ def start(name: str, attributes: Mapping[str, Any], kind: str = "internal", pare
         return OFF
     from opentelemetry.trace import SpanKind
 
-    return Span(tracer.start_span(name, context=parent, kind=getattr(SpanKind, kind.upper()),
-                                  attributes=clean(attributes), record_exception=False, set_status_on_exception=False))
+    return Span(
+        tracer.start_span(
+            name,
+            context=parent,
+            kind=getattr(SpanKind, kind.upper()),
+            attributes=clean(attributes),
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+    )
 
 
 @contextmanager
@@ -188,8 +243,11 @@ def span(name: str, attributes: Mapping[str, Any], kind: str = "internal") -> It
             kind = getattr(error, "kind", None)
             if not isinstance(kind, str):
                 problem_type = getattr(error, "type", None)
-                kind = (error_type(problem_type, getattr(error, "status", None)) if isinstance(problem_type, str)
-                        else type(error).__name__)
+                kind = (
+                    error_type(problem_type, getattr(error, "status", None))
+                    if isinstance(problem_type, str)
+                    else type(error).__name__
+                )
             started.fail(kind)
         raise
     finally:
@@ -271,6 +329,7 @@ def detach(token: Any) -> None:
 
 
 # --- metrics -------------------------------------------------------------------------------------------
+
 
 def record(name: str, value: float, attributes: Mapping[str, Any]) -> None:
     """Add to a counter or record into a histogram of `METRICS`; nothing when metrics are off."""

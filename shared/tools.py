@@ -46,6 +46,7 @@ PROBLEM_BASE = "https://agentfn.dev/problems/"
 
 # --- the descriptor ------------------------------------------------------------------------------------
 
+
 def load_descriptor(package: str) -> dict[str, Any]:
     """The tool's descriptor from `<package>/tool.json`, its shape checked (the schema itself on first call)."""
     descriptor = json.loads(resources.files(package).joinpath(DESCRIPTOR_FILE).read_text())
@@ -54,9 +55,11 @@ def load_descriptor(package: str) -> dict[str, Any]:
 
 def check_descriptor(descriptor: Any) -> dict[str, Any]:
     if not isinstance(descriptor, dict) or not set(DESCRIPTOR_KEYS) <= set(descriptor) <= set(DESCRIPTOR_KEYS) | set(
-            OPTIONAL_KEYS):
-        raise ValueError(f"a tool descriptor has exactly the keys {sorted(DESCRIPTOR_KEYS)}, "
-                         f"and may have {sorted(OPTIONAL_KEYS)}")
+        OPTIONAL_KEYS
+    ):
+        raise ValueError(
+            f"a tool descriptor has exactly the keys {sorted(DESCRIPTOR_KEYS)}, and may have {sorted(OPTIONAL_KEYS)}"
+        )
     for key, kind in {**DESCRIPTOR_KEYS, **OPTIONAL_KEYS}.items():
         if key in descriptor and not isinstance(descriptor[key], kind):
             raise ValueError(f"the descriptor's {key} must be a {kind.__name__}")
@@ -73,8 +76,12 @@ def changes_state(descriptor: Mapping[str, Any]) -> bool:
 
 def call_schema(descriptor: Mapping[str, Any]) -> dict[str, Any]:
     """The body of `POST /v1/call`: the arguments, checked against the tool's own input schema."""
-    return {"type": "object", "additionalProperties": False, "required": ["arguments"],
-            "properties": {"arguments": descriptor["input_schema"]}}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["arguments"],
+        "properties": {"arguments": descriptor["input_schema"]},
+    }
 
 
 class LazySchema:
@@ -116,8 +123,10 @@ def doors(descriptor: Mapping[str, Any], call: Call) -> Blueprint:
 
         body = json_body(body_schema.get())
         name = descriptor["name"]
-        with telemetry.span(f"execute_tool {name}", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
-                                                     "gen_ai.tool.type": "function"}) as span:
+        with telemetry.span(
+            f"execute_tool {name}",
+            {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.type": "function"},
+        ) as span:
             try:
                 content = call(g.caller, body["arguments"])
             except ProblemError as problem:
@@ -129,68 +138,134 @@ def doors(descriptor: Mapping[str, Any], call: Call) -> Blueprint:
 
 
 def problem_schema() -> dict[str, Any]:
-    return {"type": "object", "required": ["type", "title", "status"],
-            "properties": {"type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
-                           "detail": {"type": "string"}, "request_id": {"type": "string"}}}
+    return {
+        "type": "object",
+        "required": ["type", "title", "status"],
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+            "request_id": {"type": "string"},
+        },
+    }
 
 
-PROBLEM_NAMES = {400: "Bad request", 401: "No valid caller token", 403: "The platform service does not allow this caller",
-                 413: "Body too large", 415: "Not JSON", 422: "Invalid argument", 429: "Daily runs spent",
-                 502: "The platform service failed or answered outside its contract",
-                 503: "A dependency is unavailable", 504: "The platform service did not answer in time"}
+PROBLEM_NAMES = {
+    400: "Bad request",
+    401: "No valid caller token",
+    403: "The platform service does not allow this caller",
+    413: "Body too large",
+    415: "Not JSON",
+    422: "Invalid argument",
+    429: "Daily runs spent",
+    502: "The platform service failed or answered outside its contract",
+    503: "A dependency is unavailable",
+    504: "The platform service did not answer in time",
+}
 
 
-def openapi(descriptor: Mapping[str, Any], content_schema: dict[str, Any], *, call_problems: tuple[int, ...],
-            version: str = "1.0.0") -> dict[str, Any]:
+def openapi(
+    descriptor: Mapping[str, Any], content_schema: dict[str, Any], *, call_problems: tuple[int, ...], version: str = "1.0.0"
+) -> dict[str, Any]:
     """The OpenAPI 3.1 document of a tool's two doors, from its descriptor and the shape of its content."""
 
     def problems(*codes: int) -> dict:
-        return {str(c): {"description": PROBLEM_NAMES[c], "content": {"application/problem+json": {
-            "schema": {"$ref": "#/components/schemas/Problem"}}}} for c in codes}
+        return {
+            str(c): {
+                "description": PROBLEM_NAMES[c],
+                "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+            }
+            for c in codes
+        }
 
     descriptor_schema = {
-        "type": "object", "required": list(DESCRIPTOR_KEYS), "additionalProperties": False,
-        "properties": {"name": {"const": descriptor["name"]}, "description": {"type": "string"},
-                       "input_schema": {"type": "object"}, "callable_alone": {"type": "boolean"},
-                       "mcp": {"type": "boolean"},
-                       "changes_state": {"type": "boolean", "description": "a call changes state or spends the "
-                                         "person's quota (absent: taken as true); the person approves such a call"}},
+        "type": "object",
+        "required": list(DESCRIPTOR_KEYS),
+        "additionalProperties": False,
+        "properties": {
+            "name": {"const": descriptor["name"]},
+            "description": {"type": "string"},
+            "input_schema": {"type": "object"},
+            "callable_alone": {"type": "boolean"},
+            "mcp": {"type": "boolean"},
+            "changes_state": {
+                "type": "boolean",
+                "description": "a call changes state or spends the "
+                "person's quota (absent: taken as true); the person approves such a call",
+            },
+        },
     }
     caller = [{"exchanged": []}]
     return {
         "openapi": "3.1.0",
-        "info": {"title": f"agentfn tool {descriptor['name']}", "version": version,
-                 "description": descriptor["description"]},
+        "info": {
+            "title": f"agentfn tool {descriptor['name']}",
+            "version": version,
+            "description": descriptor["description"],
+        },
         "components": {
-            "securitySchemes": {"exchanged": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-                                              "description": "the caller's token exchanged for this tool by a trusted "
-                                                             "service (RFC 8693: aud = this tool, act = the service)"}},
+            "securitySchemes": {
+                "exchanged": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "the caller's token exchanged for this tool by a trusted "
+                    "service (RFC 8693: aud = this tool, act = the service)",
+                }
+            },
             "schemas": {"Problem": problem_schema(), "Descriptor": descriptor_schema, "Content": content_schema},
         },
         "paths": {
-            "/v1/tool": {"get": {
-                "operationId": "describeTool", "summary": "The tool's descriptor.", "security": caller,
-                "responses": {"200": {"description": "the descriptor", "content": {"application/json": {
-                    "schema": {"$ref": "#/components/schemas/Descriptor"}}}}, **problems(401)},
-            }},
-            "/v1/call": {"post": {
-                "operationId": "callTool", "summary": "Call the tool with checked arguments, as the caller.",
-                "security": caller,
-                "requestBody": {"required": True, "content": {"application/json": {"schema": call_schema(descriptor)}}},
-                "responses": {"200": {"description": "what the tool found", "content": {"application/json": {
-                    "schema": {"type": "object", "required": ["content"], "additionalProperties": False,
-                               "properties": {"content": {"$ref": "#/components/schemas/Content"}}}}}},
-                    **problems(400, 401, 413, 415, 422, *call_problems)},
-            }},
+            "/v1/tool": {
+                "get": {
+                    "operationId": "describeTool",
+                    "summary": "The tool's descriptor.",
+                    "security": caller,
+                    "responses": {
+                        "200": {
+                            "description": "the descriptor",
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Descriptor"}}},
+                        },
+                        **problems(401),
+                    },
+                }
+            },
+            "/v1/call": {
+                "post": {
+                    "operationId": "callTool",
+                    "summary": "Call the tool with checked arguments, as the caller.",
+                    "security": caller,
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": call_schema(descriptor)}}},
+                    "responses": {
+                        "200": {
+                            "description": "what the tool found",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "type": "object",
+                                        "required": ["content"],
+                                        "additionalProperties": False,
+                                        "properties": {"content": {"$ref": "#/components/schemas/Content"}},
+                                    }
+                                }
+                            },
+                        },
+                        **problems(400, 401, 413, 415, 422, *call_problems),
+                    },
+                }
+            },
         },
     }
 
 
 # --- the platform service behind a read tool -------------------------------------------------------------
 
+
 def not_allowed(service: str) -> ProblemError:
-    return ProblemError(403, "Forbidden", f"the {service} service does not allow this caller",
-                        type=PROBLEM_BASE + "not-allowed")
+    return ProblemError(
+        403, "Forbidden", f"the {service} service does not allow this caller", type=PROBLEM_BASE + "not-allowed"
+    )
 
 
 def upstream_problem(status: int, detail: str) -> ProblemError:
@@ -208,8 +283,7 @@ class Upstream:
 
     MAX_BYTES = 1024 * 1024
 
-    def __init__(self, service: str, base_url: str, timeout: float, tokens: TokenExchange | None = None,
-                 audience: str = ""):
+    def __init__(self, service: str, base_url: str, timeout: float, tokens: TokenExchange | None = None, audience: str = ""):
         parts = urllib.parse.urlsplit(base_url)
         self.tokens = tokens or TokenExchange(mode="raw", url="", token_file="")
         self.audience = audience
@@ -232,8 +306,9 @@ class Upstream:
         except ExchangeFailed as failed:
             if failed.status in (401, 403):
                 raise not_allowed(self.service) from None
-            raise upstream_problem(504 if failed.status == 504 else 502,
-                                   f"no token for the {self.service} service: {failed.detail}") from None
+            raise upstream_problem(
+                504 if failed.status == 504 else 502, f"no token for the {self.service} service: {failed.detail}"
+            ) from None
         headers = {"Authorization": "Bearer " + token, "Accept": "application/json"}
         telemetry.inject(headers)  # the platform service's own traces join the turn's
         conn = self._connection(self.timeout)
@@ -275,8 +350,15 @@ def outside_contract(service: str, what: str) -> ProblemError:
     return upstream_problem(502, f"the {service} service answered outside its contract ({what})")
 
 
-def read_tool_app(package: str, env: Mapping[str, str], *, service: str, url_variable: str,
-                  summarise: Callable[[Upstream, Caller, dict[str, Any]], Any], content_schema: dict[str, Any]) -> Flask:
+def read_tool_app(
+    package: str,
+    env: Mapping[str, str],
+    *,
+    service: str,
+    url_variable: str,
+    summarise: Callable[[Upstream, Caller, dict[str, Any]], Any],
+    content_schema: dict[str, Any],
+) -> Flask:
     """A read tool's app: descriptor, doors, upstream as the caller, readiness = the upstream answers."""
     base = env.get(url_variable, "").strip()
     if not base:
@@ -284,8 +366,9 @@ def read_tool_app(package: str, env: Mapping[str, str], *, service: str, url_var
     descriptor = load_descriptor(package)
     name = descriptor["name"]
     audience = env.get(url_variable.replace("_URL", "_AUDIENCE"), "").strip() or f"agentfn:upstream:{name}"
-    upstream = Upstream(service, base, float(env.get("AGENTFN_UPSTREAM_TIMEOUT_SECONDS", "5")),
-                        TokenExchange.from_env(env), audience)
+    upstream = Upstream(
+        service, base, float(env.get("AGENTFN_UPSTREAM_TIMEOUT_SECONDS", "5")), TokenExchange.from_env(env), audience
+    )
     app = create_app(
         f"agentfn.{descriptor['name']}",
         openapi=openapi(descriptor, content_schema, call_problems=(403, 502, 504)),
@@ -305,6 +388,7 @@ def clip(value: Any, limit: int) -> str:
 
 # --- test doubles: the common part of the dev upstreams --------------------------------------------------
 
+
 class DevUpstreamControls:
     """What a test (or the dev stack) sets on a dev upstream: faults to play and the tokens it received."""
 
@@ -314,8 +398,9 @@ class DevUpstreamControls:
         self.received: list[str] = []  # the raw bearer tokens, as they arrived, newest last (a test double's log)
 
 
-def dev_upstream_app(name: str, env: Mapping[str, str] | None,
-                     routes: Callable[[Flask, Callable[[], Caller]], None]) -> Flask:
+def dev_upstream_app(
+    name: str, env: Mapping[str, str] | None, routes: Callable[[Flask, Callable[[], Caller]], None]
+) -> Flask:
     """A dev upstream: takes only tokens exchanged for it (`agentfn:upstream:<name>`, or the audience in
     `AGENTFN_EXCHANGED_AUDIENCE`) by an actor in `AGENTFN_TRUSTED_ACTORS`, as a platform service would."""
     env = dict(os.environ if env is None else env)
@@ -327,7 +412,7 @@ def dev_upstream_app(name: str, env: Mapping[str, str] | None,
 
     def caller() -> Caller:
         raw = request.environ.get("HTTP_AUTHORIZATION", "")
-        controls.received.append(raw[len("Bearer "):] if raw.startswith("Bearer ") else raw)
+        controls.received.append(raw[len("Bearer ") :] if raw.startswith("Bearer ") else raw)
         del controls.received[:-100]
         if controls.delay_seconds:
             time.sleep(controls.delay_seconds)
@@ -351,4 +436,3 @@ def require_group(caller: Caller, allowed: set[str]) -> None:
     """A dev upstream's rule: readers are callers in one of `allowed`."""
     if not allowed & set(caller.groups):
         raise forbidden("this caller may not read this")
-

@@ -41,8 +41,9 @@ def build() -> str:
 
 
 def _pem_key(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    )
 
 
 def _certificates(directory: Path) -> None:
@@ -50,26 +51,40 @@ def _certificates(directory: Path) -> None:
     now = datetime.datetime.now(datetime.UTC)
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "agentfn-test-ca")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-          .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     (directory / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     (directory / "apiserver.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     (directory / "apiserver.key").write_bytes(_pem_key(key))
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     (directory / "sa.key").write_bytes(_pem_key(sa))
-    (directory / "sa.pub").write_bytes(sa.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    (directory / "sa.pub").write_bytes(
+        sa.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
 
 
 class KubeAPI:
@@ -86,38 +101,73 @@ class KubeAPI:
     def start(self, binary: str) -> None:
         _certificates(self.root)
         (self.root / "tokens.csv").write_text(f'{self.admin_token},admin,admin,"system:masters"\n')
-        self._spawn("etcd", [
-            ETCD, "--name", "test", "--data-dir", str(self.root / "etcd"),
-            "--listen-client-urls", f"http://127.0.0.1:{self.etcd_port}",
-            "--advertise-client-urls", f"http://127.0.0.1:{self.etcd_port}",
-            "--listen-peer-urls", f"http://127.0.0.1:{self.etcd_peer_port}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.etcd_peer_port}",
-            "--initial-cluster", f"test=http://127.0.0.1:{self.etcd_peer_port}"])
+        self._spawn(
+            "etcd",
+            [
+                ETCD,
+                "--name",
+                "test",
+                "--data-dir",
+                str(self.root / "etcd"),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{self.etcd_port}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{self.etcd_port}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{self.etcd_peer_port}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{self.etcd_peer_port}",
+                "--initial-cluster",
+                f"test=http://127.0.0.1:{self.etcd_peer_port}",
+            ],
+        )
         self._wait(lambda: requests.get(f"http://127.0.0.1:{self.etcd_port}/health", timeout=1).ok, "etcd")
         r = self.root
-        self._spawn("kube-apiserver", [
-            binary, f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
-            "--insecure-port=0", f"--cert-dir={r / 'certs'}",
-            f"--tls-cert-file={r / 'apiserver.crt'}", f"--tls-private-key-file={r / 'apiserver.key'}",
-            f"--token-auth-file={r / 'tokens.csv'}", "--authorization-mode=RBAC",
-            f"--service-account-issuer={self.issuer}", f"--service-account-signing-key-file={r / 'sa.key'}",
-            f"--service-account-key-file={r / 'sa.pub'}", f"--api-audiences={self.issuer}",
-            "--service-cluster-ip-range=10.96.0.0/16", "--profiling=false", "--v=1"])
+        self._spawn(
+            "kube-apiserver",
+            [
+                binary,
+                f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.port}",
+                "--insecure-port=0",
+                f"--cert-dir={r / 'certs'}",
+                f"--tls-cert-file={r / 'apiserver.crt'}",
+                f"--tls-private-key-file={r / 'apiserver.key'}",
+                f"--token-auth-file={r / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                f"--service-account-issuer={self.issuer}",
+                f"--service-account-signing-key-file={r / 'sa.key'}",
+                f"--service-account-key-file={r / 'sa.pub'}",
+                f"--api-audiences={self.issuer}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
         self._wait(self._ready, "kube-apiserver", timeout=90)
         self.kubeconfig.write_text(self.kubeconfig_text(self.admin_token))
 
     def kubeconfig_text(self, token: str, namespace: str = "default") -> str:
-        return yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "test",
-            "clusters": [{"name": "test", "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)}}],
-            "users": [{"name": "test", "user": {"token": token}}],
-            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test", "namespace": namespace}}],
-        })
+        return yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "test",
+                "clusters": [{"name": "test", "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)}}],
+                "users": [{"name": "test", "user": {"token": token}}],
+                "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test", "namespace": namespace}}],
+            }
+        )
 
     def _ready(self) -> bool:
-        response = requests.get(self.url + "/readyz", headers={"Authorization": f"Bearer {self.admin_token}"},
-                                verify=str(self.ca_file), timeout=2)
+        response = requests.get(
+            self.url + "/readyz",
+            headers={"Authorization": f"Bearer {self.admin_token}"},
+            verify=str(self.ca_file),
+            timeout=2,
+        )
         return response.status_code == 200
 
     def _spawn(self, name: str, argv: list[str]) -> None:
@@ -140,10 +190,16 @@ class KubeAPI:
     def log_tail(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-2000:] for p in self.root.glob("*.log"))
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
-                kubeconfig: Path | None = None) -> subprocess.CompletedProcess:
-        done = subprocess.run([str(KUBECTL), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args], input=input,
-                              capture_output=True, text=True, timeout=60)
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, kubeconfig: Path | None = None
+    ) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [str(KUBECTL), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if check and done.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr}")
         return done

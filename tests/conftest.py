@@ -48,8 +48,12 @@ def model_dsn(postgres) -> str:
 class Issuer(DevIssuer):
     def env(self) -> dict[str, str]:
         """A part's identity settings: the model function trusted at WriteEpisode and as the actor of exchanges."""
-        return {"AGENTFN_JWT_ISSUER": self.url, "AGENTFN_JWKS_URL": self.jwks_url,
-                "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": MODEL_SERVICE, "AGENTFN_TRUSTED_ACTORS": MODEL_SERVICE}
+        return {
+            "AGENTFN_JWT_ISSUER": self.url,
+            "AGENTFN_JWKS_URL": self.jwks_url,
+            "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": MODEL_SERVICE,
+            "AGENTFN_TRUSTED_ACTORS": MODEL_SERVICE,
+        }
 
     def upstream_env(self, tool: str) -> dict[str, str]:
         """A dev upstream's: it trusts its read tool as the actor."""
@@ -65,13 +69,25 @@ class Issuer(DevIssuer):
         path.write_text(self.service_token(account(part), audience=self.url))
         return path
 
-    def exchanged(self, audience: str, subject: str, groups: list[str] | None = None, *, actor: str = MODEL_SERVICE,
-                  token: str | None = None) -> str:
+    def exchanged(
+        self,
+        audience: str,
+        subject: str,
+        groups: list[str] | None = None,
+        *,
+        actor: str = MODEL_SERVICE,
+        token: str | None = None,
+    ) -> str:
         """A real exchange at the issuer's token endpoint, as `actor` does it, of the caller's gateway token
         (or `token`) for `audience`."""
-        form = {"grant_type": TOKEN_EXCHANGE, "subject_token": token or self.caller_token(subject, groups),
-                "subject_token_type": TOKEN_TYPES[0], "audience": audience, "client_assertion_type": JWT_BEARER,
-                "client_assertion": self.service_token(actor, audience=self.url)}
+        form = {
+            "grant_type": TOKEN_EXCHANGE,
+            "subject_token": token or self.caller_token(subject, groups),
+            "subject_token_type": TOKEN_TYPES[0],
+            "audience": audience,
+            "client_assertion_type": JWT_BEARER,
+            "client_assertion": self.service_token(actor, audience=self.url),
+        }
         answer = requests.post(self.token_endpoint, data=form, timeout=10)
         assert answer.status_code == 200, answer.text
         return answer.json()["access_token"]
@@ -85,8 +101,9 @@ class Issuer(DevIssuer):
 @pytest.fixture(scope="session")
 def issuer(tmp_path_factory):
     port = free_port()
-    issuer = Issuer(tmp_path_factory.mktemp("issuer"), f"http://127.0.0.1:{port}", exchange_clients(),
-                    web_clients=web_clients())
+    issuer = Issuer(
+        tmp_path_factory.mktemp("issuer"), f"http://127.0.0.1:{port}", exchange_clients(), web_clients=web_clients()
+    )
     server = make_server("127.0.0.1", port, issuer_app(issuer), threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -96,8 +113,11 @@ def issuer(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def memory_env(postgres, issuer):
-    return {**issuer.env(), "AGENTFN_DATABASE_URL": postgres.provision("memory", "agentfn_memory"),
-            "AGENTFN_LOG_LEVEL": "INFO"}
+    return {
+        **issuer.env(),
+        "AGENTFN_DATABASE_URL": postgres.provision("memory", "agentfn_memory"),
+        "AGENTFN_LOG_LEVEL": "INFO",
+    }
 
 
 @pytest.fixture(scope="session")

@@ -87,10 +87,22 @@ def create_app(received: Received, lock: threading.Lock) -> Flask:
             service = attributes(rs.resource.attributes).get("service.name", "")
             for ss in rs.scope_spans:
                 for s in ss.spans:
-                    spans.append(Span(service, s.name, s.kind, s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(),
-                                      attributes(s.attributes), s.status.code, s.status.message,
-                                      [(e.name, attributes(e.attributes)) for e in s.events], ss.scope.name,
-                                      ss.schema_url))
+                    spans.append(
+                        Span(
+                            service,
+                            s.name,
+                            s.kind,
+                            s.trace_id.hex(),
+                            s.span_id.hex(),
+                            s.parent_span_id.hex(),
+                            attributes(s.attributes),
+                            s.status.code,
+                            s.status.message,
+                            [(e.name, attributes(e.attributes)) for e in s.events],
+                            ss.scope.name,
+                            ss.schema_url,
+                        )
+                    )
         with lock:
             received.raw.append(data)
             received.spans.extend(spans)
@@ -110,8 +122,15 @@ def create_app(received: Received, lock: threading.Lock) -> Flask:
                         if kind == "histogram":
                             points.append(Point(service, m.name, m.unit, attributes(p.attributes), p.count, p.sum))
                         else:
-                            points.append(Point(service, m.name, m.unit, attributes(p.attributes),
-                                                p.as_int if p.WhichOneof("value") == "as_int" else p.as_double))
+                            points.append(
+                                Point(
+                                    service,
+                                    m.name,
+                                    m.unit,
+                                    attributes(p.attributes),
+                                    p.as_int if p.WhichOneof("value") == "as_int" else p.as_double,
+                                )
+                            )
         with lock:
             received.raw.append(data)
             received.points.extend(points)

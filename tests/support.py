@@ -36,8 +36,12 @@ def account(part: str) -> str:
 
 def exchange_clients() -> dict[str, ExchangeClient]:
     """What the issuer lets each workload exchange, as the dev stack configures it."""
-    clients = {MODEL_SERVICE: ExchangeClient(frozenset({"agentfn", MCP_RESOURCE}), frozenset(
-        {"agentfn:memory", "agentfn:page", *(f"agentfn:tool:{t}" for t in TOOLS)}))}
+    clients = {
+        MODEL_SERVICE: ExchangeClient(
+            frozenset({"agentfn", MCP_RESOURCE}),
+            frozenset({"agentfn:memory", "agentfn:page", *(f"agentfn:tool:{t}" for t in TOOLS)}),
+        )
+    }
     for tool in READS:
         clients[account(tool)] = ExchangeClient(frozenset({f"agentfn:tool:{tool}"}), frozenset({f"agentfn:upstream:{tool}"}))
     return clients
@@ -63,7 +67,10 @@ class Gunicorn:
         self._out = open(self.log, "ab")
         self.process = subprocess.Popen(
             [str(BIN / "gunicorn"), "-c", "python:agentfn.shared.gunicorn_conf", self.app],
-            env=self.env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT,
+            env=self.env,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
         )
         self.wait_ready(timeout)
         return time.monotonic() - started

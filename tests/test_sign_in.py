@@ -35,9 +35,16 @@ def pkce() -> tuple[str, str]:
 
 def asked(challenge: str, **changes) -> dict[str, str]:
     """A good authorization request of the workbench; `changes` break one thing (None drops the parameter)."""
-    params = {"response_type": "code", "client_id": WORKBENCH, "redirect_uri": WORKBENCH_URL, "scope": "openid profile",
-              "state": "st-" + secrets.token_urlsafe(8), "code_challenge": challenge, "code_challenge_method": "S256",
-              "nonce": "n-" + secrets.token_urlsafe(8)}
+    params = {
+        "response_type": "code",
+        "client_id": WORKBENCH,
+        "redirect_uri": WORKBENCH_URL,
+        "scope": "openid profile",
+        "state": "st-" + secrets.token_urlsafe(8),
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        "nonce": "n-" + secrets.token_urlsafe(8),
+    }
     params.update(changes)
     return {k: v for k, v in params.items() if v is not None}
 
@@ -91,8 +98,14 @@ def sign_in(issuer, challenge, subject="alice", groups=("developers",), **change
 
 
 def redeem(issuer, code, verifier, /, **changes) -> requests.Response:
-    form = {"grant_type": "authorization_code", "code": code, "redirect_uri": WORKBENCH_URL, "client_id": WORKBENCH,
-            "code_verifier": verifier, **changes}
+    form = {
+        "grant_type": "authorization_code",
+        "code": code,
+        "redirect_uri": WORKBENCH_URL,
+        "client_id": WORKBENCH,
+        "code_verifier": verifier,
+        **changes,
+    }
     return requests.post(issuer.token_endpoint, data={k: v for k, v in form.items() if v is not None}, timeout=10)
 
 
@@ -103,6 +116,7 @@ def refused(answer: requests.Response, error: str, status: int = 400) -> None:
 
 
 # --- the whole flow ----------------------------------------------------------------------------------------------
+
 
 def test_a_person_signs_in_and_the_access_token_opens_a_real_door(issuer, memory):
     verifier, challenge = pkce()
@@ -116,8 +130,16 @@ def test_a_person_signs_in_and_the_access_token_opens_a_real_door(issuer, memory
     assert {k: form.hidden[k] for k in params} == params  # the request goes back with the form, whole
 
     subject = f"user-{secrets.token_hex(4)}"
-    answer = submit(issuer, {**form.hidden, "subject": subject, "groups": ["developers", "platform-admins"],
-                             "other_groups": "ops, sre", "action": "sign_in"})
+    answer = submit(
+        issuer,
+        {
+            **form.hidden,
+            "subject": subject,
+            "groups": ["developers", "platform-admins"],
+            "other_groups": "ops, sre",
+            "action": "sign_in",
+        },
+    )
     sent_back = back(answer)
     assert sent_back["state"] == params["state"] and sent_back["iss"] == issuer.url  # RFC 9207
     assert answer.headers["Cache-Control"] == "no-store"
@@ -130,11 +152,16 @@ def test_a_person_signs_in_and_the_access_token_opens_a_real_door(issuer, memory
 
     # The access token opens memory's door: agentfn's own verifier (shared/identity.py) behind a real function.
     headers = {"Authorization": f"Bearer {body['access_token']}"}
-    kept = requests.post(memory.url + "/v1/entries", headers=headers, timeout=30,
-                         json={"kind": "fact", "text": "Signed in through the workbench.", "source": "sign-in test"})
+    kept = requests.post(
+        memory.url + "/v1/entries",
+        headers=headers,
+        timeout=30,
+        json={"kind": "fact", "text": "Signed in through the workbench.", "source": "sign-in test"},
+    )
     assert kept.status_code == 201, kept.text
-    assert [e["id"] for e in requests.get(memory.url + "/v1/entries", headers=headers, timeout=30).json()["entries"]] \
-        == [kept.json()["id"]]
+    assert [e["id"] for e in requests.get(memory.url + "/v1/entries", headers=headers, timeout=30).json()["entries"]] == [
+        kept.json()["id"]
+    ]
 
     key = jwt.PyJWKClient(issuer.jwks_url).get_signing_key_from_jwt(body["access_token"]).key
     access = jwt.decode(body["access_token"], key, algorithms=["ES256"], audience="agentfn", issuer=issuer.url)
@@ -154,8 +181,9 @@ def test_no_id_token_without_openid_and_no_nonce_unless_one_was_sent(issuer):
     assert "access_token" in body and "id_token" not in body
     verifier, challenge = pkce()
     _, sent_back = sign_in(issuer, challenge, nonce=None)
-    assert "nonce" not in jwt.decode(redeem(issuer, sent_back["code"], verifier).json()["id_token"],
-                                     options={"verify_signature": False})
+    assert "nonce" not in jwt.decode(
+        redeem(issuer, sent_back["code"], verifier).json()["id_token"], options={"verify_signature": False}
+    )
 
 
 def test_a_wrong_verifier_is_refused_and_spends_the_code(issuer):
@@ -213,7 +241,9 @@ def test_codes_waiting_are_bounded_the_oldest_going_first(served):
     pairs = [pkce() for _ in range(3)]
     codes = [sign_in(issuer, challenge)[1]["code"] for _, challenge in pairs]
     refused(redeem(issuer, codes[0], pairs[0][0]), "invalid_grant")
-    assert [redeem(issuer, code, verifier).status_code for code, (verifier, _) in zip(codes[1:], pairs[1:])] == [200, 200]
+    assert [
+        redeem(issuer, code, verifier).status_code for code, (verifier, _) in zip(codes[1:], pairs[1:], strict=True)
+    ] == [200, 200]
 
 
 def test_a_code_redeemed_by_many_at_once_is_redeemed_once(issuer):
@@ -326,8 +356,12 @@ def test_a_bad_choice_shows_the_page_again_with_why_and_issues_no_code(issuer, c
 def test_a_form_from_another_site_is_refused(issuer):
     """A cross-site page posting the form must not sign the browser in as someone it chose."""
     form = {**Form(page(issuer, asked(pkce()[1])).text).hidden, "subject": "mallory", "action": "sign_in"}
-    for headers in ({"Origin": "https://attacker.test"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"},
-                    {"Sec-Fetch-Site": "same-site"}):
+    for headers in (
+        {"Origin": "https://attacker.test"},
+        {"Origin": "null"},
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+    ):
         answer = submit(issuer, form, **headers)
         assert answer.status_code == 403 and "Location" not in answer.headers, headers
     same = submit(issuer, form, Origin=issuer.url, **{"Sec-Fetch-Site": "same-origin"})
@@ -335,6 +369,7 @@ def test_a_form_from_another_site_is_refused(issuer):
 
 
 # --- the page: strict, and text is text ---------------------------------------------------------------------------
+
 
 def test_the_page_has_a_strict_content_security_policy(issuer):
     for answer in (page(issuer, asked(pkce()[1])), page(issuer, asked(pkce()[1], client_id="nobody"))):
@@ -366,8 +401,12 @@ def test_markup_in_a_subject_or_state_is_shown_as_text(issuer):
 
 # --- CORS: only the registered web origins ------------------------------------------------------------------------
 
-CORS_DOORS = ("/token", "/.well-known/openid-configuration", "/.well-known/oauth-authorization-server",
-              "/.well-known/jwks.json")
+CORS_DOORS = (
+    "/token",
+    "/.well-known/openid-configuration",
+    "/.well-known/oauth-authorization-server",
+    "/.well-known/jwks.json",
+)
 
 
 @pytest.mark.parametrize("path", CORS_DOORS)
@@ -381,17 +420,26 @@ def test_cors_answers_the_workbench_origin_only(issuer, path):
     other = requests.options(issuer.url + path, headers={"Origin": "https://attacker.test", **preflight}, timeout=10)
     assert "Access-Control-Allow-Origin" not in other.headers and "Origin" in other.headers["Vary"]
     if method == "GET":
-        assert requests.get(issuer.url + path, headers={"Origin": ORIGIN}, timeout=10).headers[
-            "Access-Control-Allow-Origin"] == ORIGIN
-        assert "Access-Control-Allow-Origin" not in requests.get(
-            issuer.url + path, headers={"Origin": "https://attacker.test"}, timeout=10).headers
+        assert (
+            requests.get(issuer.url + path, headers={"Origin": ORIGIN}, timeout=10).headers["Access-Control-Allow-Origin"]
+            == ORIGIN
+        )
+        assert (
+            "Access-Control-Allow-Origin"
+            not in requests.get(issuer.url + path, headers={"Origin": "https://attacker.test"}, timeout=10).headers
+        )
 
 
 def test_a_token_answer_is_readable_by_the_workbench_and_no_other_site(issuer):
     verifier, challenge = pkce()
     _, sent_back = sign_in(issuer, challenge)
-    form = {"grant_type": "authorization_code", "code": sent_back["code"], "redirect_uri": WORKBENCH_URL,
-            "client_id": WORKBENCH, "code_verifier": verifier}
+    form = {
+        "grant_type": "authorization_code",
+        "code": sent_back["code"],
+        "redirect_uri": WORKBENCH_URL,
+        "client_id": WORKBENCH,
+        "code_verifier": verifier,
+    }
     answer = requests.post(issuer.token_endpoint, data=form, headers={"Origin": ORIGIN}, timeout=10)
     assert answer.status_code == 200 and answer.headers["Access-Control-Allow-Origin"] == ORIGIN
     refusal = requests.post(issuer.token_endpoint, data=form, headers={"Origin": "https://attacker.test"}, timeout=10)
@@ -402,12 +450,14 @@ def test_the_dev_token_counter_is_never_open_to_a_web_origin(issuer):
     """`/v1/tokens` mints a token for anyone: no page, not even the workbench's, may read its answer."""
     answer = requests.post(issuer.url + "/v1/tokens", json={"subject": "alice"}, headers={"Origin": ORIGIN}, timeout=10)
     assert answer.status_code == 200 and "Access-Control-Allow-Origin" not in answer.headers
-    preflight = requests.options(issuer.url + "/v1/tokens", timeout=10,
-                                 headers={"Origin": ORIGIN, "Access-Control-Request-Method": "POST"})
+    preflight = requests.options(
+        issuer.url + "/v1/tokens", timeout=10, headers={"Origin": ORIGIN, "Access-Control-Request-Method": "POST"}
+    )
     assert "Access-Control-Allow-Origin" not in preflight.headers
 
 
 # --- discovery and the dev stack's configuration ------------------------------------------------------------------
+
 
 def test_discovery_publishes_the_code_flow(issuer):
     for path in ("/.well-known/openid-configuration", "/.well-known/oauth-authorization-server"):
@@ -416,7 +466,8 @@ def test_discovery_publishes_the_code_flow(issuer):
         assert metadata["response_types_supported"] == ["code"]
         assert metadata["code_challenge_methods_supported"] == ["S256"]
         assert {"authorization_code", "urn:ietf:params:oauth:grant-type:token-exchange"} <= set(
-            metadata["grant_types_supported"])
+            metadata["grant_types_supported"]
+        )
         assert {"none", "private_key_jwt"} <= set(metadata["token_endpoint_auth_methods_supported"])
         assert "openid" in metadata["scopes_supported"] and metadata["authorization_response_iss_parameter_supported"]
 
@@ -442,8 +493,9 @@ def test_the_dev_stack_registers_the_workbench_at_the_gateways_site_root(tmp_pat
         server.shutdown()
 
 
-@pytest.mark.parametrize("uri", ["/relative", "https://workbench.test/#fragment", "ftp://workbench.test/",
-                                 "https://user@workbench.test/"])
+@pytest.mark.parametrize(
+    "uri", ["/relative", "https://workbench.test/#fragment", "ftp://workbench.test/", "https://user@workbench.test/"]
+)
 def test_a_web_client_with_a_bad_redirect_uri_stops_the_issuer_at_start(tmp_path, monkeypatch, uri):
     monkeypatch.setenv("AGENTFN_JWT_ISSUER", "http://127.0.0.1:9")
     monkeypatch.setenv("AGENTFN_DEV_ISSUER_DIR", str(tmp_path))

@@ -62,8 +62,11 @@ def other_site():
 def issuer(tmp_path, site):
     """An issuer with the stand-in registered as the workbench."""
     port = free_port()
-    issuer = DevIssuer(tmp_path, f"http://127.0.0.1:{port}",
-                       web_clients={"agentfn-workbench": WebClient("agentfn-workbench", frozenset({site}), CALLER_AUDIENCE)})
+    issuer = DevIssuer(
+        tmp_path,
+        f"http://127.0.0.1:{port}",
+        web_clients={"agentfn-workbench": WebClient("agentfn-workbench", frozenset({site}), CALLER_AUDIENCE)},
+    )
     server = make_server("127.0.0.1", port, issuer_app(issuer), threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield issuer
@@ -99,8 +102,16 @@ READ = "async (url) => { try { return (await fetch(url)).status } catch (e) { re
 def test_a_person_signs_in_with_the_keyboard_and_the_client_redeems_the_code(browser, issuer, site):
     verifier, challenge = pkce()
     state = secrets.token_urlsafe(12)
-    params = {"response_type": "code", "client_id": "agentfn-workbench", "redirect_uri": site, "scope": "openid",
-              "state": state, "code_challenge": challenge, "code_challenge_method": "S256", "nonce": "n1"}
+    params = {
+        "response_type": "code",
+        "client_id": "agentfn-workbench",
+        "redirect_uri": site,
+        "scope": "openid",
+        "state": state,
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        "nonce": "n1",
+    }
     page = browser.new_page(viewport={"width": 360, "height": 740})
     complaints = []
     page.on("console", lambda m: complaints.append(m.text) if m.type in ("error", "warning") else None)
@@ -133,8 +144,13 @@ def test_a_person_signs_in_with_the_keyboard_and_the_client_redeems_the_code(bro
     assert back["state"] == state and back["iss"] == issuer.url and back["code"]
 
     # The client, on its own origin, reads the token endpoint's answer (CORS) as a browser app does.
-    form = {"grant_type": "authorization_code", "code": back["code"], "redirect_uri": site,
-            "client_id": "agentfn-workbench", "code_verifier": verifier}
+    form = {
+        "grant_type": "authorization_code",
+        "code": back["code"],
+        "redirect_uri": site,
+        "client_id": "agentfn-workbench",
+        "code_verifier": verifier,
+    }
     answer = page.evaluate(REDEEM, [issuer.token_endpoint, form])
     assert answer["status"] == 200, answer
     claims = jwt.decode(answer["body"]["access_token"], options={"verify_signature": False})
@@ -147,8 +163,13 @@ def test_a_person_signs_in_with_the_keyboard_and_the_client_redeems_the_code(bro
 def test_another_site_cannot_read_the_token_endpoint_or_the_metadata(browser, issuer, other_site):
     page = browser.new_page()
     page.goto(other_site)
-    form = {"grant_type": "authorization_code", "code": "x", "redirect_uri": other_site, "client_id": "agentfn-workbench",
-            "code_verifier": pkce()[0]}
+    form = {
+        "grant_type": "authorization_code",
+        "code": "x",
+        "redirect_uri": other_site,
+        "client_id": "agentfn-workbench",
+        "code_verifier": pkce()[0],
+    }
     with pytest.raises(Exception, match="Failed to fetch"):
         page.evaluate(REDEEM, [issuer.token_endpoint, form])
     assert page.evaluate(READ, issuer.url + "/.well-known/openid-configuration") == "TypeError"
@@ -156,16 +177,24 @@ def test_another_site_cannot_read_the_token_endpoint_or_the_metadata(browser, is
 
 def test_the_page_cannot_be_framed(browser, issuer, site):
     """`frame-ancestors 'none'`: a page that frames the sign-in page (to trick a click) gets an error in the frame."""
-    params = {"response_type": "code", "client_id": "agentfn-workbench", "redirect_uri": site,
-              "code_challenge": pkce()[1], "code_challenge_method": "S256"}
+    params = {
+        "response_type": "code",
+        "client_id": "agentfn-workbench",
+        "redirect_uri": site,
+        "code_challenge": pkce()[1],
+        "code_challenge_method": "S256",
+    }
     page = browser.new_page()
     complaints = []
     page.on("console", lambda m: complaints.append(m.text))
     page.goto(site)
-    page.evaluate("""(url) => new Promise(done => {
+    page.evaluate(
+        """(url) => new Promise(done => {
         const frame = document.createElement("iframe");
         frame.onload = done; frame.src = url; document.body.append(frame);
-    })""", f"{issuer.authorization_endpoint}?{urlencode(params)}")
+    })""",
+        f"{issuer.authorization_endpoint}?{urlencode(params)}",
+    )
     assert [f.url for f in page.frames[1:]] == ["chrome-error://chromewebdata/"]
     assert page.frames[1].query_selector("form") is None
     assert any("frame-ancestors 'none'" in c for c in complaints)

@@ -24,8 +24,13 @@ def stack(tmp_path):
     base = random.randrange(20000, 32000, 100)  # below the ephemeral range other tests draw from
     env = {**os.environ, "AGENTFN_DEV_PORT_BASE": str(base), "AGENTFN_ISSUER_URL": f"http://127.0.0.1:{base + 1}"}
     log = open(tmp_path / "up.log", "w+")
-    process = subprocess.Popen([str(BIN / "agentfn"), "up", "--var", str(tmp_path / "var")], env=env,
-                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        [str(BIN / "agentfn"), "up", "--var", str(tmp_path / "var")],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300  # the offline engine loads a 1.1 GB model beside the rest
     while "agentfn is up" not in (tmp_path / "up.log").read_text():
         assert process.poll() is None, (tmp_path / "up.log").read_text()
@@ -43,42 +48,76 @@ def stack(tmp_path):
 
 def test_up_serves_memory_and_ctrl_c_stops_everything(stack):
     env, base, process, log = stack
-    token = subprocess.run([str(BIN / "agentfn"), "token", "alice"], env=env, capture_output=True, text=True,
-                           check=True).stdout.strip()
+    token = subprocess.run(
+        [str(BIN / "agentfn"), "token", "alice"], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
     memory = f"http://127.0.0.1:{base + 2}"
     headers = {"Authorization": f"Bearer {token}"}
-    kept = requests.post(memory + "/v1/entries", headers=headers, timeout=30,
-                         json={"kind": "preference", "text": "Odgovaraj mi na hrvatskom.", "source": "tour"})
+    kept = requests.post(
+        memory + "/v1/entries",
+        headers=headers,
+        timeout=30,
+        json={"kind": "preference", "text": "Odgovaraj mi na hrvatskom.", "source": "tour"},
+    )
     assert kept.status_code == 201
-    recalled = requests.post(memory + "/v1/recall", headers=headers, timeout=30,
-                             json={"query": "Na kojem jeziku da ti odgovaram?"}).json()
+    recalled = requests.post(
+        memory + "/v1/recall", headers=headers, timeout=30, json={"query": "Na kojem jeziku da ti odgovaram?"}
+    ).json()
     assert [e["id"] for e in recalled["entries"]] == [kept.json()["id"]]
 
-    service = subprocess.run([str(BIN / "agentfn"), "token", "--service", "system:serviceaccount:agentfn:agentfn-model"],
-                             env=env, capture_output=True, text=True, check=True).stdout.strip()
-    episode = requests.post(memory + "/internal/v1/episodes", headers={"Authorization": f"Bearer {service}"},
-                            json={"subject": "alice", "text": "Alice asked for answers in Croatian."}, timeout=30)
+    service = subprocess.run(
+        [str(BIN / "agentfn"), "token", "--service", "system:serviceaccount:agentfn:agentfn-model"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    episode = requests.post(
+        memory + "/internal/v1/episodes",
+        headers={"Authorization": f"Bearer {service}"},
+        json={"subject": "alice", "text": "Alice asked for answers in Croatian."},
+        timeout=30,
+    )
     assert episode.status_code == 201
 
-    user = subprocess.run([str(BIN / "agentfn"), "token", "bob", "--groups", "platform-users"], env=env,
-                          capture_output=True, text=True, check=True).stdout.strip()
+    user = subprocess.run(
+        [str(BIN / "agentfn"), "token", "bob", "--groups", "platform-users"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     tool = f"http://127.0.0.1:{base + 10}/v1/call"  # platform_status, run as the caller against its dev upstream
     # The caller's own token opens no tool; the model function's exchange (as it makes it, with its workload
     # token from var/secrets) gives one that does, and the dev upstream then decides by the caller's groups.
-    assert requests.post(tool, headers={"Authorization": f"Bearer {user}"}, json={"arguments": {}},
-                         timeout=30).status_code == 401
-    exchange = TokenExchange(mode="exchange", url=f"http://127.0.0.1:{base + 1}/token",
-                             token_file=str(log.parent / "var" / "secrets" / "exchange-token-model"))
+    assert (
+        requests.post(tool, headers={"Authorization": f"Bearer {user}"}, json={"arguments": {}}, timeout=30).status_code
+        == 401
+    )
+    exchange = TokenExchange(
+        mode="exchange",
+        url=f"http://127.0.0.1:{base + 1}/token",
+        token_file=str(log.parent / "var" / "secrets" / "exchange-token-model"),
+    )
     for caller, status in ((Caller("bob", ("platform-users",), user), 200), (Caller("alice", (), token), 403)):
         exchanged = exchange.token_for(caller, "agentfn:tool:platform_status")
         print(caller.subject, json.dumps(jwt.decode(exchanged, options={"verify_signature": False})))  # shown with -s
-        assert requests.post(tool, headers={"Authorization": f"Bearer {exchanged}"}, json={"arguments": {}},
-                             timeout=30).status_code == status
+        assert (
+            requests.post(
+                tool, headers={"Authorization": f"Bearer {exchanged}"}, json={"arguments": {}}, timeout=30
+            ).status_code
+            == status
+        )
     assert (log.parent / "var" / "registry.json").exists()
 
     # The admin doors, through the gateway, for the group the stack names admins.
-    admin = subprocess.run([str(BIN / "agentfn"), "token", "carol", "--groups", "platform-admins"], env=env,
-                           capture_output=True, text=True, check=True).stdout.strip()
+    admin = subprocess.run(
+        [str(BIN / "agentfn"), "token", "carol", "--groups", "platform-admins"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     grants = f"http://127.0.0.1:{base}/v1/admin/grants"
     answer = requests.get(grants, headers={"Authorization": f"Bearer {admin}"}, timeout=30)
     assert answer.status_code == 200 and answer.json()["rows"], answer.text
@@ -112,25 +151,40 @@ def _answers(port: int) -> bool:
 def test_a_taken_port_is_a_clear_message(stack, tmp_path):
     """A second start on the same data by mistake: refused in one line, and the running platform stays whole."""
     env, base, _, _ = stack
-    second = subprocess.run([str(BIN / "agentfn"), "up", "--var", str(tmp_path / "var")], env=env,
-                            capture_output=True, text=True, timeout=60)
+    second = subprocess.run(
+        [str(BIN / "agentfn"), "up", "--var", str(tmp_path / "var")], env=env, capture_output=True, text=True, timeout=60
+    )
     assert second.returncode != 0
     assert "port already taken" in second.stderr and "Traceback" not in second.stderr
     # The refused start left the running platform whole, its database included.
-    token = subprocess.run([str(BIN / "agentfn"), "token", "carol"], env=env, capture_output=True, text=True,
-                           check=True).stdout.strip()
-    assert requests.get(f"http://127.0.0.1:{base}/v1/entries", headers={"Authorization": f"Bearer {token}"},
-                        timeout=30).status_code == 200
+    token = subprocess.run(
+        [str(BIN / "agentfn"), "token", "carol"], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert (
+        requests.get(
+            f"http://127.0.0.1:{base}/v1/entries", headers={"Authorization": f"Bearer {token}"}, timeout=30
+        ).status_code
+        == 200
+    )
 
 
 def test_a_part_that_cannot_start_says_why_in_one_line(tmp_path):
     """A missing or misconfigured dependency: the part's own last words, the log to read, no traceback."""
     base = random.randrange(20000, 32000, 100)
-    env = {**os.environ, "AGENTFN_DEV_PORT_BASE": str(base), "AGENTFN_EMBEDDING_MODEL": "no-such-model",
-           "AGENTFN_TIER_FAST_URL": "http://127.0.0.1:9/v1"}  # an engine of one's own: none is started
+    env = {
+        **os.environ,
+        "AGENTFN_DEV_PORT_BASE": str(base),
+        "AGENTFN_EMBEDDING_MODEL": "no-such-model",
+        "AGENTFN_TIER_FAST_URL": "http://127.0.0.1:9/v1",
+    }  # an engine of one's own: none is started
     try:
-        failed = subprocess.run([str(BIN / "agentfn"), "up", "--var", str(tmp_path / "var")], env=env,
-                                capture_output=True, text=True, timeout=180)
+        failed = subprocess.run(
+            [str(BIN / "agentfn"), "up", "--var", str(tmp_path / "var")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     finally:
         EmbeddedPostgres(tmp_path / "var" / "postgres").stop("immediate")
     assert failed.returncode != 0 and "Traceback" not in failed.stderr
@@ -139,17 +193,29 @@ def test_a_part_that_cannot_start_says_why_in_one_line(tmp_path):
     assert not any(_answers(base + offset) for offset in (0, 1, 2, 4))  # what had started was stopped
 
 
-@pytest.mark.parametrize(("argv", "says"), [
-    (["agentfn", "up"], "AGENTFN_ENGINE_MODEL: unknown model 'nope'; the shipped models are smollm2-135m, "
-                        "qwen2.5-coder-0.5b, qwen2.5-coder-1.5b"),
-    (["python", "-m", "agentfn.model.engine_server"], "unknown model 'nope'"),
-    (["python", "-m", "agentfn.model.weights", "install"], "unknown model 'nope'"),
-], ids=["up", "engine_server", "install"])
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (
+            ["agentfn", "up"],
+            "AGENTFN_ENGINE_MODEL: unknown model 'nope'; the shipped models are smollm2-135m, "
+            "qwen2.5-coder-0.5b, qwen2.5-coder-1.5b",
+        ),
+        (["python", "-m", "agentfn.model.engine_server"], "unknown model 'nope'"),
+        (["python", "-m", "agentfn.model.weights", "install"], "unknown model 'nope'"),
+    ],
+    ids=["up", "engine_server", "install"],
+)
 @pytest.mark.parametrize("model", ["nope", "qwen2.5-coder-0.5b"], ids=["unknown", "not_installed"])
 def test_an_offline_model_that_cannot_be_served_is_one_line_and_nothing_starts(tmp_path, argv, says, model):
     base = random.randrange(20000, 32000, 100)
-    env = {**os.environ, "AGENTFN_DEV_PORT_BASE": str(base), "AGENTFN_ENGINE_MODEL": model,
-           "AGENTFN_ENGINE_MODELS_DIR": str(tmp_path / "models"), "AGENTFN_ENGINE_PORT": str(base + 5)}
+    env = {
+        **os.environ,
+        "AGENTFN_DEV_PORT_BASE": str(base),
+        "AGENTFN_ENGINE_MODEL": model,
+        "AGENTFN_ENGINE_MODELS_DIR": str(tmp_path / "models"),
+        "AGENTFN_ENGINE_PORT": str(base + 5),
+    }
     env.pop("AGENTFN_TIER_FAST_URL", None)
     if model != "nope":
         if argv[-1] == "install":

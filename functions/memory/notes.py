@@ -18,15 +18,15 @@ WHY = "a note is a sentence a person could have said"
 WRAPPING = ".,;:!?\"'()[]{}<>«»“”„‘’`*"
 
 UUID = re.compile(r"(?:urn:uuid:)?\{?[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}\}?", re.I)
-HEX = re.compile(r"[0-9a-f]+(?:-[0-9a-f]+)*", re.I)              # an entry id's prefix, a short hash
-TOKEN = re.compile(r"[A-Za-z0-9_+/=.:-]{16,}")                    # a key, a digest, a ULID, a timestamp
+HEX = re.compile(r"[0-9a-f]+(?:-[0-9a-f]+)*", re.I)  # an entry id's prefix, a short hash
+TOKEN = re.compile(r"[A-Za-z0-9_+/=.:-]{16,}")  # a key, a digest, a ULID, a timestamp
 ID_LABELS = {"id", "uuid", "entry", "ref", "#"}
 NUMBER = r"[-+−±~≈]?[$€£¥]?\d[\d.,:/'_-]*(?:[eE][-+]?\d+)?%?"
-UNIT = r"(?:[°%]|[^\W\d_]{1,4}\.?)(?:/[^\W\d_]{1,4})?(?:\^?-?\d)?"   # ms, GB, km/h, °C, kn, s^-1
+UNIT = r"(?:[°%]|[^\W\d_]{1,4}\.?)(?:/[^\W\d_]{1,4})?(?:\^?-?\d)?"  # ms, GB, km/h, °C, kn, s^-1
 QUANTITY = re.compile(rf"{NUMBER}(?:{UNIT})?")
 UNIT_ALONE = re.compile(UNIT)
 
-CALL = re.compile(r"(?:await\s+)?[A-Za-z_$][\w.$]*(?:\[[^\]]*\])*\(.*\)[;,]?")      # print(6 * 7), os.getcwd()
+CALL = re.compile(r"(?:await\s+)?[A-Za-z_$][\w.$]*(?:\[[^\]]*\])*\(.*\)[;,]?")  # print(6 * 7), os.getcwd()
 ASSIGNMENT = re.compile(r"(?:(?:let|const|var|export|local)\s+)?[A-Za-z_$][\w.$\[\]'\"]*\s*(?:[-+*/%|&^]?=|:=)\s*(.+?);?")
 LITERAL = re.compile(rf"{NUMBER}|true|false|none|null|nil|undefined|[\"'`].*|.*[()\[\]{{}}+*/<>=$;].*", re.I | re.S)
 STATEMENT = re.compile(
@@ -38,15 +38,74 @@ STATEMENT = re.compile(
     r"|(?:function|func|fn)\s+\w+\s*\(.*"
     r"|(?:return|yield|raise|throw)\b.*[;()\[\]].*"
     r"|[\[\](){};]+"
-    r"|(?:#|//).*")
-SQL = re.compile(r"(?:select\s.+\sfrom\s|insert\s+into\s|update\s+\w+\s+set\s|delete\s+from\s|"
-                 r"(?:create|drop|alter)\s+(?:table|index|view)\s).*;", re.I | re.S)
+    r"|(?:#|//).*"
+)
+SQL = re.compile(
+    r"(?:select\s.+\sfrom\s|insert\s+into\s|update\s+\w+\s+set\s|delete\s+from\s|"
+    r"(?:create|drop|alter)\s+(?:table|index|view)\s).*;",
+    re.I | re.S,
+)
 COMMANDS = {
-    "apt", "apt-get", "awk", "bash", "brew", "cargo", "cat", "cd", "chmod", "chown", "cp", "curl", "dnf", "docker", "du",
-    "df", "echo", "export", "find", "git", "grep", "gzip", "helm", "kill", "kubectl", "ln", "ls", "make", "mkdir", "mv",
-    "node", "npm", "npx", "pip", "pip3", "pnpm", "podman", "ps", "psql", "pytest", "python", "python3", "rm", "rmdir",
-    "rsync", "scp", "sed", "sh", "ssh", "sudo", "systemctl", "journalctl", "tar", "terraform", "unzip", "uv", "wget",
-    "yarn", "yum", "zsh",
+    "apt",
+    "apt-get",
+    "awk",
+    "bash",
+    "brew",
+    "cargo",
+    "cat",
+    "cd",
+    "chmod",
+    "chown",
+    "cp",
+    "curl",
+    "dnf",
+    "docker",
+    "du",
+    "df",
+    "echo",
+    "export",
+    "find",
+    "git",
+    "grep",
+    "gzip",
+    "helm",
+    "kill",
+    "kubectl",
+    "ln",
+    "ls",
+    "make",
+    "mkdir",
+    "mv",
+    "node",
+    "npm",
+    "npx",
+    "pip",
+    "pip3",
+    "pnpm",
+    "podman",
+    "ps",
+    "psql",
+    "pytest",
+    "python",
+    "python3",
+    "rm",
+    "rmdir",
+    "rsync",
+    "scp",
+    "sed",
+    "sh",
+    "ssh",
+    "sudo",
+    "systemctl",
+    "journalctl",
+    "tar",
+    "terraform",
+    "unzip",
+    "uv",
+    "wget",
+    "yarn",
+    "yum",
+    "zsh",
 }
 SHELL_SIGN = re.compile(r"--?[A-Za-z][\w-]*(?:=.*)?|.*/.*|~.*|\|\|?|&&|>>?|<|;|.*\$\(.*|.*`.*")
 

@@ -24,8 +24,10 @@ class Limits:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Limits:
-        limits = cls(int(env.get("AGENTFN_MEMORY_MAX_ENTRIES", cls.max_entries)),
-                     int(env.get("AGENTFN_MEMORY_WRITES_PER_MINUTE", cls.writes_per_minute)))
+        limits = cls(
+            int(env.get("AGENTFN_MEMORY_MAX_ENTRIES", cls.max_entries)),
+            int(env.get("AGENTFN_MEMORY_WRITES_PER_MINUTE", cls.writes_per_minute)),
+        )
         if limits.max_entries < 1 or limits.writes_per_minute < 1:
             raise ValueError("AGENTFN_MEMORY_MAX_ENTRIES and AGENTFN_MEMORY_WRITES_PER_MINUTE must be at least 1")
         return limits
@@ -35,9 +37,9 @@ class Limits:
 class Survey:
     """What a write must know of its subject: read under the subject's lock, or before it as a pre-check."""
 
-    entries: int                  # the subject's entries of every kind (counted up to the cap)
-    available: float              # writes the bucket holds now
-    duplicate: dict | None        # an entry (not an episode) whose text is the same note
+    entries: int  # the subject's entries of every kind (counted up to the cap)
+    available: float  # writes the bucket holds now
+    duplicate: dict | None  # an entry (not an episode) whose text is the same note
 
 
 class QuotaSpent(ProblemError):
@@ -50,12 +52,20 @@ class QuotaSpent(ProblemError):
 
 def check_cap(survey: Survey, limits: Limits) -> None:
     if survey.entries >= limits.max_entries:
-        raise QuotaSpent(f"this memory holds its {limits.max_entries} entries, the most it keeps; "
-                         "forget some entries to keep new ones", "entry-cap", limits.max_entries, CAP_RETRY_SECONDS)
+        raise QuotaSpent(
+            f"this memory holds its {limits.max_entries} entries, the most it keeps; forget some entries to keep new ones",
+            "entry-cap",
+            limits.max_entries,
+            CAP_RETRY_SECONDS,
+        )
 
 
 def check_rate(survey: Survey, limits: Limits) -> None:
     if survey.available < 1:
         wait = max(1, math.ceil((1 - survey.available) * 60 / limits.writes_per_minute))
-        raise QuotaSpent(f"at most {limits.writes_per_minute} writes a minute; try again in {wait} s",
-                         "write-rate", limits.writes_per_minute, wait)
+        raise QuotaSpent(
+            f"at most {limits.writes_per_minute} writes a minute; try again in {wait} s",
+            "write-rate",
+            limits.writes_per_minute,
+            wait,
+        )

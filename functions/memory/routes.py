@@ -18,10 +18,13 @@ from .memory import PROBLEMS, Memory, parse_id
 bp = Blueprint("memory", __name__)
 log = logging.getLogger("agentfn.memory")
 
-CREATE, CORRECT, RECALL, EPISODE, FORGET_ALL = (Schema(s) for s in (schemas.CREATE, schemas.CORRECT, schemas.RECALL,
-                                                                    schemas.EPISODE, schemas.FORGET_ALL))
-CONFIRM = (f'confirm: forgetting everything deletes every entry you have, of every kind, and cannot be undone; send '
-           f'{{"confirm": "{schemas.FORGET_EVERYTHING}"}} to do it. Nothing was forgotten')
+CREATE, CORRECT, RECALL, EPISODE, FORGET_ALL = (
+    Schema(s) for s in (schemas.CREATE, schemas.CORRECT, schemas.RECALL, schemas.EPISODE, schemas.FORGET_ALL)
+)
+CONFIRM = (
+    f"confirm: forgetting everything deletes every entry you have, of every kind, and cannot be undone; send "
+    f'{{"confirm": "{schemas.FORGET_EVERYTHING}"}} to do it. Nothing was forgotten'
+)
 
 
 def memory() -> Memory:
@@ -70,8 +73,15 @@ def forget_all_entries():
         receipt = memory().forget_all(g.caller.subject)
         span.attrs({"agentfn.memory.entries": receipt["total"]})
     # Erasing a subject is an event operators are asked about: who (hashed), how many, when; never what.
-    log.info("forgot everything", extra={"event": "forget_all", "subject_hash": subject_hash(g.caller.subject),
-                                         "count": receipt["total"], "request_id": g.get("request_id")})
+    log.info(
+        "forgot everything",
+        extra={
+            "event": "forget_all",
+            "subject_hash": subject_hash(g.caller.subject),
+            "count": receipt["total"],
+            "request_id": g.get("request_id"),
+        },
+    )
     return jsonify(receipt)
 
 
@@ -114,8 +124,9 @@ def recall():
     body = json_body(RECALL)
     began = time.perf_counter()
     with telemetry.span("search_memory", {"gen_ai.operation.name": "search_memory"}) as span:
-        found = memory().recall(g.caller.subject, body["query"], body.get("kinds"), body.get("limit"),
-                                body.get("max_tokens"))
+        found = memory().recall(
+            g.caller.subject, body["query"], body.get("kinds"), body.get("limit"), body.get("max_tokens")
+        )
         span.attrs({"agentfn.memory.entries": len(found["entries"])})
     telemetry.record("agentfn.recall.duration", time.perf_counter() - began, {})
     telemetry.record("agentfn.recall.entries", len(found["entries"]), {})
@@ -127,7 +138,13 @@ def recall():
 def write_episode():
     """WriteEpisode: a trusted service keeps a session's summary for a subject."""
     body = json_body(EPISODE)
-    with telemetry.span("update_memory", {"gen_ai.operation.name": "update_memory", "agentfn.memory.kind": "episode",
-                                          "user.hash": subject_hash(body["subject"])}):
+    with telemetry.span(
+        "update_memory",
+        {
+            "gen_ai.operation.name": "update_memory",
+            "agentfn.memory.kind": "episode",
+            "user.hash": subject_hash(body["subject"]),
+        },
+    ):
         episode = memory().write_episode(body["subject"], body["text"], body.get("session_id"))
     return jsonify(episode), 201

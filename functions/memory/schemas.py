@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-MAX_TEXT = 1000          # characters of a fact or preference: a note, never a transcript
+MAX_TEXT = 1000  # characters of a fact or preference: a note, never a transcript
 MAX_SOURCE = 300
 MAX_QUERY = 4000
-MAX_RECALL = 5           # entries a turn is shown (the RFC's cap); a request may ask for fewer
+MAX_RECALL = 5  # entries a turn is shown (the RFC's cap); a request may ask for fewer
 EPISODE_MAX_WORDS = 80
 EPISODE_MAX_CHARS = 500
 KINDS = ["fact", "preference", "episode"]
@@ -46,8 +46,12 @@ FORGET_ALL = {
     "type": "object",
     "additionalProperties": False,
     "required": ["confirm"],
-    "properties": {"confirm": {"const": FORGET_EVERYTHING,
-                               "description": f"exactly \"{FORGET_EVERYTHING}\": every entry of the caller is deleted"}},
+    "properties": {
+        "confirm": {
+            "const": FORGET_EVERYTHING,
+            "description": f'exactly "{FORGET_EVERYTHING}": every entry of the caller is deleted',
+        }
+    },
 }
 EPISODE = {
     "type": "object",
@@ -79,9 +83,11 @@ KEPT = {
     "type": "object",
     "required": ["existing"],
     "properties": {
-        "existing": {"type": "boolean",
-                     "description": "true: the subject already had this note (the same text once folded), and this is "
-                                    "that entry; nothing new was kept"},
+        "existing": {
+            "type": "boolean",
+            "description": "true: the subject already had this note (the same text once folded), and this is "
+            "that entry; nothing new was kept",
+        },
     },
 }
 RECALLED = {
@@ -90,8 +96,11 @@ RECALLED = {
     "required": ["similarity", "matched"],
     "properties": {
         "similarity": {"type": "number", "description": "cosine similarity of the entry to the query"},
-        "matched": {"type": "array", "items": {"type": "string", "enum": ["vector", "text"]},
-                    "description": "which ranking found it: the vector (above the threshold) and/or the text terms"},
+        "matched": {
+            "type": "array",
+            "items": {"type": "string", "enum": ["vector", "text"]},
+            "description": "which ranking found it: the vector (above the threshold) and/or the text terms",
+        },
         "date": {"type": "string", "format": "date", "description": "the day an episode happened"},
         "tokens": {"type": "integer"},
     },
@@ -101,9 +110,13 @@ RECEIPT = {
     "additionalProperties": False,
     "required": ["deleted", "total", "at"],
     "properties": {
-        "deleted": {"type": "object", "additionalProperties": False, "required": KINDS,
-                    "properties": {kind: {"type": "integer", "minimum": 0} for kind in KINDS},
-                    "description": "how many entries of each kind were deleted, rows and vectors"},
+        "deleted": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": KINDS,
+            "properties": {kind: {"type": "integer", "minimum": 0} for kind in KINDS},
+            "description": "how many entries of each kind were deleted, rows and vectors",
+        },
         "total": {"type": "integer", "minimum": 0},
         "at": {"type": "string", "format": "date-time", "description": "when they were deleted"},
     },
@@ -122,19 +135,31 @@ PROBLEM = {
 
 
 def _problems(*codes: int) -> dict:
-    names = {400: "Bad request", 401: "No valid caller token", 403: "Not allowed", 404: "Not found",
-             409: "Another entry already says this note (type .../duplicate-note, its id in entry_id)",
-             413: "Body too large", 415: "Not JSON",
-             422: "Invalid field, or a text that is not a note: only an id, a number or code (type .../not-a-note), "
-                  "or forgetting everything without its confirmation phrase (type .../confirm-forget-all)",
-             429: "The subject's entry cap (type .../entry-cap: forget some) or write rate (type .../write-rate) "
-                  "is spent; Retry-After says when to try again",
-             503: "Database or model unavailable"}
-    retry_after = {"Retry-After": {"description": "seconds to wait before trying again",
-                                   "schema": {"type": "integer", "minimum": 1}}}
-    return {str(c): {"description": names[c], **({"headers": retry_after} if c == 429 else {}),
-                     "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
-            for c in codes}
+    names = {
+        400: "Bad request",
+        401: "No valid caller token",
+        403: "Not allowed",
+        404: "Not found",
+        409: "Another entry already says this note (type .../duplicate-note, its id in entry_id)",
+        413: "Body too large",
+        415: "Not JSON",
+        422: "Invalid field, or a text that is not a note: only an id, a number or code (type .../not-a-note), "
+        "or forgetting everything without its confirmation phrase (type .../confirm-forget-all)",
+        429: "The subject's entry cap (type .../entry-cap: forget some) or write rate (type .../write-rate) "
+        "is spent; Retry-After says when to try again",
+        503: "Database or model unavailable",
+    }
+    retry_after = {
+        "Retry-After": {"description": "seconds to wait before trying again", "schema": {"type": "integer", "minimum": 1}}
+    }
+    return {
+        str(c): {
+            "description": names[c],
+            **({"headers": retry_after} if c == 429 else {}),
+            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for c in codes
+    }
 
 
 def _json(schema: dict) -> dict:
@@ -156,81 +181,123 @@ def openapi(model: str) -> dict:
     caller = [{"caller": []}]
     return {
         "openapi": "3.1.0",
-        "info": {"title": "agentfn memory", "version": "1.0.0",
-                 "description": f"Entries per subject, embedded with {model}, recalled with their sources."},
+        "info": {
+            "title": "agentfn memory",
+            "version": "1.0.0",
+            "description": f"Entries per subject, embedded with {model}, recalled with their sources.",
+        },
         "components": {
             "securitySchemes": {
-                "caller": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-                           "description": "a caller token from the platform gateway"},
-                "service": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-                            "description": "a projected ServiceAccount token of a trusted service"},
+                "caller": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "a caller token from the platform gateway",
+                },
+                "service": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "a projected ServiceAccount token of a trusted service",
+                },
             },
             "schemas": {"Entry": ENTRY, "Kept": KEPT, "Recalled": RECALLED, "Receipt": RECEIPT, "Problem": PROBLEM},
         },
         "paths": {
             "/v1/entries": {
                 "get": {
-                    "operationId": "listEntries", "summary": "The caller's entries, newest first.",
+                    "operationId": "listEntries",
+                    "summary": "The caller's entries, newest first.",
                     "security": caller,
                     "parameters": [
                         {"name": "kind", "in": "query", "schema": {"type": "string", "enum": KINDS}},
                         {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
-                        {"name": "offset", "in": "query",
-                         "schema": {"type": "integer", "minimum": 0, "maximum": 1000000000}},
+                        {
+                            "name": "offset",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 0, "maximum": 1000000000},
+                        },
                     ],
                     "responses": {"200": _ok("entries", entries_list), **_problems(400, 401, 422, 503)},
                 },
                 "post": {
                     "operationId": "createEntry",
                     "summary": "Keep a fact or a preference; a note the caller already has is answered, not kept twice.",
-                    "security": caller, "requestBody": _json(CREATE),
-                    "responses": {"201": _ok("the entry kept (existing: false)", kept_ref),
-                                  "200": _ok("the entry that already says this note (existing: true); nothing new "
-                                             "was kept", kept_ref),
-                                  **_problems(400, 401, 413, 415, 422, 429, 503)},
+                    "security": caller,
+                    "requestBody": _json(CREATE),
+                    "responses": {
+                        "201": _ok("the entry kept (existing: false)", kept_ref),
+                        "200": _ok("the entry that already says this note (existing: true); nothing new was kept", kept_ref),
+                        **_problems(400, 401, 413, 415, 422, 429, 503),
+                    },
                 },
                 "delete": {
                     "operationId": "forgetAllEntries",
                     "summary": f"Forget every entry of the caller, of every kind (rows and vectors), in one transaction; "
-                               f"the body confirms it with the phrase \"{FORGET_EVERYTHING}\".",
-                    "security": caller, "requestBody": _json(FORGET_ALL),
-                    "responses": {"200": _ok("the receipt: how many of each kind were deleted, and when; no text",
-                                             {"$ref": "#/components/schemas/Receipt"}),
-                                  **_problems(400, 401, 413, 415, 422, 503)},
+                    f'the body confirms it with the phrase "{FORGET_EVERYTHING}".',
+                    "security": caller,
+                    "requestBody": _json(FORGET_ALL),
+                    "responses": {
+                        "200": _ok(
+                            "the receipt: how many of each kind were deleted, and when; no text",
+                            {"$ref": "#/components/schemas/Receipt"},
+                        ),
+                        **_problems(400, 401, 413, 415, 422, 503),
+                    },
                 },
             },
             "/v1/entries/{id}": {
                 "parameters": [ENTRY_ID],
                 "patch": {
-                    "operationId": "correctEntry", "summary": "Correct an entry's text or source (embedded again).",
-                    "security": caller, "requestBody": _json(CORRECT),
-                    "responses": {"200": _ok("the corrected entry", entry_ref),
-                                  **_problems(400, 401, 404, 409, 413, 415, 422, 429, 503)},
+                    "operationId": "correctEntry",
+                    "summary": "Correct an entry's text or source (embedded again).",
+                    "security": caller,
+                    "requestBody": _json(CORRECT),
+                    "responses": {
+                        "200": _ok("the corrected entry", entry_ref),
+                        **_problems(400, 401, 404, 409, 413, 415, 422, 429, 503),
+                    },
                 },
                 "delete": {
-                    "operationId": "forgetEntry", "summary": "Forget an entry: the row and its vector are deleted.",
+                    "operationId": "forgetEntry",
+                    "summary": "Forget an entry: the row and its vector are deleted.",
                     "security": caller,
                     "responses": {"204": {"description": "forgotten"}, **_problems(400, 401, 404, 503)},
                 },
             },
             "/v1/recall": {
                 "post": {
-                    "operationId": "recall", "summary": "The caller's nearest entries to a query, above the threshold.",
-                    "security": caller, "requestBody": _json(RECALL),
-                    "responses": {"200": _ok("recalled entries", {
-                        "type": "object", "required": ["entries", "threshold", "model"],
-                        "properties": {"entries": {"type": "array", "items": {"$ref": "#/components/schemas/Recalled"}},
-                                       "threshold": {"type": "number"}, "model": {"type": "string"}}}),
-                        **_problems(400, 401, 413, 415, 422, 503)},
+                    "operationId": "recall",
+                    "summary": "The caller's nearest entries to a query, above the threshold.",
+                    "security": caller,
+                    "requestBody": _json(RECALL),
+                    "responses": {
+                        "200": _ok(
+                            "recalled entries",
+                            {
+                                "type": "object",
+                                "required": ["entries", "threshold", "model"],
+                                "properties": {
+                                    "entries": {"type": "array", "items": {"$ref": "#/components/schemas/Recalled"}},
+                                    "threshold": {"type": "number"},
+                                    "model": {"type": "string"},
+                                },
+                            },
+                        ),
+                        **_problems(400, 401, 413, 415, 422, 503),
+                    },
                 },
             },
             "/internal/v1/episodes": {
                 "post": {
                     "operationId": "writeEpisode",
                     "summary": "WriteEpisode: keep a session's summary for a subject (trusted services only; no route).",
-                    "security": [{"service": []}], "requestBody": _json(EPISODE),
-                    "responses": {"201": _ok("the episode kept", entry_ref),
-                                  **_problems(400, 401, 403, 413, 415, 422, 429, 503)},
+                    "security": [{"service": []}],
+                    "requestBody": _json(EPISODE),
+                    "responses": {
+                        "201": _ok("the episode kept", entry_ref),
+                        **_problems(400, 401, 403, 413, 415, 422, 429, 503),
+                    },
                 },
             },
         },

@@ -55,8 +55,10 @@ FROM gone
 
 # Writes. Each write locks its subject's quota row first (created on the first write, with a full bucket),
 # refilling the bucket to now; statements after the lock see every write committed before it.
-AVAILABLE = ("least(%(rate)s::float8, q.tokens + %(rate)s / 60.0 * "
-             "greatest(0, extract(epoch FROM clock_timestamp() - q.refreshed_at))::float8)")
+AVAILABLE = (
+    "least(%(rate)s::float8, q.tokens + %(rate)s / 60.0 * "
+    "greatest(0, extract(epoch FROM clock_timestamp() - q.refreshed_at))::float8)"
+)
 LOCK = f"""
 INSERT INTO quotas AS q (subject, tokens, refreshed_at) VALUES (%(subject)s, %(rate)s, clock_timestamp())
 ON CONFLICT (subject) DO UPDATE SET tokens = {AVAILABLE}, refreshed_at = clock_timestamp()
@@ -190,8 +192,14 @@ class Store(db.SchemaStore):
             return _survey(cur.execute(PRESURVEY, params).fetchone())
 
     @contextmanager
-    def _locked(self, subject: str, text: str | None, limits: Limits, exclude: uuid.UUID | None,
-                check: Callable[[Survey], dict | None]) -> Iterator[tuple[psycopg.Cursor, dict | None]]:
+    def _locked(
+        self,
+        subject: str,
+        text: str | None,
+        limits: Limits,
+        exclude: uuid.UUID | None,
+        check: Callable[[Survey], dict | None],
+    ) -> Iterator[tuple[psycopg.Cursor, dict | None]]:
         """A write's transaction: the subject's quota row locked, the survey read after it and checked.
         `check` raises to refuse (nothing is written) or returns an entry to answer with instead of writing."""
         params = dict(subject=subject, text=text, exclude=exclude, cap=limits.max_entries, rate=limits.writes_per_minute)
@@ -200,23 +208,58 @@ class Store(db.SchemaStore):
             survey = cur.execute(SURVEY, params).fetchone()
             yield cur, check(_survey(survey | {"available": available}))
 
-    def insert(self, subject: str, kind: str, text: str, source: str, model: str, embedding: np.ndarray, *,
-               limits: Limits, cost: int, check: Callable[[Survey], dict | None],
-               session_id: str | None = None) -> tuple[dict, bool]:
+    def insert(
+        self,
+        subject: str,
+        kind: str,
+        text: str,
+        source: str,
+        model: str,
+        embedding: np.ndarray,
+        *,
+        limits: Limits,
+        cost: int,
+        check: Callable[[Survey], dict | None],
+        session_id: str | None = None,
+    ) -> tuple[dict, bool]:
         """(the new row, False), or (an entry `check` answered with, True): then nothing is written."""
         with self._locked(subject, text if kind != "episode" else None, limits, None, check) as (cur, answer):
             if answer is not None:
                 return answer, True
-            return cur.execute(CHARGE + INSERT, dict(id=uuid.uuid4(), subject=subject, kind=kind, text=text, source=source,
-                                                     session_id=session_id, model=model, embedding=embedding,
-                                                     cost=cost)).fetchone(), False
+            return cur.execute(
+                CHARGE + INSERT,
+                dict(
+                    id=uuid.uuid4(),
+                    subject=subject,
+                    kind=kind,
+                    text=text,
+                    source=source,
+                    session_id=session_id,
+                    model=model,
+                    embedding=embedding,
+                    cost=cost,
+                ),
+            ).fetchone(), False
 
-    def correct(self, subject: str, entry_id: uuid.UUID, text: str, source: str, model: str, embedding: np.ndarray, *,
-                limits: Limits, compare: str | None, check: Callable[[Survey], dict | None]) -> dict | None:
+    def correct(
+        self,
+        subject: str,
+        entry_id: uuid.UUID,
+        text: str,
+        source: str,
+        model: str,
+        embedding: np.ndarray,
+        *,
+        limits: Limits,
+        compare: str | None,
+        check: Callable[[Survey], dict | None],
+    ) -> dict | None:
         """The corrected row (None if it is gone); `compare`: the text looked up as a duplicate, if any."""
         with self._locked(subject, compare, limits, entry_id, check) as (cur, _):
-            return cur.execute(CHARGE + CORRECT, dict(subject=subject, id=entry_id, text=text, source=source, model=model,
-                                                      embedding=embedding, cost=1)).fetchone()
+            return cur.execute(
+                CHARGE + CORRECT,
+                dict(subject=subject, id=entry_id, text=text, source=source, model=model, embedding=embedding, cost=1),
+            ).fetchone()
 
     def forget(self, subject: str, entry_id: uuid.UUID) -> bool:
         with self.subject(subject) as cur:
@@ -228,10 +271,29 @@ class Store(db.SchemaStore):
             cur.execute(WAIT_FOR_WRITES, dict(subject=subject))
             return cur.execute(FORGET_ALL, dict(subject=subject)).fetchone()
 
-    def recall(self, subject: str, question: str, query: np.ndarray, model: str, threshold: float, limit: int,
-               kinds: list[str] | None, hybrid: bool) -> list[dict]:
-        params = dict(subject=subject, question=question, query=query, model=model, threshold=threshold,
-                      limit=limit, kinds=kinds, k=RRF_K, depth=DEPTH, **terms.parameters(question))
+    def recall(
+        self,
+        subject: str,
+        question: str,
+        query: np.ndarray,
+        model: str,
+        threshold: float,
+        limit: int,
+        kinds: list[str] | None,
+        hybrid: bool,
+    ) -> list[dict]:
+        params = dict(
+            subject=subject,
+            question=question,
+            query=query,
+            model=model,
+            threshold=threshold,
+            limit=limit,
+            kinds=kinds,
+            k=RRF_K,
+            depth=DEPTH,
+            **terms.parameters(question),
+        )
         with self.subject(subject) as cur:
             return cur.execute(RECALL_HYBRID if hybrid else RECALL_VECTOR, params).fetchall()
 

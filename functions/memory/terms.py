@@ -13,25 +13,31 @@ from __future__ import annotations
 import re
 
 # Folded (lower case, no diacritics), as the parser sees them.
-STOP = sorted("""
+STOP = sorted(
+    """
 a an the is are am was be do does did i me my mine you your we our us it its of in on at to for from by with and or
 but what which who whom when where how why can should will would there this that these those any about again even just
 je li su sam si smo ste da ne na u za od iz kod sa koji koja koje kojem kojoj kojim koju koga kome tko sto sta kako kad
 kada gdje koliko zasto ili ali mi ti moj moja moje mom moga ima imam imamo nam vam se bi bih ce cu ako nije nisi sve pa
 jer kao
-""".split())
+""".split()
+)
 
 # A question is Croatian if it has a Croatian letter or a Croatian function word, else English: short questions
 # are what recall sees, and on them this rule beat a general language identifier (studies/recall).
 HR_LETTERS = set("čćžšđ")
-HR_WORDS = set("je li su sam si smo ste da ne na u za od iz kod sa koji koja koje kojem kojoj kojim koju koga kome tko "
-               "što kako kad kada gdje koliko zašto ili ali mi ti moj moja moje mom moga ima imam imamo nam vam se bi "
-               "bih će ću ako nije nisi sve pa jer kao".split())
+HR_WORDS = set(
+    "je li su sam si smo ste da ne na u za od iz kod sa koji koja koje kojem kojoj kojim koju koga kome tko "
+    "što kako kad kada gdje koliko zašto ili ali mi ti moj moja moje mom moga ima imam imamo nam vam se bi "
+    "bih će ću ako nije nisi sve pa jer kao".split()
+)
 
 # Croatian inflects by endings: a small general rule set (case endings of nouns and adjectives, common verb
 # endings), longest first, so "mačku", "mačke" and "mačka" all become "mack". Written for this, not learned.
-HR_SUFFIXES = ("ovima evima ijima ama ima ovi evi ova eva ove eve om em og oj ih im ega emu ome amo ate aju emo ete imo "
-               "ite ati iti ala ali alo ila ili ilo u a e i o").split()
+HR_SUFFIXES = (
+    "ovima evima ijima ama ima ovi evi ova eva ove eve om em og oj ih im ega emu ome amo ate aju emo ete imo "
+    "ite ati iti ala ali alo ila ili ilo u a e i o"
+).split()
 EN_SUFFIXES = "ing ed es s".split()
 MIN_STEM = 3
 

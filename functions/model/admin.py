@@ -86,22 +86,35 @@ def calls():
     before = _before(request.args.get("before"))
     if after is None and before is not None:
         after = (before, uuid.UUID(int=0), 0)  # strictly earlier than `before`
-    rows = services().store.calls(limit=limit, since=_before(request.args.get("since"), "since"), after=after,
-                                  agent=request.args.get("agent"), tool=request.args.get("tool"),
-                                  channel=CHANNELS.get(channel or ""), outcome=request.args.get("outcome"))
+    rows = services().store.calls(
+        limit=limit,
+        since=_before(request.args.get("since"), "since"),
+        after=after,
+        agent=request.args.get("agent"),
+        tool=request.args.get("tool"),
+        channel=CHANNELS.get(channel or ""),
+        outcome=request.args.get("outcome"),
+    )
     last = rows[-1] if len(rows) == limit else None
     found = [_call(row) for row in rows]
     _join_pages(found)
-    return jsonify(calls=found,
-                   next=_encode((last["started_at"].isoformat(), str(last["id"]), last["n"])) if last else None)
+    return jsonify(calls=found, next=_encode((last["started_at"].isoformat(), str(last["id"]), last["n"])) if last else None)
 
 
 def _call(row: dict) -> dict:
     ms = row["ms"]
-    return {"at": row["started_at"].isoformat(), "generation_id": str(row["id"]), "n": row["n"],
-            "subject_hash": subject_hash(row["subject"]), "agent": row["agent"], "tool": row["tool"],
-            "channel": {v: k for k, v in CHANNELS.items()}[row["channel"]], "outcome": row["outcome"],
-            "ms": ms if isinstance(ms, (int, float)) else None, "grant": row["grant_ref"]}
+    return {
+        "at": row["started_at"].isoformat(),
+        "generation_id": str(row["id"]),
+        "n": row["n"],
+        "subject_hash": subject_hash(row["subject"]),
+        "agent": row["agent"],
+        "tool": row["tool"],
+        "channel": {v: k for k, v in CHANNELS.items()}[row["channel"]],
+        "outcome": row["outcome"],
+        "ms": ms if isinstance(ms, (int, float)) else None,
+        "grant": row["grant_ref"],
+    }
 
 
 PAGE_AUDIT_SECONDS = 5.0
@@ -118,8 +131,7 @@ def _join_pages(found: list[dict]) -> None:
     by_step = {(f["generation_id"], f["n"]): f for f in fetches or []}
     for call in opened:
         fetch = by_step.get((call["generation_id"], call["n"]))
-        call["page"] = None if fetch is None else {k: fetch[k] for k in ("host", "final_host", "status", "bytes",
-                                                                       "outcome")}
+        call["page"] = None if fetch is None else {k: fetch[k] for k in ("host", "final_host", "status", "bytes", "outcome")}
         call["page_audit"] = "unavailable" if fetches is None else ("found" if fetch else "none")
 
 
@@ -157,9 +169,19 @@ def _before(raw: str | None, name: str = "before") -> datetime.datetime | None:
 
 def _generation(row: dict) -> dict:
     return {
-        "id": str(row["id"]), "kind": row["kind"], "channel": row["channel"], "subject_hash": subject_hash(row["subject"]),
-        "agent": row["agent"], "tier": row["tier"], "status": row["status"], "problem": row["problem"],
-        "tokens_in": row["tokens_in"], "tokens_out": row["tokens_out"], "rounds": row["rounds"], "steps": row["steps"],
+        "id": str(row["id"]),
+        "kind": row["kind"],
+        "channel": row["channel"],
+        "subject_hash": subject_hash(row["subject"]),
+        "agent": row["agent"],
+        "tier": row["tier"],
+        "status": row["status"],
+        "problem": row["problem"],
+        "tokens_in": row["tokens_in"],
+        "tokens_out": row["tokens_out"],
+        "rounds": row["rounds"],
+        "steps": row["steps"],
         "tools": [{"tool": s.get("tool"), "status": s.get("status"), "ms": s.get("ms")} for s in row["step_log"]],
-        "started_at": row["started_at"].isoformat(), "duration_ms": row["duration_ms"],
+        "started_at": row["started_at"].isoformat(),
+        "duration_ms": row["duration_ms"],
     }

@@ -82,22 +82,48 @@ def services_from_env(env: Mapping[str, str]) -> Services:
     memory_url = env.get("AGENTFN_MEMORY_URL") or None
     tokens = TokenExchange.from_env(env)
     audiences = {m.group(1).lower(): v.strip() for k, v in env.items() if (m := TOOL_AUDIENCE.match(k)) and v.strip()}
-    audiences.update({part: env[f"AGENTFN_{part.upper()}_AUDIENCE"].strip() for part in ("page", "memory")
-                      if env.get(f"AGENTFN_{part.upper()}_AUDIENCE", "").strip()})
-    tools = ToolTable(tool_urls=tool_urls, page_url=env.get("AGENTFN_PAGE_URL") or None, memory_url=memory_url, store=store,
-                      timeout=float(env.get("AGENTFN_TOOL_TIMEOUT_SECONDS", "15")),
-                      result_chars=int(env.get("AGENTFN_TOOL_RESULT_CHARS", "8000")),
-                      descriptor_ttl=float(env.get("AGENTFN_DESCRIPTOR_TTL_SECONDS", "300")), http=web,
-                      tokens=tokens, audiences=audiences)
-    memory = MemoryClient(memory_url, env.get("AGENTFN_SERVICE_TOKEN_FILE", "/var/run/secrets/agentfn/memory-token"), web,
-                          tokens, tools.audience("memory"))
-    limits = Limits(daily_tokens=int(env.get("AGENTFN_DAILY_TOKENS", "200000")),
-                    recall_limit=int(env.get("AGENTFN_RECALL_LIMIT", "5")),
-                    recall_max_tokens=int(env.get("AGENTFN_RECALL_MAX_TOKENS", "800")),
-                    episode_tier=env.get("AGENTFN_EPISODE_TIER", "fast"))
+    audiences.update(
+        {
+            part: env[f"AGENTFN_{part.upper()}_AUDIENCE"].strip()
+            for part in ("page", "memory")
+            if env.get(f"AGENTFN_{part.upper()}_AUDIENCE", "").strip()
+        }
+    )
+    tools = ToolTable(
+        tool_urls=tool_urls,
+        page_url=env.get("AGENTFN_PAGE_URL") or None,
+        memory_url=memory_url,
+        store=store,
+        timeout=float(env.get("AGENTFN_TOOL_TIMEOUT_SECONDS", "15")),
+        result_chars=int(env.get("AGENTFN_TOOL_RESULT_CHARS", "8000")),
+        descriptor_ttl=float(env.get("AGENTFN_DESCRIPTOR_TTL_SECONDS", "300")),
+        http=web,
+        tokens=tokens,
+        audiences=audiences,
+    )
+    memory = MemoryClient(
+        memory_url,
+        env.get("AGENTFN_SERVICE_TOKEN_FILE", "/var/run/secrets/agentfn/memory-token"),
+        web,
+        tokens,
+        tools.audience("memory"),
+    )
+    limits = Limits(
+        daily_tokens=int(env.get("AGENTFN_DAILY_TOKENS", "200000")),
+        recall_limit=int(env.get("AGENTFN_RECALL_LIMIT", "5")),
+        recall_max_tokens=int(env.get("AGENTFN_RECALL_MAX_TOKENS", "800")),
+        episode_tier=env.get("AGENTFN_EPISODE_TIER", "fast"),
+    )
     approvals = Approvals(env.get("AGENTFN_APPROVAL_KEY_FILE") or None, int(env.get("AGENTFN_APPROVAL_SECONDS", "300")))
-    return Services(Registry(env.get("AGENTFN_REGISTRY_FILE", "var/registry.json")), store, tools, tiers_from_env(env),
-                    memory, limits, approvals)
+    return Services(
+        Registry(env.get("AGENTFN_REGISTRY_FILE", "var/registry.json")),
+        store,
+        tools,
+        tiers_from_env(env),
+        memory,
+        limits,
+        approvals,
+    )
 
 
 def create_app(env: Mapping[str, str] | None = None) -> Flask:
@@ -111,9 +137,13 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         services.store.migrate()
         return services.store.ping()
 
-    app = http.create_app("agentfn.model", openapi=openapi(),
-                          readiness={"database": database, "registry": services.registry.ready},
-                          identity=identity, max_request_bytes=max_bytes)
+    app = http.create_app(
+        "agentfn.model",
+        openapi=openapi(),
+        readiness={"database": database, "registry": services.registry.ready},
+        identity=identity,
+        max_request_bytes=max_bytes,
+    )
     app.extensions["agentfn.model"] = services
     app.extensions[admin.GROUPS] = frozenset(_csv(env.get("AGENTFN_ADMIN_GROUPS", "platform-admins")))
 
@@ -126,10 +156,16 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
     app.register_blueprint(admin.bp)
     resource = env.get("AGENTFN_MCP_RESOURCE", "").strip() or MCP_RESOURCE
     app.register_blueprint(protected_resource(resource, [identity.caller.trust.issuer]))
-    mcp = LazyMCP(lambda: build(services, identity.verifier_for(resource), resource, _csv(env.get("AGENTFN_MCP_ALLOWED_HOSTS",
-                                                                         "127.0.0.1:*,localhost:*,[::1]:*")),
-                                _csv(env.get("AGENTFN_MCP_ALLOWED_ORIGINS",
-                                             "http://127.0.0.1:*,http://localhost:*,http://[::1]:*")), max_bytes))
+    mcp = LazyMCP(
+        lambda: build(
+            services,
+            identity.verifier_for(resource),
+            resource,
+            _csv(env.get("AGENTFN_MCP_ALLOWED_HOSTS", "127.0.0.1:*,localhost:*,[::1]:*")),
+            _csv(env.get("AGENTFN_MCP_ALLOWED_ORIGINS", "http://127.0.0.1:*,http://localhost:*,http://[::1]:*")),
+            max_bytes,
+        )
+    )
     app.extensions["agentfn.model.mcp"] = mcp
     app.wsgi_app = DispatcherMiddleware(app.wsgi_app, {"/mcp": mcp})
     if env.get("AGENTFN_WARM_UP", "1") != "0":
@@ -140,9 +176,11 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
             # Not before: the warm-up's imports would hold the GIL while the process is getting ready.
             if not once.is_set():
                 once.set()
-                response.call_on_close(lambda: threading.Thread(target=_warm, args=(services, mcp), name="warm-up",
-                                                                daemon=True).start())
+                response.call_on_close(
+                    lambda: threading.Thread(target=_warm, args=(services, mcp), name="warm-up", daemon=True).start()
+                )
             return response
+
     return app
 
 

@@ -44,8 +44,12 @@ def digest(arguments: Any) -> str:
 
 
 def refused(status: int, kind: str, detail: str) -> ProblemError:
-    titles = {403: "Approval refused", 409: "Approval already used", 422: "Approvals not valid",
-              503: "Approvals unavailable"}
+    titles = {
+        403: "Approval refused",
+        409: "Approval already used",
+        422: "Approvals not valid",
+        503: "Approvals unavailable",
+    }
     return ProblemError(status, titles[status], detail, type=PROBLEMS + kind)
 
 
@@ -82,9 +86,19 @@ class Approvals:
         import jwt
 
         now = int(time.time())
-        claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": caller.subject, "agent": agent, "tool": tool,
-                  "args": arguments, "args_sha256": digest(arguments), "gen": str(generation),
-                  "jti": str(uuid.uuid4()), "iat": now, "exp": now + self.seconds}
+        claims = {
+            "iss": ISSUER,
+            "aud": AUDIENCE,
+            "sub": caller.subject,
+            "agent": agent,
+            "tool": tool,
+            "args": arguments,
+            "args_sha256": digest(arguments),
+            "gen": str(generation),
+            "jti": str(uuid.uuid4()),
+            "iat": now,
+            "exp": now + self.seconds,
+        }
         return jwt.encode(claims, self._key(), algorithm=ALGORITHM)
 
     def check(self, caller: Caller, agent: str, items: list[dict[str, Any]]) -> list[Approval]:
@@ -97,8 +111,14 @@ class Approvals:
         for i, item in enumerate(items):
             where = f"approvals[{i}]"
             try:
-                claims = jwt.decode(item["token"], key, algorithms=[ALGORITHM], audience=AUDIENCE, issuer=ISSUER,
-                                    options={"require": list(CLAIMS)})
+                claims = jwt.decode(
+                    item["token"],
+                    key,
+                    algorithms=[ALGORITHM],
+                    audience=AUDIENCE,
+                    issuer=ISSUER,
+                    options={"require": list(CLAIMS)},
+                )
             except jwt.ExpiredSignatureError:
                 raise refused(403, "approval-expired", f"{where}: the approval has expired; ask again") from None
             except jwt.InvalidTokenError:
@@ -109,8 +129,9 @@ class Approvals:
                 raise refused(403, "approval-not-yours", f"{where}: the approval was given to another caller")
             if claims["agent"] != agent:
                 raise refused(403, "approval-other-agent", f"{where}: the approval is for another agent")
-            out.append(Approval(str(claims["jti"]), str(claims["tool"]), claims["args"], bool(item["approve"]),
-                                int(claims["exp"])))
+            out.append(
+                Approval(str(claims["jti"]), str(claims["tool"]), claims["args"], bool(item["approve"]), int(claims["exp"]))
+            )
         if len({a.jti for a in out}) != len(out):
             raise refused(422, "approvals-repeated", "the same approval appears twice in the request")
         return out

@@ -33,19 +33,24 @@ def call(services: Services, caller: Caller, name: str, arguments: Any, channel:
     tool, access = found[name]
     timeout = services.tools.timeout
     day, started = today(), time.perf_counter()
-    gen = services.store.open(kind="tool_call", channel=channel, subject=caller.subject, agent=None, tier=None,
-                              hold_seconds=timeout, day=day)
+    gen = services.store.open(
+        kind="tool_call", channel=channel, subject=caller.subject, agent=None, tier=None, hold_seconds=timeout, day=day
+    )
     outcome = None
     try:
         with executed(name, channel) as done:
-            outcome = services.tools.call(tool, arguments, CallContext(caller, channel, access,
-                                                                       time.monotonic() + timeout))
+            outcome = services.tools.call(tool, arguments, CallContext(caller, channel, access, time.monotonic() + timeout))
             done(outcome)
         return outcome
     finally:
         status = outcome.status if outcome else "error"
         code = None if outcome is None or outcome.ok else outcome.result.get("status")
-        services.store.finish(gen, caller.subject, day, status=status, problem=code,
-                              step_log=[{"tool": name, "status": status, "ms": round(outcome.ms, 1) if outcome else 0,
-                                         "grant": access.grant}],
-                              duration_ms=int((time.perf_counter() - started) * 1000))
+        services.store.finish(
+            gen,
+            caller.subject,
+            day,
+            status=status,
+            problem=code,
+            step_log=[{"tool": name, "status": status, "ms": round(outcome.ms, 1) if outcome else 0, "grant": access.grant}],
+            duration_ms=int((time.perf_counter() - started) * 1000),
+        )

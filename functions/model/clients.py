@@ -38,8 +38,9 @@ class Answer:
     def problem(self, part: str) -> dict[str, Any]:
         """The answer as a problem a caller and a model may see: only the problem's own fields, clipped."""
         body = self.body if isinstance(self.body, dict) else {}
-        problem = {k: body[k] for k in PROBLEM_FIELDS
-                   if isinstance(body.get(k), (str, int)) and not isinstance(body.get(k), bool)}
+        problem = {
+            k: body[k] for k in PROBLEM_FIELDS if isinstance(body.get(k), (str, int)) and not isinstance(body.get(k), bool)
+        }
         problem["status"] = self.status
         problem.setdefault("title", f"{part} answered HTTP {self.status}")
         for key in ("title", "detail", "type"):
@@ -52,8 +53,16 @@ class Http:
     def __init__(self, maxsize: int = 16):
         self._pool = urllib3.PoolManager(retries=False, maxsize=maxsize, block=False)
 
-    def request(self, method: str, url: str, *, token: str | None, timeout: float, body: Any = None,
-                extra_headers: dict[str, str] | None = None) -> Answer:
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        token: str | None,
+        timeout: float,
+        body: Any = None,
+        extra_headers: dict[str, str] | None = None,
+    ) -> Answer:
         headers = {"Accept": "application/json", **(extra_headers or {})}
         telemetry.inject(headers)  # the turn's trace goes on in the part called (W3C traceparent)
         if token is not None:
@@ -64,8 +73,15 @@ class Http:
             headers["Content-Type"] = "application/json"
         timeout = max(timeout, 0.001)
         try:
-            response = self._pool.request(method, url, body=data, headers=headers, redirect=False, preload_content=False,
-                                          timeout=urllib3.Timeout(total=timeout, connect=min(timeout, 3.0)))
+            response = self._pool.request(
+                method,
+                url,
+                body=data,
+                headers=headers,
+                redirect=False,
+                preload_content=False,
+                timeout=urllib3.Timeout(total=timeout, connect=min(timeout, 3.0)),
+            )
         except urllib3.exceptions.NewConnectionError:  # refused or unresolvable (a ConnectTimeoutError subclass)
             raise Unreachable(timeout=False) from None
         except (urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.ReadTimeoutError):

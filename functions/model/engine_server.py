@@ -69,13 +69,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agentfn.model.engine_server", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=int(os.environ.get("AGENTFN_ENGINE_PORT", "8810")))
-    parser.add_argument("--threads", type=int, default=int(os.environ.get("AGENTFN_ENGINE_THREADS", "0")) or threads(),
-                        help="threads (default: the cores but one, at most 8)")
-    parser.add_argument("--ctx", type=int, default=int(os.environ.get("AGENTFN_ENGINE_CONTEXT", "0")) or None,
-                        help="context tokens per parallel slot (default: the model's)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=int(os.environ.get("AGENTFN_ENGINE_THREADS", "0")) or threads(),
+        help="threads (default: the cores but one, at most 8)",
+    )
+    parser.add_argument(
+        "--ctx",
+        type=int,
+        default=int(os.environ.get("AGENTFN_ENGINE_CONTEXT", "0")) or None,
+        help="context tokens per parallel slot (default: the model's)",
+    )
     parser.add_argument("--parallel", type=int, default=int(os.environ.get("AGENTFN_ENGINE_PARALLEL", "2")))
-    parser.add_argument("--model", default=None, help=f"one of {', '.join(weights.MODELS)} (default: AGENTFN_ENGINE_MODEL, "
-                                                     f"else {weights.DEFAULT})")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help=f"one of {', '.join(weights.MODELS)} (default: AGENTFN_ENGINE_MODEL, else {weights.DEFAULT})",
+    )
     parser.add_argument("--file", default=None, help="serve this GGUF file as the model instead of the installed one")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -90,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     if not wait_ready(url, 300):
         print(json.dumps({"error": "the engine did not become ready"}), flush=True)
         return 1
-    print(json.dumps({"ready": url + "/v1", "model": model.alias, "seconds": round(time.monotonic() - started, 2)}),
-          flush=True)
+    print(
+        json.dumps({"ready": url + "/v1", "model": model.alias, "seconds": round(time.monotonic() - started, 2)}), flush=True
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -73,16 +73,24 @@ def tiers_from_env(env: Mapping[str, str]) -> dict[str, Tier]:
             with open(env[prefix + "API_KEY_FILE"]) as f:
                 key = f.read().strip()
         temperature = env.get(prefix + "TEMPERATURE")
-        tiers[name] = Tier(name, url.rstrip("/"), env.get(prefix + "MODEL", "default"), mode,
-                           float(env.get(prefix + "DEADLINE_SECONDS", "60")), int(env.get(prefix + "MAX_TOKENS", "512")),
-                           int(env.get(prefix + "CONTEXT_TOKENS", "8192")),
-                           float(temperature) if temperature else None, key)
+        tiers[name] = Tier(
+            name,
+            url.rstrip("/"),
+            env.get(prefix + "MODEL", "default"),
+            mode,
+            float(env.get(prefix + "DEADLINE_SECONDS", "60")),
+            int(env.get(prefix + "MAX_TOKENS", "512")),
+            int(env.get(prefix + "CONTEXT_TOKENS", "8192")),
+            float(temperature) if temperature else None,
+            key,
+        )
     if not tiers:
         raise RuntimeError("AGENTFN_TIERS names no tier")
     return tiers
 
 
 # --- what a round yields -------------------------------------------------------------------------------
+
 
 @dataclass
 class Text:
@@ -152,23 +160,36 @@ def neutral_messages(messages: list[dict]) -> list[dict]:
         if isinstance(message.get("content"), str):
             message["content"] = neutral(message["content"])
         if message.get("tool_calls"):
-            message["tool_calls"] = [{**call, "function": {**call["function"],
-                                                           "arguments": neutral(call["function"].get("arguments") or "")}}
-                                     for call in message["tool_calls"]]
+            message["tool_calls"] = [
+                {**call, "function": {**call["function"], "arguments": neutral(call["function"].get("arguments") or "")}}
+                for call in message["tool_calls"]
+            ]
         out.append(message)
     return out
 
 
 # --- constrained mode ----------------------------------------------------------------------------------
 
+
 def constrained_schema(tools: list) -> dict[str, Any]:
     """The reply's schema: an answer, or one call of one of the tools with arguments of its own shape."""
-    branches = [{"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
-                 "additionalProperties": False}]
+    branches = [
+        {
+            "type": "object",
+            "properties": {"answer": {"type": "string"}},
+            "required": ["answer"],
+            "additionalProperties": False,
+        }
+    ]
     for tool in tools:
-        branches.append({"type": "object", "properties": {"tool": {"const": tool.name},
-                                                          "arguments": grammar_safe(tool.input_schema)},
-                         "required": ["tool", "arguments"], "additionalProperties": False})
+        branches.append(
+            {
+                "type": "object",
+                "properties": {"tool": {"const": tool.name}, "arguments": grammar_safe(tool.input_schema)},
+                "required": ["tool", "arguments"],
+                "additionalProperties": False,
+            }
+        )
     return {"anyOf": branches}
 
 
@@ -201,7 +222,7 @@ class AnswerStream:
             stripped = self.buffer.lstrip()
             match = HEAD.match(self.buffer)
             if match:
-                self.state, rest = "answer", self.buffer[match.end():]
+                self.state, rest = "answer", self.buffer[match.end() :]
                 return self._decode(rest)
             if stripped and not stripped.startswith("{"):
                 self.state = "plain"  # an engine that ignored the format: its text is the answer
@@ -238,12 +259,12 @@ class AnswerStream:
                 if i + 6 > len(text):
                     self.pending = text[i:]
                     break
-                unit = int(text[i + 2:i + 6], 16)
+                unit = int(text[i + 2 : i + 6], 16)
                 if 0xD800 <= unit < 0xDC00:  # a surrogate pair spans two escapes
                     if i + 12 > len(text):
                         self.pending = text[i:]
                         break
-                    low = int(text[i + 8:i + 12], 16)
+                    low = int(text[i + 8 : i + 12], 16)
                     out.append(chr(0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)))
                     i += 12
                 else:
@@ -288,18 +309,30 @@ class Engine:
         self.client = openai.OpenAI(base_url=tier.url, api_key=tier.api_key, max_retries=0, timeout=tier.deadline)
 
     def request(self, messages: list[dict], tools: list | None, max_tokens: int) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.tier.model, "messages": neutral_messages(messages), "max_tokens": max_tokens,
-                                "stream": True, "stream_options": {"include_usage": True}}
+        body: dict[str, Any] = {
+            "model": self.tier.model,
+            "messages": neutral_messages(messages),
+            "max_tokens": max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         if self.tier.temperature is not None:
             body["temperature"] = self.tier.temperature
         if tools and self.tier.tool_mode == "native":
-            body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                               "parameters": t.input_schema}} for t in tools]
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.input_schema},
+                }
+                for t in tools
+            ]
         elif self.tier.tool_mode == "constrained":
             # Without tools too: a small engine that has seen JSON replies in the conversation keeps writing
             # them; held to {"answer": ...} its answer is read out of the JSON all the same.
-            body["response_format"] = {"type": "json_schema", "json_schema": {
-                "name": "reply", "strict": True, "schema": constrained_schema(tools or [])}}
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "reply", "strict": True, "schema": constrained_schema(tools or [])},
+            }
         return body
 
     def round(self, messages: list[dict], tools: list | None, max_tokens: int, deadline: float) -> Iterator[Any]:

@@ -30,26 +30,65 @@ PROBLEMS = "https://agentfn.dev/problems/"
 
 # The episode rules, one pattern each; a summary is refused for the first rule it breaks.
 RULES: list[tuple[str, re.Pattern]] = [
-    ("code", re.compile(r"`|[{}]|=>|==|!=|&&|\|\||\w\(\)|\w\([^)]*[=,'\"][^)]*\)|;\s*$|</?[a-z]+[ >]|"
-                        r"^\s*(?:def|class|import|return|SELECT)\s",
-                        re.M | re.I)),
-    ("command", re.compile(r"(?:^|\s)(?:sudo|kubectl|chmod|ssh|curl|wget|rm\s+-|git\s+(?:clone|push|pull|commit|checkout)|"
-                           r"(?:pip|npm|apt(?:-get)?)\s+install)\b|(?:^|\s)--?[a-z][\w-]*=?|\|\s*\w|^\s*[$#>]\s",
-                           re.M | re.I)),
-    ("address", re.compile(r"https?://|\bwww\.|\b[a-z0-9-]+\.(?:com|org|net|io|dev|ai|app|hr|de|eu|uk|co|info|biz|me|xyz|"
-                           r"cloud|local|internal|svc)\b|\b\d{1,3}(?:\.\d{1,3}){3}\b|(?:^|\s)(?:~|\.{1,2})?/[\w.-]+/",
-                           re.I)),
+    (
+        "code",
+        re.compile(
+            r"`|[{}]|=>|==|!=|&&|\|\||\w\(\)|\w\([^)]*[=,'\"][^)]*\)|;\s*$|</?[a-z]+[ >]|"
+            r"^\s*(?:def|class|import|return|SELECT)\s",
+            re.M | re.I,
+        ),
+    ),
+    (
+        "command",
+        re.compile(
+            r"(?:^|\s)(?:sudo|kubectl|chmod|ssh|curl|wget|rm\s+-|git\s+(?:clone|push|pull|commit|checkout)|"
+            r"(?:pip|npm|apt(?:-get)?)\s+install)\b|(?:^|\s)--?[a-z][\w-]*=?|\|\s*\w|^\s*[$#>]\s",
+            re.M | re.I,
+        ),
+    ),
+    (
+        "address",
+        re.compile(
+            r"https?://|\bwww\.|\b[a-z0-9-]+\.(?:com|org|net|io|dev|ai|app|hr|de|eu|uk|co|info|biz|me|xyz|"
+            r"cloud|local|internal|svc)\b|\b\d{1,3}(?:\.\d{1,3}){3}\b|(?:^|\s)(?:~|\.{1,2})?/[\w.-]+/",
+            re.I,
+        ),
+    ),
     ("e-mail", re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")),
-    ("credential", re.compile(r"\b(?:sk|pk|ghp|gho|xox[abp]|AKIA)[-_A-Za-z0-9]{8,}|\beyJ[\w-]{8,}\.|"
-                              r"\b(?=[A-Za-z0-9+/_=-]*\d)(?=[A-Za-z0-9+/_=-]*[A-Za-z])[A-Za-z0-9+/_=-]{24,}\b|"
-                              r"\b(?:password|passwd|lozinka|token|secret|api[ _-]?key)\s*[:=]\s*\S|"
-                              r"\b(?:password|passwd|lozinka|token|secret|key|ključ)\s+(?:is|je)\s+\S*[\d!@#$%^&*]", re.I)),
-    ("first or second person", re.compile(r"(?-i:\bI\b)|\b(?:I'm|I've|me|my|mine|myself|you|your|yours|yourself)\b|"
-                                          r"\b(?:ja|moj|moja|moje|tvoj|tvoja|tvoje|vaš|vaša|vaše)\b", re.I)),
+    (
+        "credential",
+        re.compile(
+            r"\b(?:sk|pk|ghp|gho|xox[abp]|AKIA)[-_A-Za-z0-9]{8,}|\beyJ[\w-]{8,}\.|"
+            r"\b(?=[A-Za-z0-9+/_=-]*\d)(?=[A-Za-z0-9+/_=-]*[A-Za-z])[A-Za-z0-9+/_=-]{24,}\b|"
+            r"\b(?:password|passwd|lozinka|token|secret|api[ _-]?key)\s*[:=]\s*\S|"
+            r"\b(?:password|passwd|lozinka|token|secret|key|ključ)\s+(?:is|je)\s+\S*[\d!@#$%^&*]",
+            re.I,
+        ),
+    ),
+    (
+        "first or second person",
+        re.compile(
+            r"(?-i:\bI\b)|\b(?:I'm|I've|me|my|mine|myself|you|your|yours|yourself)\b|"
+            r"\b(?:ja|moj|moja|moje|tvoj|tvoja|tvoje|vaš|vaša|vaše)\b",
+            re.I,
+        ),
+    ),
 ]
 SAME_LANGUAGE = {"bs": "hr", "sr": "hr", "me": "hr"}  # one language to a reader; the identifier splits it
-LANGUAGE_NAMES = {"en": "English", "hr": "Croatian", "de": "German", "fr": "French", "es": "Spanish", "it": "Italian",
-                  "sl": "Slovenian", "pt": "Portuguese", "nl": "Dutch", "pl": "Polish", "cs": "Czech", "hu": "Hungarian"}
+LANGUAGE_NAMES = {
+    "en": "English",
+    "hr": "Croatian",
+    "de": "German",
+    "fr": "French",
+    "es": "Spanish",
+    "it": "Italian",
+    "sl": "Slovenian",
+    "pt": "Portuguese",
+    "nl": "Dutch",
+    "pl": "Polish",
+    "cs": "Czech",
+    "hu": "Hungarian",
+}
 CONFIDENT = 0.6
 
 _identifier = None
@@ -91,18 +130,31 @@ def faults(summary: str, person_language: str | None) -> list[str]:
     return found
 
 
-OPENERS = {"en": "The person", "hr": "Osoba", "de": "Die Person", "fr": "La personne", "es": "La persona",
-           "it": "La persona", "sl": "Oseba", "pt": "A pessoa", "nl": "De persoon", "pl": "Osoba", "cs": "Osoba"}
+OPENERS = {
+    "en": "The person",
+    "hr": "Osoba",
+    "de": "Die Person",
+    "fr": "La personne",
+    "es": "La persona",
+    "it": "La persona",
+    "sl": "Oseba",
+    "pt": "A pessoa",
+    "nl": "De persoon",
+    "pl": "Osoba",
+    "cs": "Osoba",
+}
 CITATION = re.compile(r"\s*\[[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\]", re.I)
 
 
 def instructions(person_language: str | None, broken: list[str]) -> str:
     """The summariser's brief. No example summary: a small model copies an example into the person's memory."""
     name = LANGUAGE_NAMES.get(person_language or "", "the language the person wrote in")
-    text = (f"You keep a short memory of a conversation between a person and an assistant. Write one summary of what "
-            f"the person asked for and what was settled or found, in {name}, in the third person: the person and the "
-            "assistant, never I, me, my, you or your. At most 60 words, in plain sentences. Describe code, commands and "
-            "addresses in plain words instead of quoting them; no passwords, keys or tokens. Reply with the summary only.")
+    text = (
+        f"You keep a short memory of a conversation between a person and an assistant. Write one summary of what "
+        f"the person asked for and what was settled or found, in {name}, in the third person: the person and the "
+        "assistant, never I, me, my, you or your. At most 60 words, in plain sentences. Describe code, commands and "
+        "addresses in plain words instead of quoting them; no passwords, keys or tokens. Reply with the summary only."
+    )
     if broken:
         text += f" The last summary was refused ({', '.join(broken)}): write it again, keeping the rules."
     return text
@@ -114,8 +166,10 @@ def request(person_language: str | None, conversation: str) -> str:
     name = LANGUAGE_NAMES.get(person_language or "", "the language the person wrote in")
     opener = OPENERS.get(person_language or "")
     start = f', starting with "{opener}"' if opener else ""
-    return (f"The conversation to summarise:\n\n{conversation}\n\n"
-            f"Write the third-person summary of this conversation now, in {name}{start}.")
+    return (
+        f"The conversation to summarise:\n\n{conversation}\n\n"
+        f"Write the third-person summary of this conversation now, in {name}{start}."
+    )
 
 
 # What an episode may not keep, put in plain words before the summariser reads the conversation: a small model
@@ -140,16 +194,22 @@ def transcript(messages: list[dict[str, str]], tokens: int) -> str:
     """The conversation as lines, in plain words (`PLAIN`); the answers' citations (`[id]`) are dropped: an id
     means nothing in an episode."""
     kept = prompt.fit(messages, tokens)
-    return "\n".join(f"{'Person' if m['role'] == 'user' else 'Assistant'}: {plain(CITATION.sub('', m['content']))}"
-                     for m in kept)
+    return "\n".join(
+        f"{'Person' if m['role'] == 'user' else 'Assistant'}: {plain(CITATION.sub('', m['content']))}" for m in kept
+    )
 
 
-def end_session(services: Services, caller: Caller, agent: Agent, messages: list[dict[str, str]],
-                session_id: str | None) -> dict[str, Any]:
+def end_session(
+    services: Services, caller: Caller, agent: Agent, messages: list[dict[str, str]], session_id: str | None
+) -> dict[str, Any]:
     """Summarise, check, keep. Returns the episode Entry memory kept; raises a problem otherwise."""
     if agent.memory == "none":
-        raise ProblemError(422, "Unprocessable Content", f"the agent {agent.name} keeps nothing about a person",
-                           type=PROBLEMS + "keeps-nothing")
+        raise ProblemError(
+            422,
+            "Unprocessable Content",
+            f"the agent {agent.name} keeps nothing about a person",
+            type=PROBLEMS + "keeps-nothing",
+        )
     if not services.memory.configured:
         raise ProblemError(503, "Service Unavailable", "memory is not configured", type=PROBLEMS + "memory")
     tier = services.tier(services.limits.episode_tier)
@@ -157,17 +217,33 @@ def end_session(services: Services, caller: Caller, agent: Agent, messages: list
     deadline = time.monotonic() + tier.deadline
     person = language(" ".join(m["content"] for m in messages if m["role"] == "user"))
     started = time.perf_counter()
-    gen = store.open(kind="session_end", channel="agent", subject=caller.subject, agent=agent.name, tier=tier.name,
-                     hold_seconds=tier.deadline + 30, day=day)
+    gen = store.open(
+        kind="session_end",
+        channel="agent",
+        subject=caller.subject,
+        agent=agent.name,
+        tier=tier.name,
+        hold_seconds=tier.deadline + 30,
+        day=day,
+    )
     status, code, unsettled, broken = "error", None, None, []
     try:
         text = transcript(messages, max(tier.context_tokens - SUMMARY_TOKENS - 200, 256))
         for _attempt in range(2):
-            convo = [{"role": "system", "content": instructions(person, broken)},
-                     {"role": "user", "content": request(person, text)}]
+            convo = [
+                {"role": "system", "content": instructions(person, broken)},
+                {"role": "user", "content": request(person, text)},
+            ]
             cost = prompt.estimate(convo)
-            held = store.round(gen, caller.subject, day, limit=limit, settle=unsettled, want=cost + SUMMARY_TOKENS,
-                               least=cost + services.limits.min_completion)
+            held = store.round(
+                gen,
+                caller.subject,
+                day,
+                limit=limit,
+                settle=unsettled,
+                want=cost + SUMMARY_TOKENS,
+                least=cost + services.limits.min_completion,
+            )
             unsettled = None
             if not held:
                 raise budget_problem(per_turn=False)
@@ -186,11 +262,16 @@ def end_session(services: Services, caller: Caller, agent: Agent, messages: list
             if not broken:
                 break
         if broken:
-            raise ProblemError(422, "Unprocessable Content",
-                               f"the summary broke the episode rules twice ({', '.join(broken)}); nothing was kept",
-                               type=PROBLEMS + "episode-rules", rules=broken)
-        episode = services.memory.write_episode(caller.subject, summary, session_id,
-                                                timeout=max(deadline - time.monotonic(), 1.0))
+            raise ProblemError(
+                422,
+                "Unprocessable Content",
+                f"the summary broke the episode rules twice ({', '.join(broken)}); nothing was kept",
+                type=PROBLEMS + "episode-rules",
+                rules=broken,
+            )
+        episode = services.memory.write_episode(
+            caller.subject, summary, session_id, timeout=max(deadline - time.monotonic(), 1.0)
+        )
         status = "ok"
         return episode
     except DeadlinePassed:
@@ -204,5 +285,13 @@ def end_session(services: Services, caller: Caller, agent: Agent, messages: list
         status, code = ("budget" if error.status == 429 else "error"), error.status
         raise
     finally:
-        store.finish(gen, caller.subject, day, status=status, problem=code, step_log=[],
-                     duration_ms=int((time.perf_counter() - started) * 1000), settle=unsettled)
+        store.finish(
+            gen,
+            caller.subject,
+            day,
+            status=status,
+            problem=code,
+            step_log=[],
+            duration_ms=int((time.perf_counter() - started) * 1000),
+            settle=unsettled,
+        )

@@ -45,14 +45,18 @@ PROBLEMS = "https://agentfn.dev/problems/"
 
 def budget_problem(per_turn: bool) -> ProblemError:
     if per_turn:
-        return ProblemError(429, "Too Many Requests", "this turn has spent the tokens its agent allows",
-                            type=PROBLEMS + "turn-tokens")
+        return ProblemError(
+            429, "Too Many Requests", "this turn has spent the tokens its agent allows", type=PROBLEMS + "turn-tokens"
+        )
     return ProblemError(429, "Too Many Requests", "the caller's tokens for today are spent", type=PROBLEMS + "daily-tokens")
 
 
 def engine_problem(error: EngineFailed) -> ProblemError:
-    detail = {"timeout": "the engine did not answer in time", "broken": "the engine broke off its reply",
-              "malformed": "the engine's reply was outside the tool format"}.get(error.kind)
+    detail = {
+        "timeout": "the engine did not answer in time",
+        "broken": "the engine broke off its reply",
+        "malformed": "the engine's reply was outside the tool format",
+    }.get(error.kind)
     if error.kind == "status":
         detail = f"the engine answered HTTP {error.status}"
     status = 504 if error.kind == "timeout" else 503 if error.status == 429 else 502
@@ -91,11 +95,18 @@ class Turn:
 
     def events(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """The turn's events; the turn is one span (`invoke_agent`), its rounds and steps its children."""
-        self.span = telemetry.start(f"invoke_agent {self.agent.name}", {
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": self.agent.name,
-            "gen_ai.request.model": self.tier.model, "agentfn.tier": self.tier.name,
-            "agentfn.generation.id": str(self.generation), "user.hash": subject_hash(self.caller.subject)},
-            parent=self.parent)
+        self.span = telemetry.start(
+            f"invoke_agent {self.agent.name}",
+            {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": self.agent.name,
+                "gen_ai.request.model": self.tier.model,
+                "agentfn.tier": self.tier.name,
+                "agentfn.generation.id": str(self.generation),
+                "user.hash": subject_hash(self.caller.subject),
+            },
+            parent=self.parent,
+        )
         try:
             yield from telemetry.within(self.span, self._events())
         finally:
@@ -120,38 +131,89 @@ class Turn:
             yield "error", {**failed.to_dict(), "generation_id": str(self.generation)}
         except Exception as error:  # the message of an arbitrary exception may quote the conversation
             status, code = "error", 500
-            log.error("turn failed", extra={"event": "turn", "error_type": type(error).__name__,
-                                             "generation_id": str(self.generation),
-                       # Where the turn's time went (the trace a caller may read; no content in it).
-                       "timing": {"ms": round((time.perf_counter() - self.started) * 1000, 1),
-                                  "engine_ms": round(self.engine_ms, 1), "tools_ms": round(self.tool_ms, 1)}})
-            yield "error", {"type": "about:blank", "title": "Internal Server Error", "status": 500,
-                            "detail": "the turn failed; see generation_id", "generation_id": str(self.generation)}
+            log.error(
+                "turn failed",
+                extra={
+                    "event": "turn",
+                    "error_type": type(error).__name__,
+                    "generation_id": str(self.generation),
+                    # Where the turn's time went (the trace a caller may read; no content in it).
+                    "timing": {
+                        "ms": round((time.perf_counter() - self.started) * 1000, 1),
+                        "engine_ms": round(self.engine_ms, 1),
+                        "tools_ms": round(self.tool_ms, 1),
+                    },
+                },
+            )
+            yield (
+                "error",
+                {
+                    "type": "about:blank",
+                    "title": "Internal Server Error",
+                    "status": 500,
+                    "detail": "the turn failed; see generation_id",
+                    "generation_id": str(self.generation),
+                },
+            )
         finally:
             self._finish(status, code, self.unsettled)
 
     def _finish(self, status: str, code: int | None, pending: Spent | None) -> None:
         duration = int((time.perf_counter() - self.started) * 1000)
         try:
-            self.services.store.finish(self.generation, self.caller.subject, self.day, status=status, problem=code,
-                                       step_log=self.step_log, duration_ms=duration, settle=pending)
+            self.services.store.finish(
+                self.generation,
+                self.caller.subject,
+                self.day,
+                status=status,
+                problem=code,
+                step_log=self.step_log,
+                duration_ms=duration,
+                settle=pending,
+            )
         except Exception as error:  # the stream is over; the hold lapses at hold_until by itself
-            log.error("record not finished", extra={"event": "turn", "error_type": type(error).__name__,
-                                                     "generation_id": str(self.generation),
-                       # Where the turn's time went (the trace a caller may read; no content in it).
-                       "timing": {"ms": round((time.perf_counter() - self.started) * 1000, 1),
-                                  "engine_ms": round(self.engine_ms, 1), "tools_ms": round(self.tool_ms, 1)}})
-        log.info("turn", extra={"event": "turn", "generation_id": str(self.generation), "agent": self.agent.name,
-                                "outcome": status, "status": code, "ms": duration, "count": len(self.step_log)})
-        self.span.attrs({"agentfn.outcome": status, "gen_ai.usage.input_tokens": self.usage.tokens_in,
-                         "gen_ai.usage.output_tokens": self.usage.tokens_out, "agentfn.rounds": self.rounds,
-                         "agentfn.steps": len(self.step_log)})
+            log.error(
+                "record not finished",
+                extra={
+                    "event": "turn",
+                    "error_type": type(error).__name__,
+                    "generation_id": str(self.generation),
+                    # Where the turn's time went (the trace a caller may read; no content in it).
+                    "timing": {
+                        "ms": round((time.perf_counter() - self.started) * 1000, 1),
+                        "engine_ms": round(self.engine_ms, 1),
+                        "tools_ms": round(self.tool_ms, 1),
+                    },
+                },
+            )
+        log.info(
+            "turn",
+            extra={
+                "event": "turn",
+                "generation_id": str(self.generation),
+                "agent": self.agent.name,
+                "outcome": status,
+                "status": code,
+                "ms": duration,
+                "count": len(self.step_log),
+            },
+        )
+        self.span.attrs(
+            {
+                "agentfn.outcome": status,
+                "gen_ai.usage.input_tokens": self.usage.tokens_in,
+                "gen_ai.usage.output_tokens": self.usage.tokens_out,
+                "agentfn.rounds": self.rounds,
+                "agentfn.steps": len(self.step_log),
+            }
+        )
         if status not in ("ok", "cancelled"):
             self.span.fail(self.refusal or status)
         telemetry.record("agentfn.turns", 1, {"gen_ai.agent.name": self.agent.name, "agentfn.outcome": status})
         if status == "budget":
-            telemetry.record("agentfn.budget.refusals", 1, {"gen_ai.agent.name": self.agent.name,
-                                                            "agentfn.limit": self.refusal})
+            telemetry.record(
+                "agentfn.budget.refusals", 1, {"gen_ai.agent.name": self.agent.name, "agentfn.limit": self.refusal}
+            )
 
     # --- the loop --------------------------------------------------------------------------------------
 
@@ -166,13 +228,24 @@ class Turn:
         shown = frozenset(e["id"] for e in recalled)
         tools = s.tools.for_agent(agent, self.caller, self.deadline)
         constrained = tier.tool_mode == "constrained"
-        system = prompt.system(agent.brief, self.day.isoformat(), tools=[t for t, _ in tools.values()],
-                               constrained=constrained, memory_tools=bool(MEMORY_TOOLS & set(tools)))
+        system = prompt.system(
+            agent.brief,
+            self.day.isoformat(),
+            tools=[t for t, _ in tools.values()],
+            constrained=constrained,
+            memory_tools=bool(MEMORY_TOOLS & set(tools)),
+        )
         notes = prompt.memory_block(recalled) if recalled else ""
-        room = tier.context_tokens - tier.max_tokens - prompt.likely(system + notes) - prompt.likely(
-            [t.listing() for t, _ in tools.values()])
-        convo: list[dict[str, Any]] = [{"role": "system", "content": system},
-                                       *prompt.with_notes(prompt.fit(self.messages, max(room, 64)), recalled)]
+        room = (
+            tier.context_tokens
+            - tier.max_tokens
+            - prompt.likely(system + notes)
+            - prompt.likely([t.listing() for t, _ in tools.values()])
+        )
+        convo: list[dict[str, Any]] = [
+            {"role": "system", "content": system},
+            *prompt.with_notes(prompt.fit(self.messages, max(room, 64)), recalled),
+        ]
         steps = Steps(self, tools, shown, convo, constrained, Offered(written(self.messages)))
         calls_left = min(MAX_CALLS, agent.steps) if tools else 0
         if self.approvals:
@@ -225,14 +298,22 @@ class Turn:
                 # A model that repeats a call is stuck: it has the earlier result; from here it answers.
                 calls_left = 0
         ids = [e["id"] for e in recalled]
-        yield "done", {"cited": prompt.cited("".join(answer), ids), "steps": len(self.step_log),
-                       "pending": steps.pending,
-                       "usage": {"tokens_in": self.usage.tokens_in, "tokens_out": self.usage.tokens_out,
-                                 "rounds": self.rounds},
-                       "generation_id": str(self.generation),
-                       # Where the turn's time went (the trace a caller may read; no content in it).
-                       "timing": {"ms": round((time.perf_counter() - self.started) * 1000, 1),
-                                  "engine_ms": round(self.engine_ms, 1), "tools_ms": round(self.tool_ms, 1)}}
+        yield (
+            "done",
+            {
+                "cited": prompt.cited("".join(answer), ids),
+                "steps": len(self.step_log),
+                "pending": steps.pending,
+                "usage": {"tokens_in": self.usage.tokens_in, "tokens_out": self.usage.tokens_out, "rounds": self.rounds},
+                "generation_id": str(self.generation),
+                # Where the turn's time went (the trace a caller may read; no content in it).
+                "timing": {
+                    "ms": round((time.perf_counter() - self.started) * 1000, 1),
+                    "engine_ms": round(self.engine_ms, 1),
+                    "tools_ms": round(self.tool_ms, 1),
+                },
+            },
+        )
 
     def _spent(self, usage: Usage) -> None:
         self.usage_of_round = usage
@@ -253,8 +334,15 @@ class Turn:
             raise budget_problem(per_turn=True)
         least = cost + s.limits.min_completion
         if not (first and self.held >= least):
-            self.held = s.store.round(self.generation, self.caller.subject, self.day, limit=s.limits.daily_tokens,
-                                      settle=self.unsettled, want=cost + completion, least=least)
+            self.held = s.store.round(
+                self.generation,
+                self.caller.subject,
+                self.day,
+                limit=s.limits.daily_tokens,
+                settle=self.unsettled,
+                want=cost + completion,
+                least=least,
+            )
             self.unsettled = None
             if not self.held:
                 raise budget_problem(per_turn=False)
@@ -267,8 +355,14 @@ class Turn:
         timeout = min(5.0, self.deadline - time.monotonic())
         if timeout <= 0:
             return None
-        return s.memory.recall(self.caller, last, prompt.MEMORY_KINDS[self.agent.memory], s.limits.recall_limit,
-                               s.limits.recall_max_tokens, timeout)
+        return s.memory.recall(
+            self.caller,
+            last,
+            prompt.MEMORY_KINDS[self.agent.memory],
+            s.limits.recall_limit,
+            s.limits.recall_max_tokens,
+            timeout,
+        )
 
 
 class Round:
@@ -276,10 +370,14 @@ class Round:
 
     def __init__(self, tier: Tier, max_tokens: int):
         self.began = time.perf_counter()
-        self.common = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",  # the engines' API
-                       "gen_ai.request.model": tier.model}
-        self.span = telemetry.start(f"chat {tier.model}", {**self.common, "gen_ai.request.max_tokens": max_tokens,
-                                                            "agentfn.tier": tier.name})
+        self.common = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "openai",  # the engines' API
+            "gen_ai.request.model": tier.model,
+        }
+        self.span = telemetry.start(
+            f"chat {tier.model}", {**self.common, "gen_ai.request.max_tokens": max_tokens, "agentfn.tier": tier.name}
+        )
 
     def end(self, usage: Usage, error: BaseException | None) -> None:
         failed = None
@@ -291,8 +389,9 @@ class Round:
         if failed:
             self.span.fail(failed)
         self.span.end()
-        telemetry.record("gen_ai.client.operation.duration", time.perf_counter() - self.began,
-                         {**self.common, "error.type": failed})
+        telemetry.record(
+            "gen_ai.client.operation.duration", time.perf_counter() - self.began, {**self.common, "error.type": failed}
+        )
         for kind, count in (("input", usage.tokens_in), ("output", usage.tokens_out)):
             telemetry.record("gen_ai.client.token.usage", count, {**self.common, "gen_ai.token.type": kind})
 
@@ -321,8 +420,9 @@ class Steps:
     (offered.py); a tool that changes state, unless its grant waives approval, waits for the person.
     """
 
-    def __init__(self, turn: Turn, tools: dict, shown: frozenset[str], convo: list[dict], constrained: bool,
-                 offered: Offered):
+    def __init__(
+        self, turn: Turn, tools: dict, shown: frozenset[str], convo: list[dict], constrained: bool, offered: Offered
+    ):
         self.turn, self.tools, self.shown, self.convo, self.constrained = turn, tools, shown, convo, constrained
         self.offered = offered
         self.made: dict[tuple[str, str], tuple[int, Outcome]] = {}
@@ -340,8 +440,9 @@ class Steps:
 
     def answered(self, approvals: list[Approval]) -> Iterator[Any]:
         """The person's answers: the approved calls run (the asking turn checked their rules), the declined do not."""
-        requests = [ToolRequest(f"approved_{i}", a.tool, a.arguments, canonical(a.arguments))
-                    for i, a in enumerate(approvals)]
+        requests = [
+            ToolRequest(f"approved_{i}", a.tool, a.arguments, canonical(a.arguments)) for i, a in enumerate(approvals)
+        ]
         if self.constrained:
             for r in requests:
                 r.raw = json.dumps({"tool": r.name, "arguments": r.arguments}, ensure_ascii=False)
@@ -365,24 +466,39 @@ class Steps:
         if key in self.made:
             earlier_n, earlier = self.made[key]
             self.repeated = True
-            yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": "repeat", "repeat_of": earlier_n,
-                           "ms": 0.0, "result": earlier.result}
+            yield (
+                "step",
+                {
+                    "n": n,
+                    "tool": request.name,
+                    "arguments": arguments,
+                    "status": "repeat",
+                    "repeat_of": earlier_n,
+                    "ms": 0.0,
+                    "result": earlier.result,
+                },
+            )
             self._record(request, "repeat", 0.0)
             self._tell(request, n, turn.services.tools.for_model(earlier, already_done=earlier_n))
             return
         refusal, run_with = self._rules(request, approved)
         if refusal is None and not approved and self._needs_approval(request):
             try:
-                token = turn.services.approvals.issue(turn.caller, turn.agent.name, request.name, request.arguments,
-                                                      turn.generation)
+                token = turn.services.approvals.issue(
+                    turn.caller, turn.agent.name, request.name, request.arguments, turn.generation
+                )
             except ProblemError as unavailable:
                 refusal = {**unavailable.to_dict()}
             else:
-                yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": "needs_approval",
-                               "approval": token}
+                yield (
+                    "step",
+                    {"n": n, "tool": request.name, "arguments": arguments, "status": "needs_approval", "approval": token},
+                )
                 self._record(request, "needs_approval", 0.0)
-                self.made[key] = (n, Outcome(False, problem(403, "Awaiting approval", "the person has not answered yet",
-                                                            "needs-approval")))
+                self.made[key] = (
+                    n,
+                    Outcome(False, problem(403, "Awaiting approval", "the person has not answered yet", "needs-approval")),
+                )
                 self.pending.append(n)
                 return
         yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": "started"}
@@ -390,8 +506,17 @@ class Steps:
             outcome = Outcome(False, refusal) if refusal is not None else self._call(request, run_with, approved, n)
             done(outcome)
         turn.tool_ms += outcome.ms
-        yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": outcome.status,
-                       "ms": round(outcome.ms, 1), "result": outcome.result}
+        yield (
+            "step",
+            {
+                "n": n,
+                "tool": request.name,
+                "arguments": arguments,
+                "status": outcome.status,
+                "ms": round(outcome.ms, 1),
+                "result": outcome.result,
+            },
+        )
         self._record(request, outcome.status, outcome.ms)
         self.made[key] = (n, outcome)
         if outcome.ok and request.name == "open_page":
@@ -444,16 +569,28 @@ class Steps:
 
     def _record(self, request: ToolRequest, status: str, ms: float) -> None:
         known = self.tools.get(request.name)
-        self.turn.step_log.append({"tool": self._named(request), "status": status, "ms": round(ms, 1),
-                                   "grant": known[1].grant if known else None})
+        self.turn.step_log.append(
+            {"tool": self._named(request), "status": status, "ms": round(ms, 1), "grant": known[1].grant if known else None}
+        )
         telemetry.record("agentfn.steps", 1, {"gen_ai.tool.name": self._named(request), "agentfn.status": status})
 
     def _assistant(self, requests: list[ToolRequest], text: str) -> None:
         """The model's own message asking for the calls (native mode: one message with all of them)."""
         if not self.constrained:
-            self.convo.append({"role": "assistant", "content": text or None, "tool_calls": [
-                {"id": r.id, "type": "function", "function": {"name": r.name, "arguments": r.raw or json.dumps(r.arguments)}}
-                for r in requests]})
+            self.convo.append(
+                {
+                    "role": "assistant",
+                    "content": text or None,
+                    "tool_calls": [
+                        {
+                            "id": r.id,
+                            "type": "function",
+                            "function": {"name": r.name, "arguments": r.raw or json.dumps(r.arguments)},
+                        }
+                        for r in requests
+                    ],
+                }
+            )
 
     def _tell(self, request: ToolRequest, n: int, seen: str) -> None:
         """The result, in the `tool` role in both modes: data from a tool, never the person's words."""

@@ -47,16 +47,26 @@ def protected_resource(resource: str, issuers: list[str]) -> Blueprint:
     @bp.get(METADATA + "/mcp")
     def metadata():
         """OAuth protected-resource metadata of /mcp: its resource URL and the issuer of its tokens."""
-        response = jsonify(resource=resource, authorization_servers=issuers, bearer_methods_supported=["header"],
-                           resource_name="agentfn MCP tools")
+        response = jsonify(
+            resource=resource,
+            authorization_servers=issuers,
+            bearer_methods_supported=["header"],
+            resource_name="agentfn MCP tools",
+        )
         response.headers["Cache-Control"] = "public, max-age=3600"
         return response
 
     return bp
 
 
-def build(services: Services, verifier: Verifier, resource: str, allowed_hosts: list[str], allowed_origins: list[str],
-          max_body: int):
+def build(
+    services: Services,
+    verifier: Verifier,
+    resource: str,
+    allowed_hosts: list[str],
+    allowed_origins: list[str],
+    max_body: int,
+):
     """The ASGI app and the loop its session manager runs on (started here, in a daemon thread)."""
     import anyio
     import mcp_types as types
@@ -77,8 +87,13 @@ def build(services: Services, verifier: Verifier, resource: str, allowed_hosts: 
                 caller = await anyio.to_thread.run_sync(verify_caller, verifier, token)
             except ProblemError:
                 return None
-            return AccessToken(token=token, client_id=caller.subject, scopes=[], subject=caller.subject,
-                               claims={"groups": list(caller.groups)})
+            return AccessToken(
+                token=token,
+                client_id=caller.subject,
+                scopes=[],
+                subject=caller.subject,
+                claims={"groups": list(caller.groups)},
+            )
 
     def caller() -> Caller:
         access = get_access_token()
@@ -89,8 +104,9 @@ def build(services: Services, verifier: Verifier, resource: str, allowed_hosts: 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         who = caller()
         tools = await anyio.to_thread.run_sync(calls.listing, services, who, "mcp")
-        return types.ListToolsResult(tools=[types.Tool(name=t.name, description=t.description, input_schema=t.input_schema)
-                                            for t in tools])
+        return types.ListToolsResult(
+            tools=[types.Tool(name=t.name, description=t.description, input_schema=t.input_schema) for t in tools]
+        )
 
     async def call_tool(ctx, params) -> types.CallToolResult:
         who = caller()
@@ -104,16 +120,27 @@ def build(services: Services, verifier: Verifier, resource: str, allowed_hosts: 
             raise MCPError(types.INVALID_PARAMS, f"no such tool: {params.name[:64]}")
         text = json.dumps(outcome.result, ensure_ascii=False)
         structured = outcome.result if outcome.ok and isinstance(outcome.result, dict) else None
-        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=structured,
-                                    is_error=not outcome.ok)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], structured_content=structured, is_error=not outcome.ok
+        )
 
-    server = Server("agentfn", version="1.0.0", on_list_tools=list_tools, on_call_tool=call_tool,
-                    instructions="The platform's reviewed read tools; each call runs as the caller of the token.")
-    security = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts,
-                                         allowed_origins=allowed_origins)
+    server = Server(
+        "agentfn",
+        version="1.0.0",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        instructions="The platform's reviewed read tools; each call runs as the caller of the token.",
+    )
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins
+    )
     app = server.streamable_http_app(
-        streamable_http_path="/", stateless_http=True, json_response=True, transport_security=security,
-        max_request_body_size=max_body, token_verifier=CallerTokens(),
+        streamable_http_path="/",
+        stateless_http=True,
+        json_response=True,
+        transport_security=security,
+        max_request_body_size=max_body,
+        token_verifier=CallerTokens(),
         # Only a resource server: no OAuth routes are served; the issuer named is the one callers' tokens come from.
         # The audience is checked by CallerTokens (the JWT's `aud`), so the SDK need not compare `resource`.
         auth=AuthSettings(issuer_url=verifier.trust.issuer, resource_server_url=resource, validate_token_resource=False),
@@ -155,8 +182,10 @@ class LazyMCP:
             # Stateless and JSON-only: no session to delete, and a GET would hold a worker thread open on an
             # event stream that never carries anything. The spec lets a server answer 405 to both.
             body = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Method Not Allowed: POST only"}}'
-            start_response("405 Method Not Allowed", [("Content-Type", "application/json"), ("Allow", "POST"),
-                                                      ("Content-Length", str(len(body)))])
+            start_response(
+                "405 Method Not Allowed",
+                [("Content-Type", "application/json"), ("Allow", "POST"), ("Content-Length", str(len(body)))],
+            )
             return [body]
         # Mounted at /mcp, a request for /mcp itself arrives with an empty path: serve it there rather
         # than let Starlette redirect to /mcp/ (a redirect a client or a gateway may not follow).

@@ -22,8 +22,14 @@ RECALLED_FIELDS = ("id", "kind", "text", "source", "created_at", "updated_at", "
 
 
 class MemoryClient:
-    def __init__(self, base_url: str | None, token_file: str | None, http: Http, tokens: TokenExchange | None = None,
-                 audience: str = "agentfn:memory"):
+    def __init__(
+        self,
+        base_url: str | None,
+        token_file: str | None,
+        http: Http,
+        tokens: TokenExchange | None = None,
+        audience: str = "agentfn:memory",
+    ):
         self.base = (base_url or "").rstrip("/")
         self.token_file, self.http = token_file, http
         self.tokens = tokens or TokenExchange(mode="raw", url="", token_file="")
@@ -33,8 +39,9 @@ class MemoryClient:
     def configured(self) -> bool:
         return bool(self.base)
 
-    def recall(self, caller: Caller, query: str, kinds: list[str], limit: int, max_tokens: int,
-               timeout: float) -> list[dict[str, Any]] | None:
+    def recall(
+        self, caller: Caller, query: str, kinds: list[str], limit: int, max_tokens: int, timeout: float
+    ) -> list[dict[str, Any]] | None:
         """The caller's recalled entries, or None when memory could not answer (the turn goes on without)."""
         body = {"query": query[:4000], "kinds": kinds, "limit": limit, "max_tokens": max_tokens}
         try:
@@ -44,8 +51,11 @@ class MemoryClient:
             return None
         if answer.status != 200 or not isinstance(answer.body, dict) or not isinstance(answer.body.get("entries"), list):
             return None
-        return [{k: e[k] for k in RECALLED_FIELDS if k in e} for e in answer.body["entries"]
-                if isinstance(e, dict) and isinstance(e.get("id"), str) and isinstance(e.get("text"), str)]
+        return [
+            {k: e[k] for k in RECALLED_FIELDS if k in e}
+            for e in answer.body["entries"]
+            if isinstance(e, dict) and isinstance(e.get("id"), str) and isinstance(e.get("text"), str)
+        ]
 
     def service_token(self) -> str:
         try:
@@ -54,9 +64,12 @@ class MemoryClient:
         except OSError:
             token = ""
         if not token:
-            raise ProblemError(503, "Service Unavailable",
-                               "the model function has no service identity to write episodes with",
-                               type="https://agentfn.dev/problems/no-service-identity")
+            raise ProblemError(
+                503,
+                "Service Unavailable",
+                "the model function has no service identity to write episodes with",
+                type="https://agentfn.dev/problems/no-service-identity",
+            )
         return token
 
     def write_episode(self, subject: str, text: str, session_id: str | None, timeout: float) -> dict[str, Any]:
@@ -64,17 +77,32 @@ class MemoryClient:
         if session_id:
             body["session_id"] = session_id
         try:
-            answer = self.http.request("POST", self.base + "/internal/v1/episodes", token=self.service_token(),
-                                       timeout=timeout, body=body)
+            answer = self.http.request(
+                "POST", self.base + "/internal/v1/episodes", token=self.service_token(), timeout=timeout, body=body
+            )
         except Unreachable as error:
-            raise ProblemError(504 if error.timeout else 502, "Memory unavailable",
-                               "memory did not keep the episode", type="https://agentfn.dev/problems/memory") from None
+            raise ProblemError(
+                504 if error.timeout else 502,
+                "Memory unavailable",
+                "memory did not keep the episode",
+                type="https://agentfn.dev/problems/memory",
+            ) from None
         if answer.status == 201 and isinstance(answer.body, dict):
             return answer.body
         if answer.status in (401, 403):
-            raise ProblemError(502, "Bad Gateway", "memory refused the model function's service identity",
-                               type="https://agentfn.dev/problems/memory")
+            raise ProblemError(
+                502,
+                "Bad Gateway",
+                "memory refused the model function's service identity",
+                type="https://agentfn.dev/problems/memory",
+            )
         if answer.status == 422:
-            raise ProblemError(422, "Unprocessable Content", "memory refused the episode: it breaks the episode rules",
-                               type="https://agentfn.dev/problems/episode-rules")
-        raise ProblemError(502, "Bad Gateway", f"memory answered HTTP {answer.status}", type="https://agentfn.dev/problems/memory")
+            raise ProblemError(
+                422,
+                "Unprocessable Content",
+                "memory refused the episode: it breaks the episode rules",
+                type="https://agentfn.dev/problems/episode-rules",
+            )
+        raise ProblemError(
+            502, "Bad Gateway", f"memory answered HTTP {answer.status}", type="https://agentfn.dev/problems/memory"
+        )

@@ -34,12 +34,21 @@ def normal(url: str) -> str:
 
 def written(messages: list[dict[str, str]]) -> set[str]:
     """The URLs the person wrote in the conversation's user messages, normalised."""
-    return {normal(m.rstrip(TRAILING)) for message in messages if message["role"] == "user"
-            for m in WRITTEN.findall(message["content"])}
+    return {
+        normal(m.rstrip(TRAILING))
+        for message in messages
+        if message["role"] == "user"
+        for m in WRITTEN.findall(message["content"])
+    }
 
 
-NOT_OFFERED = problem(403, "URL not offered", "open_page opens only a URL the person wrote in this conversation or "
-                      "a link (by its number or href) of a page opened earlier in this turn", "url-not-offered")
+NOT_OFFERED = problem(
+    403,
+    "URL not offered",
+    "open_page opens only a URL the person wrote in this conversation or "
+    "a link (by its number or href) of a page opened earlier in this turn",
+    "url-not-offered",
+)
 
 
 @dataclass
@@ -57,8 +66,9 @@ class Offered:
         if number:
             link = int(number.group(1))
             if link not in self.last_links:
-                return None, problem(403, "URL not offered", f"no link [{link}] on a page opened in this turn",
-                                     "url-not-offered")
+                return None, problem(
+                    403, "URL not offered", f"no link [{link}] on a page opened in this turn", "url-not-offered"
+                )
             url = self.last_links[link]
         elif normal(url) not in self.person | self.pages:
             return None, NOT_OFFERED
@@ -67,8 +77,11 @@ class Offered:
     def opened(self, page: Any) -> None:
         if not isinstance(page, dict):
             return
-        links = {link["n"]: link["href"] for link in page.get("links") or () if isinstance(link, dict)
-                 and isinstance(link.get("n"), int) and isinstance(link.get("href"), str)}
+        links = {
+            link["n"]: link["href"]
+            for link in page.get("links") or ()
+            if isinstance(link, dict) and isinstance(link.get("n"), int) and isinstance(link.get("href"), str)
+        }
         self.last_links = links
         self.pages |= {normal(u) for u in (page.get("url"), page.get("final_url")) if isinstance(u, str)}
         self.pages |= {normal(h) for h in links.values()}

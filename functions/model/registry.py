@@ -111,8 +111,13 @@ def _access(value: Any, where: str) -> Access:
     approval = value.get("approval", "required")  # a registry from before the field: ask
     if approval not in APPROVALS:
         raise Invalid(f"{where}.approval must be one of {', '.join(APPROVALS)}")
-    return Access(_strings(value.get("subjects"), f"{where}.subjects"), _strings(value.get("groups"), f"{where}.groups"),
-                  limit, str(value.get("grant", "")), approval)
+    return Access(
+        _strings(value.get("subjects"), f"{where}.subjects"),
+        _strings(value.get("groups"), f"{where}.groups"),
+        limit,
+        str(value.get("grant", "")),
+        approval,
+    )
 
 
 def _accesses(value: Any, where: str) -> dict[str, Access]:
@@ -148,15 +153,22 @@ def parse(document: Any) -> Table:
         if memory not in MEMORY_MODES:
             raise Invalid(f"{where}.memory must be one of {', '.join(MEMORY_MODES)}")
         agents[name] = Agent(
-            name=name, brief=_need(spec.get("brief"), str, f"{where}.brief"),
+            name=name,
+            brief=_need(spec.get("brief"), str, f"{where}.brief"),
             tier=_need(spec.get("tier"), str, f"{where}.tier"),
-            memory=memory, steps=_limit(limits, "steps", 0, 4, where),
+            memory=memory,
+            steps=_limit(limits, "steps", 0, 4, where),
             tokens_per_turn=_limit(limits, "tokensPerTurn", 1, 1_000_000, where),
             deadline_seconds=_limit(limits, "deadlineSeconds", 1, 600, where),
             tools=_accesses(spec.get("tools"), f"{where}.tools"),
         )
-    return Table(str(document.get("revision", "")), agents, _accesses(document.get("alone"), "alone"),
-                 _accesses(document.get("mcp"), "mcp"), tuple(rows(document)))
+    return Table(
+        str(document.get("revision", "")),
+        agents,
+        _accesses(document.get("alone"), "alone"),
+        _accesses(document.get("mcp"), "mcp"),
+        tuple(rows(document)),
+    )
 
 
 class Registry:
@@ -195,8 +207,10 @@ class Registry:
                 table = parse(json.loads(f.read()))
         except (OSError, ValueError) as error:
             self._stamp = stamp  # do not reparse the same broken bytes every look; a new write changes the stamp
-            log.error("registry refused; keeping the last good table",
-                      extra={"event": "registry", "error_type": type(error).__name__, "where": str(error)[:200]})
+            log.error(
+                "registry refused; keeping the last good table",
+                extra={"event": "registry", "error_type": type(error).__name__, "where": str(error)[:200]},
+            )
             return
         self._table, self._stamp, self.loaded = table, stamp, True
         log.info("registry loaded", extra={"event": "registry", "count": len(table.agents), "where": table.revision[:19]})

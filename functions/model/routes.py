@@ -30,8 +30,9 @@ from .store import today
 bp = Blueprint("model", __name__)
 
 # Compiled on first use or by the warm-up (importing jsonschema costs a cold start ~0.1 s).
-TURN, SESSION_END, CALL, ANY_OBJECT = (LazySchema(s) for s in (schemas.TURN, schemas.SESSION_END, schemas.CALL,
-                                                               schemas.ANY_OBJECT))
+TURN, SESSION_END, CALL, ANY_OBJECT = (
+    LazySchema(s) for s in (schemas.TURN, schemas.SESSION_END, schemas.CALL, schemas.ANY_OBJECT)
+)
 
 
 def json_body(schema: LazySchema) -> dict:
@@ -43,6 +44,8 @@ def json_body(schema: LazySchema) -> dict:
 def warm() -> None:
     for schema in (TURN, SESSION_END, CALL, ANY_OBJECT):
         schema.get()
+
+
 NO_AGENT = "no such agent"
 NO_TOOL = "no such tool"
 TOOL_OVERHEAD = 600  # tokens the tool list and instructions may add to the first round's prompt
@@ -62,8 +65,10 @@ def refuse_caller_tools(body: dict) -> None:
             if isinstance(message.get("role"), str) and message["role"] in schemas.CALLER_TOOL_ROLES:
                 found.append(f"role {message['role']}")
     if found:
-        raise unprocessable(f"tools are the platform's: a request cannot add or describe one ({', '.join(found)})",
-                            type="https://agentfn.dev/problems/caller-tools")
+        raise unprocessable(
+            f"tools are the platform's: a request cannot add or describe one ({', '.join(found)})",
+            type="https://agentfn.dev/problems/caller-tools",
+        )
 
 
 def conversation(schema: LazySchema) -> dict:
@@ -84,8 +89,14 @@ def granted_agent(name: str) -> Agent:
 
 def seconds_to_midnight() -> int:
     now = datetime.datetime.now(datetime.UTC)
-    return int((datetime.datetime.combine(now.date() + datetime.timedelta(days=1), datetime.time(), datetime.UTC)
-                - now).total_seconds()) + 1
+    return (
+        int(
+            (
+                datetime.datetime.combine(now.date() + datetime.timedelta(days=1), datetime.time(), datetime.UTC) - now
+            ).total_seconds()
+        )
+        + 1
+    )
 
 
 def sse(events: Iterator[tuple[str, dict]]) -> Iterator[str]:
@@ -102,9 +113,20 @@ def list_agents():
     for name, agent in sorted(table.agents.items()):
         tools = sorted(agent.granted_tools(g.caller))
         if tools:
-            agents.append({"name": name, "brief": agent.brief, "tier": agent.tier, "memory": agent.memory, "tools": tools,
-                           "limits": {"steps": agent.steps, "tokensPerTurn": agent.tokens_per_turn,
-                                      "deadlineSeconds": agent.deadline_seconds}})
+            agents.append(
+                {
+                    "name": name,
+                    "brief": agent.brief,
+                    "tier": agent.tier,
+                    "memory": agent.memory,
+                    "tools": tools,
+                    "limits": {
+                        "steps": agent.steps,
+                        "tokensPerTurn": agent.tokens_per_turn,
+                        "deadlineSeconds": agent.deadline_seconds,
+                    },
+                }
+            )
     return jsonify(agents=agents)
 
 
@@ -122,8 +144,15 @@ def take_turn(name: str):
     if prompt.likely(messages[-1]["content"]) > tier.context_tokens - tier.max_tokens - TOOL_OVERHEAD:
         raise ProblemError(413, "Content Too Large", "the last message does not fit the tier's context")
     approvals = checked_approvals(s, agent, body.get("approvals") or [])
-    generation = s.store.open(kind="turn", channel="agent", subject=caller.subject, agent=agent.name, tier=tier.name,
-                              hold_seconds=seconds + 30, day=day)
+    generation = s.store.open(
+        kind="turn",
+        channel="agent",
+        subject=caller.subject,
+        agent=agent.name,
+        tier=tier.name,
+        hold_seconds=seconds + 30,
+        day=day,
+    )
     # The first round's hold, taken before the stream so that a spent day is a plain 429.
     # The day is held at a bound on what the engine may count; the agent's tokens per turn checked at the likely count.
     fitted, overhead = prompt.fit(messages, tier.context_tokens), TOOL_OVERHEAD
@@ -133,21 +162,28 @@ def take_turn(name: str):
     completion = min(tier.max_tokens, agent.tokens_per_turn - prompt.likely(fitted) - prompt.likely(agent.brief) - overhead)
     least = cost + s.limits.min_completion
     turn_fits = completion >= s.limits.min_completion
-    held = s.store.round(generation, caller.subject, day, limit=s.limits.daily_tokens, want=cost + completion,
-                         least=least) if turn_fits else 0
+    held = (
+        s.store.round(generation, caller.subject, day, limit=s.limits.daily_tokens, want=cost + completion, least=least)
+        if turn_fits
+        else 0
+    )
     if not held:
         s.store.finish(generation, caller.subject, day, status="budget", problem=429, step_log=[], duration_ms=0)
         telemetry.record("agentfn.turns", 1, {"gen_ai.agent.name": agent.name, "agentfn.outcome": "budget"})
-        telemetry.record("agentfn.budget.refusals", 1, {"gen_ai.agent.name": agent.name,
-                                                        "agentfn.limit": "turn-tokens" if not turn_fits else "daily-tokens"})
+        telemetry.record(
+            "agentfn.budget.refusals",
+            1,
+            {"gen_ai.agent.name": agent.name, "agentfn.limit": "turn-tokens" if not turn_fits else "daily-tokens"},
+        )
         response = http.problem_response(budget_problem(per_turn=not turn_fits))
         response.headers["Retry-After"] = str(seconds_to_midnight())
         return response
     if approvals and not s.store.use_approvals(caller.subject, [(a.jti, a.expires) for a in approvals]):
         s.store.finish(generation, caller.subject, day, status="error", problem=409, step_log=[], duration_ms=0)
         raise refused(409, "approval-used", "an approval in the request was used before; each is good once")
-    turn = Turn(s, caller, agent, tier, messages, generation, day, deadline, held, approvals=approvals,
-                parent=telemetry.current())
+    turn = Turn(
+        s, caller, agent, tier, messages, generation, day, deadline, held, approvals=approvals, parent=telemetry.current()
+    )
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Generation-Id": str(generation)}
     return Response(stream_with_context(sse(turn.events())), mimetype="text/event-stream", headers=headers)
 
@@ -194,5 +230,6 @@ def call_tool(name: str):
     p = outcome.result
     extra = {k: v for k, v in p.items() if k in ("errors",)}
     status = p.get("status") if isinstance(p.get("status"), int) and 400 <= p["status"] <= 599 else 502
-    raise ProblemError(status, str(p.get("title", "Tool failed")), str(p.get("detail", "")),
-                       type=str(p.get("type", "about:blank")), **extra)
+    raise ProblemError(
+        status, str(p.get("title", "Tool failed")), str(p.get("detail", "")), type=str(p.get("type", "about:blank")), **extra
+    )

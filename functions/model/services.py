@@ -39,8 +39,9 @@ class Services:
     def tier(self, name: str) -> Tier:
         tier = self.tiers.get(name)
         if tier is None:
-            raise ProblemError(503, "Service Unavailable", f"the tier {name} is not served here",
-                               type="https://agentfn.dev/problems/tier")
+            raise ProblemError(
+                503, "Service Unavailable", f"the tier {name} is not served here", type="https://agentfn.dev/problems/tier"
+            )
         return tier
 
     def engine(self, tier: Tier) -> Engine:

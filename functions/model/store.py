@@ -113,17 +113,46 @@ class _Used(Exception):
 class Store(db.SchemaStore):
     schema, package = SCHEMA, "agentfn.model"
 
-    def open(self, *, kind: str, channel: str, subject: str, agent: str | None, tier: str | None,
-             hold_seconds: float, day: datetime.date) -> uuid.UUID:
+    def open(
+        self,
+        *,
+        kind: str,
+        channel: str,
+        subject: str,
+        agent: str | None,
+        tier: str | None,
+        hold_seconds: float,
+        day: datetime.date,
+    ) -> uuid.UUID:
         """A generation row, running; its id is the generation_id the caller is given."""
         gen = uuid.uuid4()
         with self.pool.connection() as conn:
-            conn.execute(OPEN, {"id": gen, "kind": kind, "channel": channel, "subject": subject, "agent": agent,
-                                "tier": tier, "day": day, "hold": hold_seconds})
+            conn.execute(
+                OPEN,
+                {
+                    "id": gen,
+                    "kind": kind,
+                    "channel": channel,
+                    "subject": subject,
+                    "agent": agent,
+                    "tier": tier,
+                    "day": day,
+                    "hold": hold_seconds,
+                },
+            )
         return gen
 
-    def round(self, gen: uuid.UUID, subject: str, day: datetime.date, *, limit: int,
-              settle: Usage | None = None, want: int = 0, least: int = 0) -> int:
+    def round(
+        self,
+        gen: uuid.UUID,
+        subject: str,
+        day: datetime.date,
+        *,
+        limit: int,
+        settle: Usage | None = None,
+        want: int = 0,
+        least: int = 0,
+    ) -> int:
         """Settle the last round's tokens (if any), then hold up to `want` tokens for the next (if asked).
 
         Returns the tokens held: `want`, or less when the day's budget has less left, or 0 when fewer than
@@ -136,8 +165,9 @@ class Store(db.SchemaStore):
             if settle is not None:
                 used = settle.tokens_in + settle.tokens_out
                 conn.execute(SPEND, {**args, "used": used})
-                conn.execute(SETTLE, {**args, "tokens_in": settle.tokens_in, "tokens_out": settle.tokens_out,
-                                      "rounds": settle.rounds})
+                conn.execute(
+                    SETTLE, {**args, "tokens_in": settle.tokens_in, "tokens_out": settle.tokens_out, "rounds": settle.rounds}
+                )
                 spent += used
             if want <= 0:
                 return 0
@@ -148,18 +178,38 @@ class Store(db.SchemaStore):
             conn.execute(HOLD, {**args, "amount": granted})
             return granted
 
-    def finish(self, gen: uuid.UUID, subject: str, day: datetime.date, *, status: str, problem: int | None,
-               step_log: list[dict], duration_ms: int, settle: Usage | None = None) -> None:
+    def finish(
+        self,
+        gen: uuid.UUID,
+        subject: str,
+        day: datetime.date,
+        *,
+        status: str,
+        problem: int | None,
+        step_log: list[dict],
+        duration_ms: int,
+        settle: Usage | None = None,
+    ) -> None:
         args = {"id": gen, "subject": subject, "day": day}
         with self.pool.connection() as conn, conn.transaction():
             if settle is not None and (settle.tokens_in or settle.tokens_out or settle.rounds):
                 conn.execute(ENSURE_BUDGET, args)
                 conn.execute(LOCK_BUDGET, args)
                 conn.execute(SPEND, {**args, "used": settle.tokens_in + settle.tokens_out})
-                conn.execute(SETTLE, {**args, "tokens_in": settle.tokens_in, "tokens_out": settle.tokens_out,
-                                      "rounds": settle.rounds})
-            conn.execute(FINISH, {**args, "status": status, "problem": problem, "steps": len(step_log),
-                                  "step_log": Jsonb(step_log), "duration_ms": duration_ms})
+                conn.execute(
+                    SETTLE, {**args, "tokens_in": settle.tokens_in, "tokens_out": settle.tokens_out, "rounds": settle.rounds}
+                )
+            conn.execute(
+                FINISH,
+                {
+                    **args,
+                    "status": status,
+                    "problem": problem,
+                    "steps": len(step_log),
+                    "step_log": Jsonb(step_log),
+                    "duration_ms": duration_ms,
+                },
+            )
 
     def recent(self, limit: int, before: datetime.datetime | None) -> list[dict]:
         """The newest generations of every caller started before `before` (None: now), at most `limit`."""
@@ -167,14 +217,35 @@ class Store(db.SchemaStore):
         with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(RECENT, {"limit": limit, "before": before}).fetchall()
 
-    def calls(self, *, limit: int, since: datetime.datetime | None, after: tuple | None, agent: str | None,
-              tool: str | None, channel: str | None, outcome: str | None) -> list[dict]:
+    def calls(
+        self,
+        *,
+        limit: int,
+        since: datetime.datetime | None,
+        after: tuple | None,
+        agent: str | None,
+        tool: str | None,
+        channel: str | None,
+        outcome: str | None,
+    ) -> list[dict]:
         """Every caller's tool calls, newest first, from `since`, past the row `after` (started_at, id, n) if given."""
         self.migrate()
         at, gen, n = after or (None, None, None)
         with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(CALLS, {"limit": limit, "since": since, "at": at, "id": gen, "n": n, "agent": agent,
-                                       "tool": tool, "channel": channel, "outcome": outcome}).fetchall()
+            return cur.execute(
+                CALLS,
+                {
+                    "limit": limit,
+                    "since": since,
+                    "at": at,
+                    "id": gen,
+                    "n": n,
+                    "agent": agent,
+                    "tool": tool,
+                    "channel": channel,
+                    "outcome": outcome,
+                },
+            ).fetchall()
 
     def spent(self, subject: str, day: datetime.date) -> int:
         with self.pool.connection() as conn:
@@ -183,8 +254,10 @@ class Store(db.SchemaStore):
     def count_call(self, subject: str, grant: str, limit: int, day: datetime.date) -> bool:
         """Count one call through a grant with a daily limit; False (nothing counted) when it is spent."""
         with self.pool.connection() as conn:
-            return conn.execute(COUNT_CALL, {"subject": subject, "grant": grant, "day": day, "limit": limit}
-                                ).fetchone() is not None
+            return (
+                conn.execute(COUNT_CALL, {"subject": subject, "grant": grant, "day": day, "limit": limit}).fetchone()
+                is not None
+            )
 
     def use_approvals(self, subject: str, tokens: list[tuple[str, int]]) -> bool:
         """Use up these (jti, exp) at once: True, or False (nothing used) when one was used before.

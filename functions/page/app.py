@@ -69,9 +69,11 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         deadline=float(env.get("AGENTFN_PAGE_DEADLINE_SECONDS", "10")),
         max_bytes=_int(env, "AGENTFN_PAGE_MAX_BYTES", 5 * 1024 * 1024, 1024),
     )
-    cache = PageCache(ttl=_int(env, "AGENTFN_PAGE_CACHE_SECONDS", 300),
-                      max_pages=_int(env, "AGENTFN_PAGE_CACHE_PAGES", 256),
-                      max_chars=_int(env, "AGENTFN_PAGE_CACHE_CHARS", 50_000_000))
+    cache = PageCache(
+        ttl=_int(env, "AGENTFN_PAGE_CACHE_SECONDS", 300),
+        max_pages=_int(env, "AGENTFN_PAGE_CACHE_PAGES", 256),
+        max_chars=_int(env, "AGENTFN_PAGE_CACHE_CHARS", 50_000_000),
+    )
     window = _int(env, "AGENTFN_PAGE_WINDOW", 6000, MIN_WINDOW)
     if window > MAX_WINDOW:
         raise RuntimeError(f"AGENTFN_PAGE_WINDOW must be <= {MAX_WINDOW}")
@@ -88,10 +90,10 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         max_request_bytes=_int(env, "AGENTFN_MAX_REQUEST_BYTES", 16 * 1024, 1024),
     )
     app.config["AGENTFN_PAGE_WINDOW"] = window
-    app.config["AGENTFN_ADMIN_GROUPS"] = frozenset(g.strip() for g in env.get("AGENTFN_ADMIN_GROUPS", "platform-admins")
-                                                   .split(",") if g.strip())
-    app.extensions["agentfn.page"] = Pages(store, fetcher, cache,
-                                           daily_pages=_int(env, "AGENTFN_PAGE_DAILY_PAGES", 200, 1))
+    app.config["AGENTFN_ADMIN_GROUPS"] = frozenset(
+        g.strip() for g in env.get("AGENTFN_ADMIN_GROUPS", "platform-admins").split(",") if g.strip()
+    )
+    app.extensions["agentfn.page"] = Pages(store, fetcher, cache, daily_pages=_int(env, "AGENTFN_PAGE_DAILY_PAGES", 200, 1))
 
     @app.errorhandler(Refusal)
     def refused(refusal: Refusal):

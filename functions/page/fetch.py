@@ -39,11 +39,22 @@ SNIFF_BYTES = 512
 
 # Magic numbers of what is refused by content, whatever the page claims to be.
 SIGNATURES = [
-    (b"%PDF-", "a PDF"), (b"\x89PNG\r\n\x1a\n", "a PNG image"), (b"GIF87a", "a GIF image"), (b"GIF89a", "a GIF image"),
-    (b"\xff\xd8\xff", "a JPEG image"), (b"\x00\x00\x01\x00", "an icon"), (b"PK\x03\x04", "a ZIP archive"),
-    (b"\x1f\x8b", "a gzip archive"), (b"%!PS", "a PostScript file"), (b"\x7fELF", "a program"),
-    (b"\x00asm", "a WebAssembly module"), (b"OggS", "an Ogg file"), (b"ID3", "an MP3 file"), (b"Rar!", "a RAR archive"),
-    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"), (b"\xd0\xcf\x11\xe0", "an Office document"),
+    (b"%PDF-", "a PDF"),
+    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
+    (b"GIF87a", "a GIF image"),
+    (b"GIF89a", "a GIF image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"\x00\x00\x01\x00", "an icon"),
+    (b"PK\x03\x04", "a ZIP archive"),
+    (b"\x1f\x8b", "a gzip archive"),
+    (b"%!PS", "a PostScript file"),
+    (b"\x7fELF", "a program"),
+    (b"\x00asm", "a WebAssembly module"),
+    (b"OggS", "an Ogg file"),
+    (b"ID3", "an MP3 file"),
+    (b"Rar!", "a RAR archive"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"),
+    (b"\xd0\xcf\x11\xe0", "an Office document"),
 ]
 BINARY = set(range(0x00, 0x09)) | {0x0B} | set(range(0x0E, 0x1B)) | set(range(0x1C, 0x20))  # WHATWG sniffing
 
@@ -150,8 +161,7 @@ class PinnedHTTPSConnection(_Watched, HTTPSConnection):
 
 
 class Fetcher:
-    def __init__(self, resolver: Resolver, *, ports: frozenset[int], ca_file: str | None, deadline: float,
-                 max_bytes: int):
+    def __init__(self, resolver: Resolver, *, ports: frozenset[int], ca_file: str | None, deadline: float, max_bytes: int):
         self.resolver, self.ports, self.deadline, self.max_bytes = resolver, ports, deadline, max_bytes
         self.tls = ssl.create_default_context(cafile=ca_file or certifi.where())
         self.tls.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -183,8 +193,9 @@ class Fetcher:
                     target = self._redirect(target, response, seen, trace)
                     continue
                 if not 200 <= response.status < 300:
-                    raise Refusal("upstream_error", f"the page answered HTTP {response.status}",
-                                  upstream_status=response.status)
+                    raise Refusal(
+                        "upstream_error", f"the page answered HTTP {response.status}", upstream_status=response.status
+                    )
                 media_type, charset = _content_type(response)
                 body = self._body(response, media_type, charset, trace)
                 if deadline.expired:
@@ -205,8 +216,10 @@ class Fetcher:
                 conn.close()
                 if deadline.expired:
                     raise _timeout() from None
-                raise Refusal("upstream_error", "the page's TLS certificate is not valid for its host name, or the "
-                                                "TLS handshake failed") from None
+                raise Refusal(
+                    "upstream_error",
+                    "the page's TLS certificate is not valid for its host name, or the TLS handshake failed",
+                ) from None
             except (OSError, urllib3.exceptions.HTTPError) as error:
                 conn.close()
                 last = error
@@ -214,8 +227,9 @@ class Fetcher:
                     raise _timeout() from None
                 continue
             try:
-                conn.request("GET", target.target, headers=self._headers(target), preload_content=False,
-                             decode_content=False)
+                conn.request(
+                    "GET", target.target, headers=self._headers(target), preload_content=False, decode_content=False
+                )
                 response = conn.getresponse()
                 if sum(len(k) + len(v) + 4 for k, v in response.headers.items()) > MAX_HEADER_BYTES:
                     raise _huge_headers()
@@ -238,8 +252,9 @@ class Fetcher:
     def _connection(self, target: Target, address: IPAddress, deadline: Deadline) -> HTTPConnection:
         timeout = max(0.01, deadline.left())
         if target.scheme == "https":
-            conn = PinnedHTTPSConnection(str(address), target.port, timeout=timeout, ssl_context=self.tls,
-                                         server_hostname=target.host)
+            conn = PinnedHTTPSConnection(
+                str(address), target.port, timeout=timeout, ssl_context=self.tls, server_hostname=target.host
+            )
         else:
             conn = PinnedHTTPConnection(str(address), target.port, timeout=timeout)
         conn.deadline = deadline
@@ -248,8 +263,13 @@ class Fetcher:
     @staticmethod
     def _headers(target: Target) -> dict[str, str]:
         # The whole request: nothing of the caller, nothing of this service but a fixed User-Agent.
-        return {"Host": target.netloc, "User-Agent": USER_AGENT, "Accept": ACCEPT,
-                "Accept-Encoding": "gzip, deflate", "Connection": "close"}
+        return {
+            "Host": target.netloc,
+            "User-Agent": USER_AGENT,
+            "Accept": ACCEPT,
+            "Accept-Encoding": "gzip, deflate",
+            "Connection": "close",
+        }
 
     def _redirect(self, current: Target, response, seen: set[str], trace: Trace) -> Target:
         location = response.headers.get("Location")
@@ -265,8 +285,7 @@ class Fetcher:
         try:
             target = guard.parse_url(following, self.ports)
         except Refusal as refusal:
-            raise Refusal(refusal.kind, f"the page redirected to a URL that cannot be opened: {refusal.detail}") \
-                from None
+            raise Refusal(refusal.kind, f"the page redirected to a URL that cannot be opened: {refusal.detail}") from None
         if current.scheme == "https" and target.scheme == "http":
             raise guard.bad_url("the page redirected from https to http; a downgrade is refused")
         if target.url in seen:
@@ -351,10 +370,10 @@ def _content_type(response) -> tuple[str | None, str | None]:
         return None, None
     if media_type not in READABLE:
         shown = media_type if len(media_type) <= 60 and media_type.isascii() else "another type"
-        raise Refusal("unsupported_type", f"the page is {shown}; only HTML, XHTML and plain text can be read",
-                      media_type=shown)
-    charset = next((p.split("=", 1)[1].strip().strip('"\'') for p in params if p.lower().startswith("charset=")),
-                   None)
+        raise Refusal(
+            "unsupported_type", f"the page is {shown}; only HTML, XHTML and plain text can be read", media_type=shown
+        )
+    charset = next((p.split("=", 1)[1].strip().strip("\"'") for p in params if p.lower().startswith("charset=")), None)
     return media_type, charset
 
 
@@ -362,11 +381,9 @@ def _sniff(head: bytes, media_type: str | None, charset: str | None) -> None:
     """Refuse binary content whatever the page declared (a PDF sent as text/html is still a PDF)."""
     for magic, what in SIGNATURES:
         if head.startswith(magic):
-            raise Refusal("unsupported_type", f"the page's content is {what}; only HTML, XHTML and plain text "
-                                              f"can be read")
+            raise Refusal("unsupported_type", f"the page's content is {what}; only HTML, XHTML and plain text can be read")
     if head[4:8] == b"ftyp" or (head.startswith(b"RIFF") and head[8:12] in (b"WEBP", b"WAVE", b"AVI ")):
-        raise Refusal("unsupported_type", "the page's content is a media file; only HTML, XHTML and plain text "
-                                          "can be read")
+        raise Refusal("unsupported_type", "the page's content is a media file; only HTML, XHTML and plain text can be read")
     wide = (charset or "").lower().startswith(("utf-16", "utf-32")) or head.startswith((b"\xff\xfe", b"\xfe\xff"))
     if not wide and any(b in BINARY for b in head):
         raise Refusal("unsupported_type", "the page's content is binary; only HTML, XHTML and plain text can be read")
@@ -384,8 +401,7 @@ def _timeout() -> Refusal:
 
 
 def _too_large(limit: int) -> Refusal:
-    return Refusal("too_large", f"the page is larger than {limit} bytes (decompressed); try a smaller page",
-                   max_bytes=limit)
+    return Refusal("too_large", f"the page is larger than {limit} bytes (decompressed); try a smaller page", max_bytes=limit)
 
 
 def _huge_headers() -> Refusal:

@@ -96,49 +96,53 @@ def _table(rows: list[tuple[str, Verdict]]) -> list[tuple[ipaddress.IPv4Network 
 #   https://www.tencentcloud.com/document/product/213/4934
 # The chart's egress policy for the page fetcher refuses the same addresses (networkpolicies.yaml).
 # First match wins, so these narrow, better-named entries come before their ranges.
-IPV4_DENY = _table([
-    ("169.254.169.254/32", Verdict.METADATA),
-    ("169.254.170.2/32", Verdict.METADATA),
-    ("169.254.170.23/32", Verdict.METADATA),
-    ("100.100.100.200/32", Verdict.METADATA),
-    ("192.0.0.192/32", Verdict.METADATA),
-    ("169.254.0.23/32", Verdict.METADATA),
-    ("168.63.129.16/32", Verdict.PLATFORM),
-    ("169.254.169.253/32", Verdict.PLATFORM),
-    ("169.254.169.123/32", Verdict.PLATFORM),
-    ("0.0.0.0/8", Verdict.UNSPECIFIED),         # "this network"; Linux connects 0.0.0.0 to the local host
-    ("10.0.0.0/8", Verdict.PRIVATE),
-    ("100.64.0.0/10", Verdict.SHARED),
-    ("127.0.0.0/8", Verdict.LOOPBACK),
-    ("169.254.0.0/16", Verdict.LINK_LOCAL),
-    ("172.16.0.0/12", Verdict.PRIVATE),
-    ("192.0.0.0/24", Verdict.RESERVED),         # IETF protocol assignments
-    ("192.0.2.0/24", Verdict.DOCUMENTATION),
-    ("192.88.99.0/24", Verdict.RESERVED),       # deprecated 6to4 relay anycast
-    ("192.168.0.0/16", Verdict.PRIVATE),
-    ("198.18.0.0/15", Verdict.BENCHMARKING),
-    ("198.51.100.0/24", Verdict.DOCUMENTATION),
-    ("203.0.113.0/24", Verdict.DOCUMENTATION),
-    ("224.0.0.0/4", Verdict.MULTICAST),
-    ("255.255.255.255/32", Verdict.BROADCAST),
-    ("240.0.0.0/4", Verdict.RESERVED),
-])
-IPV6_DENY = _table([
-    ("fd00:ec2::254/128", Verdict.METADATA),
-    ("fd00:ec2::23/128", Verdict.METADATA),
-    ("fd00:ec2::253/128", Verdict.PLATFORM),
-    ("fd00:ec2::123/128", Verdict.PLATFORM),
-    ("::/128", Verdict.UNSPECIFIED),
-    ("::1/128", Verdict.LOOPBACK),
-    ("ff00::/8", Verdict.MULTICAST),
-    ("fe80::/10", Verdict.LINK_LOCAL),
-    ("fec0::/10", Verdict.PRIVATE),             # deprecated site-local
-    ("fc00::/7", Verdict.PRIVATE),              # unique local
-    ("2001:db8::/32", Verdict.DOCUMENTATION),
-    ("3fff::/20", Verdict.DOCUMENTATION),
-    ("2001:2::/48", Verdict.BENCHMARKING),
-    ("2001::/23", Verdict.RESERVED),            # IETF protocol assignments (Teredo is unwrapped before)
-])
+IPV4_DENY = _table(
+    [
+        ("169.254.169.254/32", Verdict.METADATA),
+        ("169.254.170.2/32", Verdict.METADATA),
+        ("169.254.170.23/32", Verdict.METADATA),
+        ("100.100.100.200/32", Verdict.METADATA),
+        ("192.0.0.192/32", Verdict.METADATA),
+        ("169.254.0.23/32", Verdict.METADATA),
+        ("168.63.129.16/32", Verdict.PLATFORM),
+        ("169.254.169.253/32", Verdict.PLATFORM),
+        ("169.254.169.123/32", Verdict.PLATFORM),
+        ("0.0.0.0/8", Verdict.UNSPECIFIED),  # "this network"; Linux connects 0.0.0.0 to the local host
+        ("10.0.0.0/8", Verdict.PRIVATE),
+        ("100.64.0.0/10", Verdict.SHARED),
+        ("127.0.0.0/8", Verdict.LOOPBACK),
+        ("169.254.0.0/16", Verdict.LINK_LOCAL),
+        ("172.16.0.0/12", Verdict.PRIVATE),
+        ("192.0.0.0/24", Verdict.RESERVED),  # IETF protocol assignments
+        ("192.0.2.0/24", Verdict.DOCUMENTATION),
+        ("192.88.99.0/24", Verdict.RESERVED),  # deprecated 6to4 relay anycast
+        ("192.168.0.0/16", Verdict.PRIVATE),
+        ("198.18.0.0/15", Verdict.BENCHMARKING),
+        ("198.51.100.0/24", Verdict.DOCUMENTATION),
+        ("203.0.113.0/24", Verdict.DOCUMENTATION),
+        ("224.0.0.0/4", Verdict.MULTICAST),
+        ("255.255.255.255/32", Verdict.BROADCAST),
+        ("240.0.0.0/4", Verdict.RESERVED),
+    ]
+)
+IPV6_DENY = _table(
+    [
+        ("fd00:ec2::254/128", Verdict.METADATA),
+        ("fd00:ec2::23/128", Verdict.METADATA),
+        ("fd00:ec2::253/128", Verdict.PLATFORM),
+        ("fd00:ec2::123/128", Verdict.PLATFORM),
+        ("::/128", Verdict.UNSPECIFIED),
+        ("::1/128", Verdict.LOOPBACK),
+        ("ff00::/8", Verdict.MULTICAST),
+        ("fe80::/10", Verdict.LINK_LOCAL),
+        ("fec0::/10", Verdict.PRIVATE),  # deprecated site-local
+        ("fc00::/7", Verdict.PRIVATE),  # unique local
+        ("2001:db8::/32", Verdict.DOCUMENTATION),
+        ("3fff::/20", Verdict.DOCUMENTATION),
+        ("2001:2::/48", Verdict.BENCHMARKING),
+        ("2001::/23", Verdict.RESERVED),  # IETF protocol assignments (Teredo is unwrapped before)
+    ]
+)
 EXACT_V6 = 6  # the single addresses at the head of IPV6_DENY
 GLOBAL_UNICAST = ipaddress.ip_network("2000::/3")  # IPv6 outside it is not allocated for public hosts
 
@@ -207,8 +211,11 @@ def _embedded(address: ipaddress.IPv6Address) -> tuple[list[ipaddress.IPv4Addres
 def refusal_for(verdict: Verdict, subject: str = "The URL's host is") -> Refusal:
     """blocked_address, naming the class of address (never the address) and what to do instead."""
     article = "an" if verdict.value[0] in "aeiou" else "a"
-    return Refusal("blocked_address", f"{subject} {article} {verdict.value} address; only public addresses can be "
-                                      f"opened. Use a public URL.", reason=verdict.name.lower())
+    return Refusal(
+        "blocked_address",
+        f"{subject} {article} {verdict.value} address; only public addresses can be opened. Use a public URL.",
+        reason=verdict.name.lower(),
+    )
 
 
 # ---------------------------------------------------------------------------------------------- URLs
@@ -219,10 +226,10 @@ class Target:
     """A URL that passed parsing: what to connect to (after DNS), and what to say once connected."""
 
     scheme: str
-    host: str                      # ASCII: an IDNA name, or an address in its canonical form
+    host: str  # ASCII: an IDNA name, or an address in its canonical form
     port: int
-    target: str                    # path and query, as sent in the request line
-    literal: IPAddress | None      # the host is an address: no DNS
+    target: str  # path and query, as sent in the request line
+    literal: IPAddress | None  # the host is an address: no DNS
 
     @property
     def netloc(self) -> str:
@@ -248,7 +255,7 @@ def parse_url(raw: str, ports: frozenset[int]) -> Target:
     scheme = match.group(1).lower() if match else ""
     if scheme not in DEFAULT_PORTS:
         raise bad_url("only http and https URLs can be opened")
-    rest = raw[match.end():]
+    rest = raw[match.end() :]
     if not rest.startswith("//"):
         raise bad_url("the URL has no host; write it as http(s)://host/path")
     rest = rest[2:]
@@ -267,7 +274,7 @@ def _split_authority(authority: str) -> tuple[str, str | None]:
         close = authority.find("]")
         if close < 0:
             raise bad_url("an IPv6 host must be closed with ']'")
-        host, after = authority[: close + 1], authority[close + 1:]
+        host, after = authority[: close + 1], authority[close + 1 :]
         if after and not after.startswith(":"):
             raise bad_url("unexpected characters after the IPv6 host")
         return host, after[1:] if after else None
@@ -333,8 +340,12 @@ def _ends_in_number(host: str) -> bool:
 def _whatwg_ipv4(host: str) -> ipaddress.IPv4Address:
     parts = host.split(".")
     numbers = [_ipv4_number(p) for p in parts]
-    if len(parts) > 4 or any(n is None for n in numbers) or any(n > 255 for n in numbers[:-1]) \
-            or numbers[-1] >= 256 ** (5 - len(parts)):
+    if (
+        len(parts) > 4
+        or any(n is None for n in numbers)
+        or any(n > 255 for n in numbers[:-1])
+        or numbers[-1] >= 256 ** (5 - len(parts))
+    ):
         raise bad_url("the host looks like an IPv4 address but is not a valid one")
     value = numbers[-1] + sum(n << (8 * (3 - i)) for i, n in enumerate(numbers[:-1]))
     return ipaddress.IPv4Address(value)
@@ -420,8 +431,7 @@ class Resolver:
         except dns.resolver.LifetimeTimeout:
             raise Refusal("timeout", "the DNS server did not answer in time") from None
         except dns.exception.DNSException:
-            raise Refusal("dns_failure", "the DNS server could not resolve the host; try again later",
-                          status=502) from None
+            raise Refusal("dns_failure", "the DNS server could not resolve the host; try again later", status=502) from None
         return [ipaddress.ip_address(r.address) for r in answer.rrset] if answer.rrset is not None else []
 
 
@@ -443,8 +453,11 @@ def check_target(target: Target, resolver: Resolver, lifetime: float, *, redirec
     elif target.host == "localhost" or target.host.endswith(".localhost"):
         raise refusal_for(Verdict.LOOPBACK)  # RFC 6761: localhost names are loopback, whatever DNS says
     elif private_use_name(target.host):
-        raise Refusal("blocked_address", "The URL's host is a private-use name (.internal); only public hosts can be "
-                                         "opened. Use a public URL.", reason=Verdict.PRIVATE.name.lower())
+        raise Refusal(
+            "blocked_address",
+            "The URL's host is a private-use name (.internal); only public hosts can be opened. Use a public URL.",
+            reason=Verdict.PRIVATE.name.lower(),
+        )
     else:
         subject = "The page redirected to a host that resolves to" if redirected else "The URL's host resolves to"
         addresses = resolver.addresses(target.host, lifetime)

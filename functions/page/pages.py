@@ -23,8 +23,15 @@ class Pages:
     def __init__(self, store: Store, fetcher: Fetcher, cache: PageCache, *, daily_pages: int):
         self.store, self.fetcher, self.cache, self.daily_pages = store, fetcher, cache, daily_pages
 
-    def open(self, subject: str, url: str, offset: int, size: int, request_id: str | None = None,
-             step: tuple[str, int] | None = None) -> dict:
+    def open(
+        self,
+        subject: str,
+        url: str,
+        offset: int,
+        size: int,
+        request_id: str | None = None,
+        step: tuple[str, int] | None = None,
+    ) -> dict:
         """A window of the page's text. Paging through a page opened lately neither fetches nor counts."""
         target = guard.parse_url(url, self.fetcher.ports)
         reading = self.cache.get(subject, target.url)
@@ -34,12 +41,22 @@ class Pages:
                 reading = self._fetch(subject, target, request_id, step)
         total = len(reading.text)
         if offset > total:
-            raise Refusal("bad_offset", f"offset {offset} is past the end of the page's text ({total} characters); "
-                                        f"start again from 0", total_chars=total)
+            raise Refusal(
+                "bad_offset",
+                f"offset {offset} is past the end of the page's text ({total} characters); start again from 0",
+                total_chars=total,
+            )
         text, next_offset, links = window(reading, offset, size)
-        return {"url": target.url, "final_url": reading.final_url, "title": reading.title, "text": text,
-                "offset": offset, "next_offset": next_offset, "total_chars": total,
-                "links": [{"n": link.n, "href": link.href, "text": link.text} for link in links]}
+        return {
+            "url": target.url,
+            "final_url": reading.final_url,
+            "title": reading.title,
+            "text": text,
+            "offset": offset,
+            "next_offset": next_offset,
+            "total_chars": total,
+            "links": [{"n": link.n, "href": link.href, "text": link.text} for link in links],
+        }
 
     def _fetch(self, subject: str, target: guard.Target, request_id: str | None, step: tuple[str, int] | None) -> Reading:
         if not self.store.reserve(subject, self.daily_pages):
@@ -66,9 +83,18 @@ class Pages:
             # The host and the path stay in the audit: a trace has only the outcome and the size.
             telemetry.annotate({"agentfn.outcome": outcome, "agentfn.page.bytes": trace.bytes})
             telemetry.record("agentfn.pages", 1, {"agentfn.outcome": outcome})
-            log.info("page fetch %s", outcome, extra={
-                "event": "page_fetch", "request_id": request_id, "subject_hash": subject_hash(subject),
-                "status": trace.status, "count": trace.bytes, "ms": ms})
+            log.info(
+                "page fetch %s",
+                outcome,
+                extra={
+                    "event": "page_fetch",
+                    "request_id": request_id,
+                    "subject_hash": subject_hash(subject),
+                    "status": trace.status,
+                    "count": trace.bytes,
+                    "ms": ms,
+                },
+            )
         self.cache.put(subject, [target.url, reading.final_url], reading)
         return reading
 
@@ -76,8 +102,12 @@ class Pages:
 def budget_spent(limit: int, now: dt.datetime | None = None) -> Refusal:
     now = now or dt.datetime.now(dt.UTC)
     reset = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(), dt.UTC)
-    return Refusal("budget_spent", f"the caller's {limit} pages for today are spent; more can be opened from "
-                                   f"{reset.isoformat().replace('+00:00', 'Z')}. Pages opened in the last few "
-                                   f"minutes can still be paged through.",
-                   limit=limit, reset_at=reset.isoformat().replace("+00:00", "Z"),
-                   retry_after=max(1, int((reset - now).total_seconds())))
+    return Refusal(
+        "budget_spent",
+        f"the caller's {limit} pages for today are spent; more can be opened from "
+        f"{reset.isoformat().replace('+00:00', 'Z')}. Pages opened in the last few "
+        f"minutes can still be paged through.",
+        limit=limit,
+        reset_at=reset.isoformat().replace("+00:00", "Z"),
+        retry_after=max(1, int((reset - now).total_seconds())),
+    )

@@ -19,8 +19,13 @@ from .fetch import Fetched
 MAX_TITLE = 300
 MAX_LINK_TEXT = 200
 MAX_HREF = 2048
-BOMS = [(codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be"),
-        (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be")]
+BOMS = [
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+]
 META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
 # The WHATWG Encoding standard reads these labels as windows-1252, and so do browsers.
 AS_WINDOWS_1252 = {"iso-8859-1", "iso8859-1", "latin1", "latin-1", "l1", "us-ascii", "ascii", "cp819"}
@@ -56,7 +61,7 @@ def decode(body: bytes, declared: str | None, *, html: bool) -> str:
     """Bytes to text: a BOM first, then the declared charset, then a `<meta charset>`, then UTF-8."""
     for bom, codec in BOMS:
         if body.startswith(bom):
-            return body[len(bom):].decode(codec, "replace")
+            return body[len(bom) :].decode(codec, "replace")
     for candidate in (declared, _meta_charset(body) if html else None):
         codec = _text_codec(candidate)
         if codec:
@@ -91,8 +96,9 @@ def read_html(text: str, final_url: str) -> Reading:
         return Reading(final_url, "", "")
     title = _title(tree)
     base = _base(tree, final_url)
-    document = trafilatura.bare_extraction(tree, include_links=True, include_tables=True, include_images=False,
-                                           include_comments=False, with_metadata=False)
+    document = trafilatura.bare_extraction(
+        tree, include_links=True, include_tables=True, include_images=False, include_comments=False, with_metadata=False
+    )
     if document is None or document.body is None:
         _, plain, _ = trafilatura.baseline(text)  # nothing looked like an article: the page's plain text
         return Reading(final_url, title, plain.strip())
@@ -145,8 +151,7 @@ class _Renderer:
             return None
         # Spaces and non-ASCII in the path, query and fragment percent-encoded (escapes kept); the host stays
         # as written, since the guard reads internationalised names itself.
-        return parts._replace(**{k: quote(getattr(parts, k), safe=SAFE) for k in ("path", "query", "fragment")}
-                              ).geturl()
+        return parts._replace(**{k: quote(getattr(parts, k), safe=SAFE) for k in ("path", "query", "fragment")}).geturl()
 
     def render(self, body) -> str:
         blocks: list[tuple[str, str]] = []

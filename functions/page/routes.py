@@ -27,8 +27,16 @@ def open_page():
     """A window of a public page's readable text, with the links in it numbered."""
     body = json_body(OPEN)
     window = body.get("window", current_app.config["AGENTFN_PAGE_WINDOW"])
-    return jsonify(pages().open(g.caller.subject, body["url"], body.get("offset", 0), window, g.get("request_id"),
-                                (body["step"]["generation_id"], body["step"]["n"]) if "step" in body else None))
+    return jsonify(
+        pages().open(
+            g.caller.subject,
+            body["url"],
+            body.get("offset", 0),
+            window,
+            g.get("request_id"),
+            (body["step"]["generation_id"], body["step"]["n"]) if "step" in body else None,
+        )
+    )
 
 
 @bp.get("/v1/audit")
@@ -42,6 +50,14 @@ def audit():
     ids = request.args.getlist("generation_id")
     if not 1 <= len(ids) <= schemas.MAX_GENERATIONS or not all(re.fullmatch(schemas.UUID, i) for i in ids):
         raise bad_request(f"generation_id: from 1 to {schemas.MAX_GENERATIONS} generation ids (lower-case UUIDs)")
-    return jsonify(fetches=[{**{k: v for k, v in row.items() if k != "step"}, "n": row["step"],
-                             "generation_id": str(row["generation_id"]), "at": row["at"].isoformat()}
-                            for row in pages().store.fetches(ids)])
+    return jsonify(
+        fetches=[
+            {
+                **{k: v for k, v in row.items() if k != "step"},
+                "n": row["step"],
+                "generation_id": str(row["generation_id"]),
+                "at": row["at"].isoformat(),
+            }
+            for row in pages().store.fetches(ids)
+        ]
+    )

@@ -16,16 +16,34 @@ OPEN = {
     "additionalProperties": False,
     "required": ["url"],
     "properties": {
-        "url": {"type": "string", "minLength": 1, "maxLength": MAX_URL,
-                "description": "an http or https URL of a public page, e.g. a link's href from an earlier window"},
-        "offset": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET,
-                   "description": "where the window starts, in characters of the page's text (default 0)"},
-        "window": {"type": "integer", "minimum": MIN_WINDOW, "maximum": MAX_WINDOW,
-                   "description": "about how many characters to return (default configured)"},
-        "step": {"type": "object", "additionalProperties": False, "required": ["generation_id", "n"],
-                 "description": "the model function's generation and step this call is, kept beside the audit row",
-                 "properties": {"generation_id": {"type": "string", "pattern": UUID},
-                                "n": {"type": "integer", "minimum": 1, "maximum": 1000}}},
+        "url": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_URL,
+            "description": "an http or https URL of a public page, e.g. a link's href from an earlier window",
+        },
+        "offset": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": MAX_OFFSET,
+            "description": "where the window starts, in characters of the page's text (default 0)",
+        },
+        "window": {
+            "type": "integer",
+            "minimum": MIN_WINDOW,
+            "maximum": MAX_WINDOW,
+            "description": "about how many characters to return (default configured)",
+        },
+        "step": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["generation_id", "n"],
+            "description": "the model function's generation and step this call is, kept beside the audit row",
+            "properties": {
+                "generation_id": {"type": "string", "pattern": UUID},
+                "n": {"type": "integer", "minimum": 1, "maximum": 1000},
+            },
+        },
     },
 }
 
@@ -33,9 +51,15 @@ FETCH = {
     "type": "object",
     "required": ["generation_id", "n", "at", "host", "final_host", "status", "bytes", "ms", "redirects", "outcome"],
     "properties": {
-        "generation_id": {"type": "string"}, "n": {"type": ["integer", "null"]}, "at": {"type": "string", "format": "date-time"},
-        "host": {"type": "string"}, "final_host": {"type": ["string", "null"]}, "status": {"type": ["integer", "null"]},
-        "bytes": {"type": "integer"}, "ms": {"type": "integer"}, "redirects": {"type": "integer"},
+        "generation_id": {"type": "string"},
+        "n": {"type": ["integer", "null"]},
+        "at": {"type": "string", "format": "date-time"},
+        "host": {"type": "string"},
+        "final_host": {"type": ["string", "null"]},
+        "status": {"type": ["integer", "null"]},
+        "bytes": {"type": "integer"},
+        "ms": {"type": "integer"},
+        "redirects": {"type": "integer"},
         "outcome": {"type": "string", "description": "ok, or the refusal's kind"},
     },
 }
@@ -54,9 +78,15 @@ PAGE = {
         "links": {
             "type": "array",
             "description": "the links marked in this window; open one by calling again with its href",
-            "items": {"type": "object", "required": ["n", "href", "text"],
-                      "properties": {"n": {"type": "integer", "minimum": 1}, "href": {"type": "string"},
-                                     "text": {"type": "string"}}},
+            "items": {
+                "type": "object",
+                "required": ["n", "href", "text"],
+                "properties": {
+                    "n": {"type": "integer", "minimum": 1},
+                    "href": {"type": "string"},
+                    "text": {"type": "string"},
+                },
+            },
         },
     },
 }
@@ -93,20 +123,34 @@ DESCRIPTIONS = {
 
 
 def _problems(*codes: int) -> dict:
-    return {str(c): {"description": DESCRIPTIONS[c], "content": {"application/problem+json": {
-        "schema": {"$ref": "#/components/schemas/Problem"}}}} for c in codes}
+    return {
+        str(c): {
+            "description": DESCRIPTIONS[c],
+            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for c in codes
+    }
 
 
 def openapi() -> dict:
     """The OpenAPI 3.1 document of the page fetcher's door."""
     return {
         "openapi": "3.1.0",
-        "info": {"title": "agentfn page fetcher", "version": "1.0.0",
-                 "description": "One guarded GET of a public http(s) page, read as text a window at a time. "
-                                "Called by the model function as the caller; never routed publicly."},
+        "info": {
+            "title": "agentfn page fetcher",
+            "version": "1.0.0",
+            "description": "One guarded GET of a public http(s) page, read as text a window at a time. "
+            "Called by the model function as the caller; never routed publicly.",
+        },
         "components": {
-            "securitySchemes": {"caller": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-                                           "description": "the caller's token, forwarded by the model function"}},
+            "securitySchemes": {
+                "caller": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "the caller's token, forwarded by the model function",
+                }
+            },
             "schemas": {"Page": PAGE, "Fetch": FETCH, "Problem": PROBLEM},
         },
         "paths": {
@@ -117,8 +161,10 @@ def openapi() -> dict:
                     "security": [{"caller": []}],
                     "requestBody": {"required": True, "content": {"application/json": {"schema": OPEN}}},
                     "responses": {
-                        "200": {"description": "a window of the page",
-                                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Page"}}}},
+                        "200": {
+                            "description": "a window of the page",
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Page"}}},
+                        },
                         **_problems(400, 401, 403, 413, 415, 422, 429, 502, 503, 504),
                     },
                 },
@@ -128,16 +174,36 @@ def openapi() -> dict:
                     "operationId": "fetchesOfGenerations",
                     "summary": "For an admin: the fetches of these generations, by host and size (never a path).",
                     "security": [{"caller": []}],
-                    "parameters": [{"name": "generation_id", "in": "query", "required": True, "style": "form",
-                                    "explode": True, "schema": {"type": "array", "minItems": 1,
-                                                                "maxItems": MAX_GENERATIONS,
-                                                                "items": {"type": "string", "pattern": UUID}}}],
+                    "parameters": [
+                        {
+                            "name": "generation_id",
+                            "in": "query",
+                            "required": True,
+                            "style": "form",
+                            "explode": True,
+                            "schema": {
+                                "type": "array",
+                                "minItems": 1,
+                                "maxItems": MAX_GENERATIONS,
+                                "items": {"type": "string", "pattern": UUID},
+                            },
+                        }
+                    ],
                     "responses": {
-                        "200": {"description": "the fetches, by generation then time",
-                                "content": {"application/json": {"schema": {
-                                    "type": "object", "required": ["fetches"],
-                                    "properties": {"fetches": {"type": "array",
-                                                               "items": {"$ref": "#/components/schemas/Fetch"}}}}}}},
+                        "200": {
+                            "description": "the fetches, by generation then time",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "type": "object",
+                                        "required": ["fetches"],
+                                        "properties": {
+                                            "fetches": {"type": "array", "items": {"$ref": "#/components/schemas/Fetch"}}
+                                        },
+                                    }
+                                }
+                            },
+                        },
                         **_problems(400, 401, 403, 503),
                     },
                 },

@@ -55,10 +55,21 @@ class Store(db.SchemaStore):
         """One fetch; `step`: the model function's generation and step it was, when the request named them."""
         self.migrate()
         with self.pool.connection() as conn:
-            conn.execute(AUDIT, dict(subject=subject, host=trace.host, final_host=trace.final_host,
-                                     status=trace.status, bytes=trace.bytes, ms=ms, redirects=trace.redirects,
-                                     outcome=outcome, generation_id=step[0] if step else None,
-                                     step=step[1] if step else None))
+            conn.execute(
+                AUDIT,
+                dict(
+                    subject=subject,
+                    host=trace.host,
+                    final_host=trace.final_host,
+                    status=trace.status,
+                    bytes=trace.bytes,
+                    ms=ms,
+                    redirects=trace.redirects,
+                    outcome=outcome,
+                    generation_id=step[0] if step else None,
+                    step=step[1] if step else None,
+                ),
+            )
 
     def fetches(self, generation_ids: list[str]) -> list[dict]:
         self.migrate()

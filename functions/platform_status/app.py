@@ -36,15 +36,37 @@ CONTENT = {
     "properties": {
         "text": {"type": "string", "maxLength": MAX_TEXT},
         "taken_at": {"type": ["string", "null"]},
-        "figures": {"type": "object", "properties": {k: figure for k in (
-            "services", "up", "degraded", "down", "queue_waiting", "queue_running", "open_incidents")}},
-        "attention": {"type": "array", "maxItems": MAX_ATTENTION, "items": {
-            "type": "object", "required": ["name", "state"],
-            "properties": {"name": {"type": "string"}, "state": {"enum": list(STATES)},
-                           "note": {"type": ["string", "null"]}}}},
-        "incidents": {"type": "array", "maxItems": MAX_INCIDENTS, "items": {
-            "type": "object", "properties": {"title": {"type": "string"}, "since": {"type": ["string", "null"]},
-                                             "service": {"type": ["string", "null"]}}}},
+        "figures": {
+            "type": "object",
+            "properties": {
+                k: figure for k in ("services", "up", "degraded", "down", "queue_waiting", "queue_running", "open_incidents")
+            },
+        },
+        "attention": {
+            "type": "array",
+            "maxItems": MAX_ATTENTION,
+            "items": {
+                "type": "object",
+                "required": ["name", "state"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "state": {"enum": list(STATES)},
+                    "note": {"type": ["string", "null"]},
+                },
+            },
+        },
+        "incidents": {
+            "type": "array",
+            "maxItems": MAX_INCIDENTS,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "title": {"type": "string"},
+                    "since": {"type": ["string", "null"]},
+                    "service": {"type": ["string", "null"]},
+                },
+            },
+        },
     },
 }
 
@@ -52,9 +74,14 @@ CONTENT = {
 def create_app(env: Mapping[str, str] | None = None) -> Flask:
     env = dict(os.environ if env is None else env)
     http.configure_logging(env)
-    return read_tool_app("agentfn.platform_status", env, service=SERVICE,
-                         url_variable="AGENTFN_PLATFORM_STATUS_UPSTREAM_URL", summarise=summarise,
-                         content_schema=CONTENT)
+    return read_tool_app(
+        "agentfn.platform_status",
+        env,
+        service=SERVICE,
+        url_variable="AGENTFN_PLATFORM_STATUS_UPSTREAM_URL",
+        summarise=summarise,
+        content_schema=CONTENT,
+    )
 
 
 def summarise(upstream: Upstream, caller: Caller, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -66,8 +93,13 @@ def summarise(upstream: Upstream, caller: Caller, arguments: dict[str, Any]) -> 
     incidents = [i for i in map(_incident, _list(snapshot.get("incidents"))) if i]
     queue = snapshot.get("queue") if isinstance(snapshot.get("queue"), dict) else {}
     counts = {state: sum(s["state"] == state for s in services) for state in STATES}
-    figures = {"services": len(services), **counts, "queue_waiting": _count(queue.get("waiting")),
-               "queue_running": _count(queue.get("running")), "open_incidents": len(incidents)}
+    figures = {
+        "services": len(services),
+        **counts,
+        "queue_waiting": _count(queue.get("waiting")),
+        "queue_running": _count(queue.get("running")),
+        "open_incidents": len(incidents),
+    }
 
     wanted = arguments.get("service")
     if wanted is not None:
@@ -83,10 +115,18 @@ def summarise(upstream: Upstream, caller: Caller, arguments: dict[str, Any]) -> 
         attention = [s for s in services if s["state"] != "up"]
         text = _overview(figures, attention)
     if incidents:
-        text += f" {len(incidents)} open incident{'s' if len(incidents) != 1 else ''}: " + "; ".join(
-            i["title"] for i in incidents[:2]) + "."
-    return {"text": clip(text, MAX_TEXT), "taken_at": _stamp(snapshot.get("taken_at")), "figures": figures,
-            "attention": attention[:MAX_ATTENTION], "incidents": incidents[:MAX_INCIDENTS]}
+        text += (
+            f" {len(incidents)} open incident{'s' if len(incidents) != 1 else ''}: "
+            + "; ".join(i["title"] for i in incidents[:2])
+            + "."
+        )
+    return {
+        "text": clip(text, MAX_TEXT),
+        "taken_at": _stamp(snapshot.get("taken_at")),
+        "figures": figures,
+        "attention": attention[:MAX_ATTENTION],
+        "incidents": incidents[:MAX_INCIDENTS],
+    }
 
 
 def _overview(figures: dict[str, int], attention: list[dict]) -> str:
@@ -104,16 +144,22 @@ def _service(item: Any) -> dict | None:
     if not isinstance(item, dict) or item.get("state") not in STATES or not isinstance(item.get("name"), str):
         return None
     note = item.get("note")
-    return {"name": clip(item["name"], 64), "state": item["state"],
-            "note": clip(note, 160) if isinstance(note, str) and note.strip() else None}
+    return {
+        "name": clip(item["name"], 64),
+        "state": item["state"],
+        "note": clip(note, 160) if isinstance(note, str) and note.strip() else None,
+    }
 
 
 def _incident(item: Any) -> dict | None:
     if not isinstance(item, dict) or not isinstance(item.get("title"), str):
         return None
     service = item.get("service")
-    return {"title": clip(item["title"], 120), "since": _stamp(item.get("since")),
-            "service": clip(service, 64) if isinstance(service, str) else None}
+    return {
+        "title": clip(item["title"], 120),
+        "since": _stamp(item.get("since")),
+        "service": clip(service, 64) if isinstance(service, str) else None,
+    }
 
 
 def _list(value: Any) -> list:

@@ -1,8 +1,9 @@
 """TEST DOUBLE of the arena status service (outside this project), for the dev stack and the tests.
 
-It speaks the contract in `upstream.md`, takes only a token exchanged for it (audience `agentfn:upstream:platform_status`, actor its read tool),
-verified with `agentfn.shared.identity` as the real service would, and shows each caller what its groups allow: readers are `platform-users` and
-`platform-ops`; only `platform-ops` sees the internal services and the incidents.
+It speaks the contract in `upstream.md`, takes only a token exchanged for it (audience
+`agentfn:upstream:platform_status`, actor its read tool), verified with `agentfn.shared.identity` as the real service
+would, and shows each caller what its groups allow: readers are `platform-users` and `platform-ops`; only
+`platform-ops` sees the internal services and the incidents.
 `flask --app 'agentfn.platform_status.dev_upstream:create_app()' run -h 127.0.0.1` (loopback only).
 
 Configuration (environment):
@@ -38,8 +39,7 @@ INTERNAL = [
     {"name": "operator", "state": "down", "latency_ms": None, "note": "leader election failing"},
 ]
 INCIDENTS = [
-    {"id": "inc-42", "title": "Operator leader election failing", "since": "2026-12-02T09:10:00Z",
-     "service": "operator"},
+    {"id": "inc-42", "title": "Operator leader election failing", "since": "2026-12-02T09:10:00Z", "service": "operator"},
 ]
 
 
@@ -50,8 +50,11 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
             who = caller()
             require_group(who, READERS)
             ops = OPS in who.groups
-            return jsonify(taken_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                           services=PUBLIC + (INTERNAL if ops else []),
-                           queue={"waiting": 3, "running": 2}, incidents=INCIDENTS if ops else [])
+            return jsonify(
+                taken_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                services=PUBLIC + (INTERNAL if ops else []),
+                queue={"waiting": 3, "running": 2},
+                incidents=INCIDENTS if ops else [],
+            )
 
     return dev_upstream_app("platform_status", env, routes)

@@ -34,24 +34,34 @@ LINK = re.compile(r"^https?://[^\s/?#]+(?:[/?#]\S*)?$")  # unambiguous: linear
 DIGEST = {
     "type": "object",
     "required": ["title", "date", "url", "summary"],
-    "properties": {"title": {"type": "string", "maxLength": MAX_TITLE},
-                   "date": {"type": "string", "format": "date"},
-                   "url": {"type": "string", "maxLength": MAX_URL},
-                   "summary": {"type": "string", "maxLength": MAX_SUMMARY}},
+    "properties": {
+        "title": {"type": "string", "maxLength": MAX_TITLE},
+        "date": {"type": "string", "format": "date"},
+        "url": {"type": "string", "maxLength": MAX_URL},
+        "summary": {"type": "string", "maxLength": MAX_SUMMARY},
+    },
 }
 CONTENT = {
     "type": "object",
     "required": ["digests", "count"],
-    "properties": {"digests": {"type": "array", "maxItems": 10, "items": DIGEST},
-                   "count": {"type": "integer", "minimum": 0}},
+    "properties": {
+        "digests": {"type": "array", "maxItems": 10, "items": DIGEST},
+        "count": {"type": "integer", "minimum": 0},
+    },
 }
 
 
 def create_app(env: Mapping[str, str] | None = None) -> Flask:
     env = dict(os.environ if env is None else env)
     http.configure_logging(env)
-    return read_tool_app("agentfn.radar_latest", env, service=SERVICE, url_variable="AGENTFN_RADAR_LATEST_UPSTREAM_URL",
-                         summarise=summarise, content_schema=CONTENT)
+    return read_tool_app(
+        "agentfn.radar_latest",
+        env,
+        service=SERVICE,
+        url_variable="AGENTFN_RADAR_LATEST_UPSTREAM_URL",
+        summarise=summarise,
+        content_schema=CONTENT,
+    )
 
 
 def summarise(upstream: Upstream, caller: Caller, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -74,5 +84,9 @@ def _digest(item: Any) -> dict | None:
     if not day or len(url) > MAX_URL or not LINK.match(url):
         return None
     summary = item.get("summary")
-    return {"title": clip(title, MAX_TITLE), "date": day.group(1), "url": url,
-            "summary": clip(summary, MAX_SUMMARY) if isinstance(summary, str) else ""}
+    return {
+        "title": clip(title, MAX_TITLE),
+        "date": day.group(1),
+        "url": url,
+        "summary": clip(summary, MAX_SUMMARY) if isinstance(summary, str) else "",
+    }

@@ -61,20 +61,39 @@ log = logging.getLogger("agentfn.run_code")
 LIMITS = ["wall_time", "cpu_time", "memory", "processes", "file_size", "open_files", "output"]
 CONTENT = {
     "type": "object",
-    "required": ["stdout", "stderr", "exit_status", "signal", "wall_ms", "cpu_ms", "limit", "truncated",
-                 "runs_left", "backend", "bounds"],
+    "required": [
+        "stdout",
+        "stderr",
+        "exit_status",
+        "signal",
+        "wall_ms",
+        "cpu_ms",
+        "limit",
+        "truncated",
+        "runs_left",
+        "backend",
+        "bounds",
+    ],
     "properties": {
-        "stdout": {"type": "string"}, "stderr": {"type": "string"},
+        "stdout": {"type": "string"},
+        "stderr": {"type": "string"},
         "exit_status": {"type": ["integer", "null"], "description": "128 + N when signal N ended it; null when killed"},
         "signal": {"type": ["string", "null"]},
-        "wall_ms": {"type": "integer", "minimum": 0}, "cpu_ms": {"type": "integer", "minimum": 0},
+        "wall_ms": {"type": "integer", "minimum": 0},
+        "cpu_ms": {"type": "integer", "minimum": 0},
         "limit": {"enum": [*LIMITS, None], "description": "the limit that stopped the run, if one did"},
-        "truncated": {"type": "object", "required": ["stdout", "stderr"],
-                      "properties": {"stdout": {"type": "boolean"}, "stderr": {"type": "boolean"}}},
-        "runs_left": {"type": "integer", "minimum": 0}, "backend": {"type": "string"},
-        "bounds": {"enum": ["cgroup", "rlimit"],
-                   "description": "what held the run's memory and processes as a whole: a cgroup of its own, or "
-                                  "the process limit counted in its own user namespace and its memory sampled"},
+        "truncated": {
+            "type": "object",
+            "required": ["stdout", "stderr"],
+            "properties": {"stdout": {"type": "boolean"}, "stderr": {"type": "boolean"}},
+        },
+        "runs_left": {"type": "integer", "minimum": 0},
+        "backend": {"type": "string"},
+        "bounds": {
+            "enum": ["cgroup", "rlimit"],
+            "description": "what held the run's memory and processes as a whole: a cgroup of its own, or "
+            "the process limit counted in its own user namespace and its memory sampled",
+        },
     },
 }
 
@@ -83,8 +102,14 @@ class RunsSpent(ProblemError):
     """429: the caller's runs for today are spent; says when they come back."""
 
     def __init__(self, limit: int, resets_at: str, retry_after: int):
-        super().__init__(429, "Too Many Requests", f"today's {limit} runs are spent; they reset at {resets_at}",
-                         type=PROBLEM_BASE + "daily-runs-spent", limit=limit, resets_at=resets_at)
+        super().__init__(
+            429,
+            "Too Many Requests",
+            f"today's {limit} runs are spent; they reset at {resets_at}",
+            type=PROBLEM_BASE + "daily-runs-spent",
+            limit=limit,
+            resets_at=resets_at,
+        )
         self.retry_after = retry_after
 
 
@@ -103,8 +128,9 @@ def open_sandbox(env: Mapping[str, str], limits: Limits) -> Sandbox:
     bounds = Bounds("off" if backend == "runsc" else mode, limits)
     # Which mechanism holds a run, and why: an operator reads it here, a caller in each call's `bounds`.
     runs_as = "uids of their own" if uids else "the service uid"
-    log.info("run bounds", extra={"event": "run_bounds",
-                                  "where": f"{backend}: {bounds.name} ({bounds.why}); runs as {runs_as}"})
+    log.info(
+        "run bounds", extra={"event": "run_bounds", "where": f"{backend}: {bounds.name} ({bounds.why}); runs as {runs_as}"}
+    )
     if backend == "bubblewrap":
         return Bubblewrap(env, limits, root, uids, bounds)
     from .runsc import Runsc
@@ -147,17 +173,35 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
             store.give_back(caller.subject)  # the program never ran: the run was never the caller's
             if not isinstance(e, SandboxError):
                 raise
-            log.error("sandbox failed", extra={"event": "sandbox_failed", "where": str(e)[:200],
-                                               "subject_hash": subject_hash(caller.subject)})
+            log.error(
+                "sandbox failed",
+                extra={"event": "sandbox_failed", "where": str(e)[:200], "subject_hash": subject_hash(caller.subject)},
+            )
             raise unavailable("the sandbox could not start; try again shortly") from None
-        log.info("run", extra={"event": "run", "ms": result.wall_ms, "error_type": result.limit,
-                               "subject_hash": subject_hash(caller.subject)})
+        log.info(
+            "run",
+            extra={
+                "event": "run",
+                "ms": result.wall_ms,
+                "error_type": result.limit,
+                "subject_hash": subject_hash(caller.subject),
+            },
+        )
         telemetry.record("agentfn.runs", 1, {"agentfn.limit": result.limit or "none"})
         telemetry.annotate({"agentfn.limit": result.limit or "none"})
-        return {"stdout": result.stdout, "stderr": result.stderr, "exit_status": result.exit_status,
-                "signal": result.signal, "wall_ms": result.wall_ms, "cpu_ms": result.cpu_ms, "limit": result.limit,
-                "truncated": result.truncated, "runs_left": taken.runs_left, "backend": sandbox.name,
-                "bounds": sandbox.bounds.name}
+        return {
+            "stdout": result.stdout,
+            "stderr": result.stderr,
+            "exit_status": result.exit_status,
+            "signal": result.signal,
+            "wall_ms": result.wall_ms,
+            "cpu_ms": result.cpu_ms,
+            "limit": result.limit,
+            "truncated": result.truncated,
+            "runs_left": taken.runs_left,
+            "backend": sandbox.name,
+            "bounds": sandbox.bounds.name,
+        }
 
     @app.errorhandler(RunsSpent)
     def runs_spent(problem: RunsSpent):
@@ -173,4 +217,3 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
     app.register_blueprint(doors(descriptor, run))
     self_test.start()  # ~0.3 s of ldd and one run, beside the way to ready rather than on it
     return app
-

@@ -135,8 +135,10 @@ class Tree:
         offered = read(f"{path}/cgroup.controllers").split()
         missing = [c for c in NEEDED if c not in offered]
         if missing:
-            raise Unavailable(f"the cgroup v2 controllers {', '.join(missing)} are not delegated to {path} "
-                              f"(it offers: {' '.join(offered) or 'none'})")
+            raise Unavailable(
+                f"the cgroup v2 controllers {', '.join(missing)} are not delegated to {path} "
+                f"(it offers: {' '.join(offered) or 'none'})"
+            )
         if not (os.access(path, os.W_OK) and os.access(f"{path}/cgroup.subtree_control", os.W_OK)):
             raise Unavailable(f"{path} is not writable by uid {os.geteuid()} (not delegated, or mounted read-only)")
         wanted = [*NEEDED, *(["cpu"] if "cpu" in offered else [])]

@@ -47,20 +47,69 @@ class Bubblewrap:
         root = self.root.get()
         # --as-pid-1: the program is its namespace's init, so bwrap's exit status and CPU time are its own,
         # and its children die with it.
-        argv = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
-                "--new-session", "--as-pid-1", "--cap-drop", "ALL", "--uid", "1000", "--gid", "1000",
-                "--hostname", "sandbox", "--json-status-fd", str(status_fd), "--block-fd", str(block_fd),
-                "--clearenv", "--setenv", "PATH", os.path.dirname(root.python), "--setenv", "HOME", WORK,
-                "--setenv", "LANG", "C.UTF-8"]
+        argv = [
+            self.bwrap,
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--as-pid-1",
+            "--cap-drop",
+            "ALL",
+            "--uid",
+            "1000",
+            "--gid",
+            "1000",
+            "--hostname",
+            "sandbox",
+            "--json-status-fd",
+            str(status_fd),
+            "--block-fd",
+            str(block_fd),
+            "--clearenv",
+            "--setenv",
+            "PATH",
+            os.path.dirname(root.python),
+            "--setenv",
+            "HOME",
+            WORK,
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+        ]
         for source, target in root.binds:
             argv += ["--ro-bind", source, target]
         for hidden in root.hidden:
             argv += ["--tmpfs", hidden, "--remount-ro", hidden]
-        argv += ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc",
-                 "--size", str(self.limits.tmpfs_bytes), "--perms", "0700", "--tmpfs", WORK,
-                 "--perms", "0400", "--file", str(program_fd), PROGRAM,
-                 "--remount-ro", "/", "--chdir", WORK,
-                 "--", root.python, "-I", "-B", PROGRAM]
+        argv += [
+            "--dev",
+            "/dev",
+            "--remount-ro",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--size",
+            str(self.limits.tmpfs_bytes),
+            "--perms",
+            "0700",
+            "--tmpfs",
+            WORK,
+            "--perms",
+            "0400",
+            "--file",
+            str(program_fd),
+            PROGRAM,
+            "--remount-ro",
+            "/",
+            "--chdir",
+            WORK,
+            "--",
+            root.python,
+            "-I",
+            "-B",
+            PROGRAM,
+        ]
         return argv
 
     def run(self, program: str) -> Result:
@@ -86,9 +135,12 @@ class Bubblewrap:
             # surrogatepass: a lone surrogate becomes the interpreter's SyntaxError, not our crash
             os.write(program_fd, program.encode("utf-8", "surrogatepass"))
             os.lseek(program_fd, 0, os.SEEK_SET)
-            return Launch(self.argv(program_fd, status_write, block_read),
-                          pass_fds=(program_fd, status_write, block_read), status_read=status_read,
-                          block_write=block_write)
+            return Launch(
+                self.argv(program_fd, status_write, block_read),
+                pass_fds=(program_fd, status_write, block_read),
+                status_read=status_read,
+                block_write=block_write,
+            )
         except BaseException:
             for fd in (program_fd, status_read, status_write, block_read, block_write):
                 os.close(fd)

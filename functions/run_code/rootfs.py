@@ -28,10 +28,10 @@ LDD_LINE = re.compile(r"^\s*(?:\S+\s+=>\s+)?(/\S+)\s+\(0x[0-9a-f]+\)$")
 
 @dataclass(frozen=True)
 class Root:
-    python: str                          # the interpreter's real path, the same inside
+    python: str  # the interpreter's real path, the same inside
     version: str
-    binds: tuple[tuple[str, str], ...]   # (host path, sandbox path), read-only
-    hidden: tuple[str, ...]              # directories inside a bind that stay empty (site-packages)
+    binds: tuple[tuple[str, str], ...]  # (host path, sandbox path), read-only
+    hidden: tuple[str, ...]  # directories inside a bind that stay empty (site-packages)
 
 
 def discover(python: str) -> Root:
@@ -48,16 +48,18 @@ def discover(python: str) -> Root:
         binds[lib] = os.path.realpath(lib)
     binds.update({d: d for d in stdlib})
     hidden = tuple(s for s in info["site"] if any(s.startswith(d + "/") for d in stdlib) and os.path.isdir(s))
-    return Root(python=real, version=info["version"], binds=tuple((src, dst) for dst, src in sorted(binds.items())),
-                hidden=hidden)
+    return Root(
+        python=real, version=info["version"], binds=tuple((src, dst) for dst, src in sorted(binds.items())), hidden=hidden
+    )
 
 
 def linked_libraries(binaries: list[str]) -> set[str]:
     """Every shared library (and the loader) the binaries link, as paths the loader will look for."""
     # At the lowest priority: it runs beside a cold start, which should not wait for it.
     nice = ["nice", "-n", "19"] if shutil.which("nice") else []
-    run = subprocess.run([*nice, "ldd", *binaries], env={"LC_ALL": "C", "PATH": os.defpath}, capture_output=True,
-                         text=True, timeout=60)
+    run = subprocess.run(
+        [*nice, "ldd", *binaries], env={"LC_ALL": "C", "PATH": os.defpath}, capture_output=True, text=True, timeout=60
+    )
     found = set()
     for line in run.stdout.splitlines():
         match = LDD_LINE.match(line)

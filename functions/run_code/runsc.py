@@ -53,17 +53,31 @@ class Runsc:
         killed = True
         try:
             write_bundle(bundle, self.root.get(), self.limits, program)
-            argv = [self.runsc, "--root", self.state, "--network=none", f"--platform={self.platform}",
-                    "run", "--bundle", bundle, container]
-            result = supervise(Launch(argv, rlimits=False), self.limits, prlimit="", uid=None,
-                               bound=self.bounds.for_run())
+            argv = [
+                self.runsc,
+                "--root",
+                self.state,
+                "--network=none",
+                f"--platform={self.platform}",
+                "run",
+                "--bundle",
+                bundle,
+                container,
+            ]
+            result = supervise(Launch(argv, rlimits=False), self.limits, prlimit="", uid=None, bound=self.bounds.for_run())
             killed = result.exit_status is None
             return result
         finally:
             if killed:  # `runsc run` cleans up after itself, unless it was killed
-                subprocess.run([self.runsc, "--root", self.state, "delete", "--force", container],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               env={}, timeout=10, check=False)
+                subprocess.run(
+                    [self.runsc, "--root", self.state, "delete", "--force", container],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    env={},
+                    timeout=10,
+                    check=False,
+                )
             shutil.rmtree(bundle, ignore_errors=True)
 
 
@@ -72,8 +86,12 @@ def write_bundle(bundle: str, root: Root, limits: Limits, program: str) -> None:
     mounts = [
         {"destination": "/proc", "type": "proc", "source": "proc"},
         {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["mode=0755", "size=64k", "ro"]},
-        {"destination": WORK, "type": "tmpfs", "source": "tmpfs",
-         "options": [f"size={limits.tmpfs_bytes}", "mode=0700", "uid=1000", "gid=1000"]},
+        {
+            "destination": WORK,
+            "type": "tmpfs",
+            "source": "tmpfs",
+            "options": [f"size={limits.tmpfs_bytes}", "mode=0700", "uid=1000", "gid=1000"],
+        },
     ]
     for source, target in root.binds:
         _mount_point(rootfs + target, directory=os.path.isdir(source))
@@ -99,9 +117,14 @@ def write_bundle(bundle: str, root: Root, limits: Limits, program: str) -> None:
             "cwd": WORK,
             "noNewPrivileges": True,
             "capabilities": {k: [] for k in ("bounding", "effective", "inheritable", "permitted", "ambient")},
-            "rlimits": [rlimit("RLIMIT_AS", limits.memory_bytes), rlimit("RLIMIT_NPROC", limits.processes),
-                        rlimit("RLIMIT_FSIZE", limits.file_bytes), rlimit("RLIMIT_NOFILE", limits.open_files),
-                        rlimit("RLIMIT_CPU", limits.cpu_seconds), rlimit("RLIMIT_CORE", 0)],
+            "rlimits": [
+                rlimit("RLIMIT_AS", limits.memory_bytes),
+                rlimit("RLIMIT_NPROC", limits.processes),
+                rlimit("RLIMIT_FSIZE", limits.file_bytes),
+                rlimit("RLIMIT_NOFILE", limits.open_files),
+                rlimit("RLIMIT_CPU", limits.cpu_seconds),
+                rlimit("RLIMIT_CORE", 0),
+            ],
         },
         "root": {"path": "rootfs", "readonly": True},
         "hostname": "sandbox",

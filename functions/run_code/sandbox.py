@@ -39,12 +39,12 @@ class SandboxError(Exception):
 class Limits:
     wall_seconds: float = 10.0
     cpu_seconds: int = 5
-    memory_bytes: int = 256 * MB   # memory of the run (all its processes), and address space of each process
-    processes: int = 16            # processes and threads of the run
-    file_bytes: int = 8 * MB       # the largest file it may write
+    memory_bytes: int = 256 * MB  # memory of the run (all its processes), and address space of each process
+    processes: int = 16  # processes and threads of the run
+    file_bytes: int = 8 * MB  # the largest file it may write
     open_files: int = 64
     output_bytes: int = 64 * 1024  # kept of stdout, and of stderr; more ends the run
-    tmpfs_bytes: int = 16 * MB     # its scratch space
+    tmpfs_bytes: int = 16 * MB  # its scratch space
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Limits:
@@ -71,11 +71,11 @@ class Limits:
 class Result:
     stdout: str
     stderr: str
-    exit_status: int | None   # as a shell reports it: 128 + N when signal N ended it; None when we killed it
+    exit_status: int | None  # as a shell reports it: 128 + N when signal N ended it; None when we killed it
     signal: str | None
     wall_ms: int
     cpu_ms: int
-    limit: str | None         # wall_time | cpu_time | memory | processes | file_size | open_files | output
+    limit: str | None  # wall_time | cpu_time | memory | processes | file_size | open_files | output
     truncated: dict[str, bool]
 
 
@@ -94,7 +94,7 @@ class Launch:
 
     argv: list[str]
     pass_fds: tuple[int, ...] = ()  # handed to the command; `supervise` closes them once it started
-    rlimits: bool = True            # apply the limits with prlimit (bubblewrap); runsc applies them itself
+    rlimits: bool = True  # apply the limits with prlimit (bubblewrap); runsc applies them itself
     status_read: int | None = None  # read end of bwrap's --json-status-fd: a setup failure has no exit-code
     block_write: int | None = None  # write end of bwrap's --block-fd: the program starts once the run's bound holds
 
@@ -157,9 +157,16 @@ def prlimit_prefix(limits: Limits, prlimit: str, *, nproc: bool) -> list[str]:
     The process limit only for a run with a host uid of its own: set before the run's user namespace exists,
     the kernel counts it against that uid, which would be the service's own (shared by every run) otherwise;
     `RunBound.enter` sets it inside the namespace instead."""
-    return [prlimit, f"--as={limits.memory_bytes}", *([f"--nproc={limits.processes}"] if nproc else []),
-            f"--fsize={limits.file_bytes}", f"--nofile={limits.open_files}", f"--cpu={limits.cpu_seconds}",
-            "--core=0", "--"]
+    return [
+        prlimit,
+        f"--as={limits.memory_bytes}",
+        *([f"--nproc={limits.processes}"] if nproc else []),
+        f"--fsize={limits.file_bytes}",
+        f"--nofile={limits.open_files}",
+        f"--cpu={limits.cpu_seconds}",
+        "--core=0",
+        "--",
+    ]
 
 
 def find_prlimit(env: Mapping[str, str]) -> str:
@@ -167,8 +174,7 @@ def find_prlimit(env: Mapping[str, str]) -> str:
     return found
 
 
-def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None,
-              bound: RunBound | None = None) -> Result:
+def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None, bound: RunBound | None = None) -> Result:
     """Run the launch under the limits and the run's bound; collect capped output; kill at the deadline, on a
     flood, or when the bound says the run is over it."""
     argv = (prlimit_prefix(limits, prlimit, nproc=uid is not None) if launch.rlimits else []) + launch.argv
@@ -177,8 +183,17 @@ def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None,
     started = time.monotonic()
     deadline = started + limits.wall_seconds
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env={}, pass_fds=launch.pass_fds, start_new_session=True, close_fds=True, **ids)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={},
+            pass_fds=launch.pass_fds,
+            start_new_session=True,
+            close_fds=True,
+            **ids,
+        )
     except OSError as e:
         _close(launch.pass_fds)
         _close([launch.block_write] if launch.block_write is not None else [])
@@ -225,7 +240,7 @@ def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None,
                         continue
                     kept = out[key.data]
                     room = limits.output_bytes - len(kept)
-                    kept += chunk[:max(room, 0)]
+                    kept += chunk[: max(room, 0)]
                     if len(chunk) > room:
                         truncated[key.data] = True
                         killed_for = "output"
@@ -257,10 +272,16 @@ def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None,
     else:
         exit_status, sig = code, _signal_name(code - 128) if code > 128 else None
     stderr = out["stderr"].decode("utf-8", "replace")
-    return Result(stdout=out["stdout"].decode("utf-8", "replace"), stderr=stderr, exit_status=exit_status,
-                  signal=sig, wall_ms=wall_ms, cpu_ms=cpu_ms,
-                  limit=killed_for or kernel_stopped or classify(exit_status, cpu_ms, stderr, limits),
-                  truncated=truncated)
+    return Result(
+        stdout=out["stdout"].decode("utf-8", "replace"),
+        stderr=stderr,
+        exit_status=exit_status,
+        signal=sig,
+        wall_ms=wall_ms,
+        cpu_ms=cpu_ms,
+        limit=killed_for or kernel_stopped or classify(exit_status, cpu_ms, stderr, limits),
+        truncated=truncated,
+    )
 
 
 def _start(block_write: int, status: Status, bound: RunBound | None, deadline: float, *, nproc: bool) -> int | None:
@@ -399,4 +420,3 @@ def classify(exit_status: int | None, cpu_ms: int, stderr: str, limits: Limits) 
     if "Too many open files" in tail:
         return "open_files"
     return None
-

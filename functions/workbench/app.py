@@ -37,6 +37,7 @@ bp = Blueprint("workbench", __name__)
 
 # --- the doors ---------------------------------------------------------------------------------------------
 
+
 @bp.get("/")
 def page() -> Response:
     """The page."""
@@ -59,14 +60,23 @@ def settings() -> Response:
 
 # --- the work: headers that hold the page to its own site ---------------------------------------------------
 
+
 def policy(issuer: str) -> str:
     """The page's Content-Security-Policy: its own files only, no inline script or style, fetches to this site
     and the issuer's token endpoint, never framed."""
     issuer_origin = "{0.scheme}://{0.netloc}".format(urlsplit(issuer))
-    return "; ".join([
-        "default-src 'none'", "script-src 'self'", "style-src 'self'", "img-src 'self' data:",
-        f"connect-src 'self' {issuer_origin}", "form-action 'none'", "base-uri 'none'", "frame-ancestors 'none'",
-    ])
+    return "; ".join(
+        [
+            "default-src 'none'",
+            "script-src 'self'",
+            "style-src 'self'",
+            "img-src 'self' data:",
+            f"connect-src 'self' {issuer_origin}",
+            "form-action 'none'",
+            "base-uri 'none'",
+            "frame-ancestors 'none'",
+        ]
+    )
 
 
 def protect(response: Response) -> Response:
@@ -83,20 +93,46 @@ OPENAPI = {
     "openapi": "3.1.0",
     "info": {"title": "agentfn workbench", "version": "1"},
     "paths": {
-        "/": {"get": {"summary": "The page", "responses": {"200": {"description": "the page",
-                                                                   "content": {"text/html": {}}}}}},
-        "/assets/{name}": {"get": {
-            "summary": "The page's script, style and icon",
-            "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
-            "responses": {"200": {"description": "the file"},
-                          "404": {"description": "no such asset",
-                                  "content": {"application/problem+json": {"schema": {"type": "object"}}}}}}},
-        "/workbench.json": {"get": {"summary": "Sign-in settings", "responses": {"200": {
-            "description": "the issuer, client id and scopes",
-            "content": {"application/json": {"schema": {
-                "type": "object", "required": ["issuer", "client_id", "scope"], "additionalProperties": False,
-                "properties": {"issuer": {"type": "string"}, "client_id": {"type": "string"},
-                               "scope": {"type": "string"}}}}}}}}},
+        "/": {
+            "get": {"summary": "The page", "responses": {"200": {"description": "the page", "content": {"text/html": {}}}}}
+        },
+        "/assets/{name}": {
+            "get": {
+                "summary": "The page's script, style and icon",
+                "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "responses": {
+                    "200": {"description": "the file"},
+                    "404": {
+                        "description": "no such asset",
+                        "content": {"application/problem+json": {"schema": {"type": "object"}}},
+                    },
+                },
+            }
+        },
+        "/workbench.json": {
+            "get": {
+                "summary": "Sign-in settings",
+                "responses": {
+                    "200": {
+                        "description": "the issuer, client id and scopes",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["issuer", "client_id", "scope"],
+                                    "additionalProperties": False,
+                                    "properties": {
+                                        "issuer": {"type": "string"},
+                                        "client_id": {"type": "string"},
+                                        "scope": {"type": "string"},
+                                    },
+                                }
+                            }
+                        },
+                    }
+                },
+            }
+        },
     },
 }
 
@@ -107,10 +143,18 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
     issuer = env.get("AGENTFN_WORKBENCH_ISSUER") or env.get("AGENTFN_JWT_ISSUER")
     if not issuer or urlsplit(issuer).scheme not in ("http", "https"):
         raise SystemExit("AGENTFN_WORKBENCH_ISSUER (or AGENTFN_JWT_ISSUER) must be the issuer's http(s) URL")
-    app = http.create_app("agentfn.workbench", openapi=OPENAPI, readiness={"page": (STATIC / "index.html").is_file},
-                          identity=None, max_request_bytes=1024)
-    app.config["WORKBENCH"] = {"issuer": issuer.rstrip("/"), "client_id": env.get("AGENTFN_WORKBENCH_CLIENT_ID", CLIENT_ID),
-                               "scope": env.get("AGENTFN_WORKBENCH_SCOPE", "openid")}
+    app = http.create_app(
+        "agentfn.workbench",
+        openapi=OPENAPI,
+        readiness={"page": (STATIC / "index.html").is_file},
+        identity=None,
+        max_request_bytes=1024,
+    )
+    app.config["WORKBENCH"] = {
+        "issuer": issuer.rstrip("/"),
+        "client_id": env.get("AGENTFN_WORKBENCH_CLIENT_ID", CLIENT_ID),
+        "scope": env.get("AGENTFN_WORKBENCH_SCOPE", "openid"),
+    }
     app.config["WORKBENCH_CSP"] = policy(issuer)
     app.register_blueprint(bp)
     app.after_request(protect)

@@ -22,8 +22,12 @@ __all__ = ["HEADER", "Row", "main", "records", "rows", "table"]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agentfn_operator.audit", description=__doc__.split("\n")[0])
-    parser.add_argument("registry", nargs="?", default=os.environ.get("AGENTFN_REGISTRY_FILE", "var/registry.json"),
-                        help="the registry file, or - for standard input")
+    parser.add_argument(
+        "registry",
+        nargs="?",
+        default=os.environ.get("AGENTFN_REGISTRY_FILE", "var/registry.json"),
+        help="the registry file, or - for standard input",
+    )
     parser.add_argument("--json", action="store_true", help="rows as JSON objects")
     args = parser.parse_args(argv)
     text = sys.stdin.read() if args.registry == "-" else open(args.registry).read()

@@ -44,17 +44,25 @@ class Cluster:
             annotations = (current.get("metadata") or {}).get("annotations") or {}
             if annotations.get(REVISION_ANNOTATION) == revision and (current.get("data") or {}) == {REGISTRY_KEY: data}:
                 return False
-        meta = {"labels": {**LABELS, "app.kubernetes.io/component": "registry"},
-                "annotations": {REVISION_ANNOTATION: revision}}
+        meta = {
+            "labels": {**LABELS, "app.kubernetes.io/component": "registry"},
+            "annotations": {REVISION_ANNOTATION: revision},
+        }
         if current is None:
-            self.api.create(self._path("v1", "configmaps"), {
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": self.config.configmap, "namespace": self.config.namespace, **meta},
-                "data": {REGISTRY_KEY: data}})
+            self.api.create(
+                self._path("v1", "configmaps"),
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": self.config.configmap, "namespace": self.config.namespace, **meta},
+                    "data": {REGISTRY_KEY: data},
+                },
+            )
         else:
             # data as a whole: a key someone added by hand goes, so the file is exactly the registry
-            self.api.merge_patch(path, {"metadata": meta, "data": {k: None for k in current.get("data") or {}}
-                                        | {REGISTRY_KEY: data}})
+            self.api.merge_patch(
+                path, {"metadata": meta, "data": {k: None for k in current.get("data") or {}} | {REGISTRY_KEY: data}}
+            )
         return True
 
     def write_network_policy(self, policy: Mapping[str, Any]) -> bool:
@@ -65,8 +73,9 @@ class Cluster:
             return True
         if _pruned(current.get("spec")) == _pruned(policy["spec"]):
             return False
-        self.api.merge_patch(path, {"metadata": {k: policy["metadata"][k] for k in ("labels", "annotations")},
-                                    "spec": policy["spec"]})
+        self.api.merge_patch(
+            path, {"metadata": {k: policy["metadata"][k] for k in ("labels", "annotations")}, "spec": policy["spec"]}
+        )
         return True
 
     def write_status(self, obj: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
@@ -80,22 +89,37 @@ class Cluster:
             raise
         return True
 
-
     def post_event(self, obj: Mapping[str, Any], type: str, reason: str, message: str) -> None:
         """A core v1 Event on the object. Posted here, not with kopf.event: a publish also runs outside any
         handler (start-up, the lease thread), where kopf's event queue is not at hand."""
         meta = obj["metadata"]
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        self.api.create(self._path("v1", "events"), {
-            "apiVersion": "v1", "kind": "Event",
-            # Named as client-go names events (object name, a unique suffix), not by generateName.
-            "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}", "namespace": self.config.namespace},
-            "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
-                               "namespace": self.config.namespace, "uid": meta.get("uid"),
-                               "resourceVersion": meta.get("resourceVersion")},
-            "type": type, "reason": reason, "message": message[:1024],
-            "source": {"component": "agentfn-operator"}, "reportingComponent": "agentfn-operator",
-            "reportingInstance": self.config.identity, "firstTimestamp": now, "lastTimestamp": now, "count": 1})
+        self.api.create(
+            self._path("v1", "events"),
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                # Named as client-go names events (object name, a unique suffix), not by generateName.
+                "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}", "namespace": self.config.namespace},
+                "involvedObject": {
+                    "apiVersion": obj["apiVersion"],
+                    "kind": obj["kind"],
+                    "name": meta["name"],
+                    "namespace": self.config.namespace,
+                    "uid": meta.get("uid"),
+                    "resourceVersion": meta.get("resourceVersion"),
+                },
+                "type": type,
+                "reason": reason,
+                "message": message[:1024],
+                "source": {"component": "agentfn-operator"},
+                "reportingComponent": "agentfn-operator",
+                "reportingInstance": self.config.identity,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            },
+        )
 
 
 def _pruned(spec: Any) -> Any:

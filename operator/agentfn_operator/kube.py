@@ -58,10 +58,20 @@ class Api:
                 session.verify = False
             elif info.ca_path or info.ca_data:
                 session.verify = str(info.ca_path) if info.ca_path else self._cached(info.ca_data)
-            cert = str(info.certificate_path) if info.certificate_path else \
-                self._cached(info.certificate_data) if info.certificate_data else None
-            key = str(info.private_key_path) if info.private_key_path else \
-                self._cached(info.private_key_data) if info.private_key_data else None
+            cert = (
+                str(info.certificate_path)
+                if info.certificate_path
+                else self._cached(info.certificate_data)
+                if info.certificate_data
+                else None
+            )
+            key = (
+                str(info.private_key_path)
+                if info.private_key_path
+                else self._cached(info.private_key_data)
+                if info.private_key_data
+                else None
+            )
             if cert:
                 session.cert = (cert, key) if key else cert
             self._local.session, self._local.info = session, info
@@ -72,18 +82,32 @@ class Api:
             self._files[data] = _file(data)
         return self._files[data]
 
-    def request(self, method: str, path: str, *, body: Any = None, params: Mapping[str, str] | None = None,
-                content_type: str = "application/json") -> dict[str, Any]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
         session, server = self._session()
-        response = session.request(method, server + path, json=body, params=params, timeout=TIMEOUT,
-                                   headers={"Content-Type": content_type, "Accept": "application/json"})
+        response = session.request(
+            method,
+            server + path,
+            json=body,
+            params=params,
+            timeout=TIMEOUT,
+            headers={"Content-Type": content_type, "Accept": "application/json"},
+        )
         if response.status_code >= 400:
             try:
                 status = response.json()
             except ValueError:
                 status = {}
-            raise ApiError(response.status_code, status.get("reason", response.reason),
-                           status.get("message", response.text[:300]))
+            raise ApiError(
+                response.status_code, status.get("reason", response.reason), status.get("message", response.text[:300])
+            )
         return response.json() if response.content else {}
 
     def get(self, path: str, **kw) -> dict[str, Any]:

@@ -36,8 +36,15 @@ def _parse(value: str | None) -> datetime.datetime | None:
 
 
 class Elector:
-    def __init__(self, api: Api, config: Config, logger: logging.Logger | logging.LoggerAdapter, *,
-                 on_acquired: Callable[[], None], on_tick: Callable[[bool], None]):
+    def __init__(
+        self,
+        api: Api,
+        config: Config,
+        logger: logging.Logger | logging.LoggerAdapter,
+        *,
+        on_acquired: Callable[[], None],
+        on_tick: Callable[[bool], None],
+    ):
         self.api, self.config, self.logger = api, config, logger
         self.on_acquired, self.on_tick = on_acquired, on_tick
         self.path = namespaced("coordination.k8s.io/v1", config.namespace, "leases", config.lease)
@@ -85,19 +92,28 @@ class Elector:
     def _spec(self, moment: datetime.datetime, current: dict[str, Any] | None) -> dict[str, Any]:
         transitions = (current or {}).get("leaseTransitions") or 0
         mine = (current or {}).get("holderIdentity") == self.config.identity
-        return {"holderIdentity": self.config.identity, "leaseDurationSeconds": self.config.lease_seconds,
-                "acquireTime": (current or {}).get("acquireTime") if mine else _micro(moment),
-                "renewTime": _micro(moment), "leaseTransitions": transitions if mine or not current else transitions + 1}
+        return {
+            "holderIdentity": self.config.identity,
+            "leaseDurationSeconds": self.config.lease_seconds,
+            "acquireTime": (current or {}).get("acquireTime") if mine else _micro(moment),
+            "renewTime": _micro(moment),
+            "leaseTransitions": transitions if mine or not current else transitions + 1,
+        }
 
     def _attempt(self) -> None:
         started, moment = time.monotonic(), _now()
         lease = self.api.get_or_none(self.path)
         try:
             if lease is None:
-                self.api.create(self.path.rsplit("/", 1)[0], {
-                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.config.lease, "namespace": self.config.namespace},
-                    "spec": self._spec(moment, None)})
+                self.api.create(
+                    self.path.rsplit("/", 1)[0],
+                    {
+                        "apiVersion": "coordination.k8s.io/v1",
+                        "kind": "Lease",
+                        "metadata": {"name": self.config.lease, "namespace": self.config.namespace},
+                        "spec": self._spec(moment, None),
+                    },
+                )
             else:
                 spec = lease.get("spec") or {}
                 holder = spec.get("holderIdentity") or None
@@ -110,8 +126,13 @@ class Elector:
                     self._holder = holder
                     return
                 # resourceVersion makes the patch conditional: of two replicas racing, one gets 409.
-                self.api.merge_patch(self.path, {"metadata": {"resourceVersion": lease["metadata"].get("resourceVersion")},
-                                                 "spec": self._spec(moment, spec)})
+                self.api.merge_patch(
+                    self.path,
+                    {
+                        "metadata": {"resourceVersion": lease["metadata"].get("resourceVersion")},
+                        "spec": self._spec(moment, spec),
+                    },
+                )
         except ApiError as e:
             if e.status == 409:  # another replica wrote first; it holds the lease
                 return
@@ -124,8 +145,13 @@ class Elector:
             lease = self.api.get(self.path)
             if (lease.get("spec") or {}).get("holderIdentity") == self.config.identity:
                 # As client-go does: an empty holder with a 1 s duration lets the next replica in at once.
-                self.api.merge_patch(self.path, {"metadata": {"resourceVersion": lease["metadata"].get("resourceVersion")},
-                                                 "spec": {"holderIdentity": None, "leaseDurationSeconds": 1}})
+                self.api.merge_patch(
+                    self.path,
+                    {
+                        "metadata": {"resourceVersion": lease["metadata"].get("resourceVersion")},
+                        "spec": {"holderIdentity": None, "leaseDurationSeconds": 1},
+                    },
+                )
                 self.logger.info(f"lease {self.config.lease} released")
         except Exception as e:
             self.logger.warning(f"lease {self.config.lease} not released: {e}")

@@ -71,8 +71,12 @@ def _stamp(paths: list[Path]) -> tuple:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agentfn_operator.local", description=__doc__.split("\n")[0])
     parser.add_argument("paths", nargs="+", type=Path, help="YAML files or folders of them (e.g. examples/)")
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("AGENTFN_REGISTRY_FILE", "var/registry.json")),
-                        help="the registry file (default: $AGENTFN_REGISTRY_FILE or var/registry.json)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(os.environ.get("AGENTFN_REGISTRY_FILE", "var/registry.json")),
+        help="the registry file (default: $AGENTFN_REGISTRY_FILE or var/registry.json)",
+    )
     parser.add_argument("--watch", action="store_true", help="rewrite whenever a file changes")
     parser.add_argument("--interval", type=float, default=0.5, help="--watch: seconds between looks")
     args = parser.parse_args(argv)

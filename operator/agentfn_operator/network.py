@@ -19,8 +19,21 @@ MODEL_FUNCTION = "model"
 
 def policy(config: Config, functions: Iterable[str]) -> dict[str, Any]:
     services = sorted({config.function_service(f) for f in functions})
-    egress = [{"to": [{"podSelector": {"matchExpressions": [
-        {"key": config.function_label, "operator": "In", "values": services}]}}]}] if services else []
+    egress = (
+        [
+            {
+                "to": [
+                    {
+                        "podSelector": {
+                            "matchExpressions": [{"key": config.function_label, "operator": "In", "values": services}]
+                        }
+                    }
+                ]
+            }
+        ]
+        if services
+        else []
+    )
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -28,8 +41,10 @@ def policy(config: Config, functions: Iterable[str]) -> dict[str, Any]:
             "name": config.network_policy,
             "namespace": config.namespace,
             "labels": {**LABELS, "app.kubernetes.io/component": "registry"},
-            "annotations": {"agentfn.dev/why": "egress from the model function to the tool functions some "
-                                               "ToolGrant uses; written by the agentfn operator"},
+            "annotations": {
+                "agentfn.dev/why": "egress from the model function to the tool functions some "
+                "ToolGrant uses; written by the agentfn operator"
+            },
         },
         "spec": {
             "podSelector": {"matchLabels": {config.function_label: config.function_service(MODEL_FUNCTION)}},

@@ -22,8 +22,13 @@ from .status import changed_readiness, desired
 
 
 class Publisher:
-    def __init__(self, cluster: Cluster, catalog: Catalog, logger: logging.Logger | logging.LoggerAdapter,
-                 may_write: Callable[[], bool]):
+    def __init__(
+        self,
+        cluster: Cluster,
+        catalog: Catalog,
+        logger: logging.Logger | logging.LoggerAdapter,
+        may_write: Callable[[], bool],
+    ):
         self.cluster, self.catalog, self.logger = cluster, catalog, logger
         self.may_write = may_write
         self._publishing = threading.Lock()
@@ -62,8 +67,7 @@ class Publisher:
         if not self.may_write():
             return  # the hold lapsed while reading: the next holder publishes
         if self.cluster.write_registry(outcome.registry):
-            self.logger.info(f"registry {outcome.revision[:19]} written: {len(outcome.registry['agents'])} agents "
-                             f"({why})")
+            self.logger.info(f"registry {outcome.revision[:19]} written: {len(outcome.registry['agents'])} agents ({why})")
         functions = functions_in_use(outcome.registry, self.catalog)
         if self.cluster.write_network_policy(policy(self.cluster.config, functions)):
             self.logger.info(f"network policy written: the model function may reach {', '.join(functions) or 'no tool'}")

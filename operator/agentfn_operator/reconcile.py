@@ -187,8 +187,10 @@ def _grant(obj: Mapping[str, Any], catalog: Catalog, position: int) -> _Grant:
         raise Invalid("ForbiddenChannel", f"{tool} is {why} callable {names}")
     if tool in ONLY_FOR and not set(agents) <= ONLY_FOR[tool]:
         others = sorted(set(agents) - ONLY_FOR[tool])
-        raise Invalid("ForbiddenAgent", f"{tool} may only be granted to {', '.join(sorted(ONLY_FOR[tool]))}, "
-                                        f"not to {', '.join(others)}")
+        raise Invalid(
+            "ForbiddenAgent",
+            f"{tool} may only be granted to {', '.join(sorted(ONLY_FOR[tool]))}, not to {', '.join(others)}",
+        )
     if not subjects and not groups:
         raise Invalid("NoCallers", "a grant names at least one subject or group")
     if not channels:
@@ -198,8 +200,9 @@ def _grant(obj: Mapping[str, Any], catalog: Catalog, position: int) -> _Grant:
     return _Grant(obj, name, (created, position, name), tool, agents, subjects, groups, channels, limit, approval)
 
 
-def _verdict(kind: str, obj: Mapping[str, Any], ready: bool, reason: str, message: str,
-             columns: Mapping[str, str]) -> Verdict:
+def _verdict(
+    kind: str, obj: Mapping[str, Any], ready: bool, reason: str, message: str, columns: Mapping[str, str]
+) -> Verdict:
     namespace, name, generation = _meta(obj)
     return Verdict(kind, namespace, name, generation, ready, reason, message, dict(columns))
 
@@ -234,8 +237,10 @@ def reconcile(catalog: Catalog, agents: Sequence[Mapping[str, Any]], grants: Seq
             for agent in grant.agents:
                 if agent not in valid_agents:
                     known = agent in seen
-                    raise Invalid("AgentInvalid" if known else "UnknownAgent",
-                                  f"agent {agent} is invalid" if known else f"no agent named {agent}")
+                    raise Invalid(
+                        "AgentInvalid" if known else "UnknownAgent",
+                        f"agent {agent} is invalid" if known else f"no agent named {agent}",
+                    )
                 if grant.tool not in valid_agents[agent].spec["tools"]:
                     raise Invalid("NotNamedByAgent", f"agent {agent} does not name the tool {grant.tool}")
             candidates.append(grant)
@@ -248,10 +253,16 @@ def reconcile(catalog: Catalog, agents: Sequence[Mapping[str, Any]], grants: Seq
         keys = [(grant.tool, "step", a) for a in grant.agents] + [(grant.tool, c) for c in grant.channels if c != "step"]
         taken = next((k for k in keys if k in owners), None)
         if taken:
-            what = f"agent {taken[2]} already has {grant.tool}" if taken[1] == "step" else \
-                f"{grant.tool} is already callable {'over MCP' if taken[1] == 'mcp' else 'alone'}"
-            verdicts.append(_verdict("ToolGrant", grant.obj, False, "Conflict",
-                                     f"{what} through grant {owners[taken]}", NO_GRANT_COLUMNS))
+            what = (
+                f"agent {taken[2]} already has {grant.tool}"
+                if taken[1] == "step"
+                else f"{grant.tool} is already callable {'over MCP' if taken[1] == 'mcp' else 'alone'}"
+            )
+            verdicts.append(
+                _verdict(
+                    "ToolGrant", grant.obj, False, "Conflict", f"{what} through grant {owners[taken]}", NO_GRANT_COLUMNS
+                )
+            )
             continue
         owners.update({k: grant.name for k in keys})
         effective.append(grant)
@@ -259,10 +270,21 @@ def reconcile(catalog: Catalog, agents: Sequence[Mapping[str, Any]], grants: Seq
     registry = _document(valid_agents, effective)
 
     for grant in effective:
-        verdicts.append(_verdict("ToolGrant", grant.obj, True, "Granted",
-                                 f"{grant.tool} for {_who(grant)} through {', '.join(grant.channels)}", {
-                                     "agents": ",".join(grant.agents), "subjects": ",".join(grant.subjects),
-                                     "groups": ",".join(grant.groups), "channels": ",".join(grant.channels)}))
+        verdicts.append(
+            _verdict(
+                "ToolGrant",
+                grant.obj,
+                True,
+                "Granted",
+                f"{grant.tool} for {_who(grant)} through {', '.join(grant.channels)}",
+                {
+                    "agents": ",".join(grant.agents),
+                    "subjects": ",".join(grant.subjects),
+                    "groups": ",".join(grant.groups),
+                    "channels": ",".join(grant.channels),
+                },
+            )
+        )
     for obj, parsed in agent_objs:
         if isinstance(parsed, Invalid):
             verdicts.append(_verdict("Agent", obj, False, parsed.reason, parsed.message, {"tools": ""}))
@@ -279,15 +301,21 @@ def reconcile(catalog: Catalog, agents: Sequence[Mapping[str, Any]], grants: Seq
 
 
 def _who(grant: _Grant) -> str:
-    parts = [f"subjects {', '.join(grant.subjects)}"] * bool(grant.subjects) + \
-            [f"groups {', '.join(grant.groups)}"] * bool(grant.groups)
+    parts = [f"subjects {', '.join(grant.subjects)}"] * bool(grant.subjects) + [f"groups {', '.join(grant.groups)}"] * bool(
+        grant.groups
+    )
     return " and ".join(parts)
 
 
 def _access(grant: _Grant) -> dict[str, Any]:
     namespace = _meta(grant.obj)[0]
-    return {"subjects": sorted(grant.subjects), "groups": sorted(grant.groups), "dailyLimit": grant.daily_limit,
-            "grant": f"{namespace}/{grant.name}", "approval": grant.approval}
+    return {
+        "subjects": sorted(grant.subjects),
+        "groups": sorted(grant.groups),
+        "dailyLimit": grant.daily_limit,
+        "grant": f"{namespace}/{grant.name}",
+        "approval": grant.approval,
+    }
 
 
 def _document(agents: Mapping[str, _Agent], grants: Iterable[_Grant]) -> dict[str, Any]:
@@ -297,8 +325,14 @@ def _document(agents: Mapping[str, _Agent], grants: Iterable[_Grant]) -> dict[st
         agent = agents[name]
         namespace = _meta(agent.obj)[0]
         spec = agent.spec
-        body["agents"][name] = {"object": f"{namespace}/{name}", "brief": spec["brief"], "tier": spec["tier"],
-                                "memory": spec["memory"], "limits": dict(spec["limits"]), "tools": {}}
+        body["agents"][name] = {
+            "object": f"{namespace}/{name}",
+            "brief": spec["brief"],
+            "tier": spec["tier"],
+            "memory": spec["memory"],
+            "limits": dict(spec["limits"]),
+            "tools": {},
+        }
     for grant in grants:
         for agent in grant.agents:
             body["agents"][agent]["tools"][grant.tool] = _access(grant)
@@ -322,6 +356,7 @@ def dumps(registry: Mapping[str, Any]) -> str:
 
 def functions_in_use(registry: Mapping[str, Any], catalog: Catalog) -> list[str]:
     """The functions serving some tool that some grant gives, through any channel (the NetworkPolicy's targets)."""
-    tools = {t for agent in registry["agents"].values() for t in agent["tools"]} | set(registry["alone"]) | \
-        set(registry["mcp"])
+    tools = (
+        {t for agent in registry["agents"].values() for t in agent["tools"]} | set(registry["alone"]) | set(registry["mcp"])
+    )
     return sorted({catalog[t].function for t in tools})

@@ -48,9 +48,11 @@ def operator_started(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: l
 def registry_revision(memo: kopf.Memo, **_) -> dict:
     publisher: Publisher | None = memo.get("publisher")
     elector: Elector | None = memo.get("elector")
-    return {"writing": bool(elector and elector.held()),
-            "revision": publisher.revision if publisher else None,
-            "published_at": publisher.published_at if publisher else None}
+    return {
+        "writing": bool(elector and elector.held()),
+        "revision": publisher.revision if publisher else None,
+        "published_at": publisher.published_at if publisher else None,
+    }
 
 
 @kopf.on.cleanup()

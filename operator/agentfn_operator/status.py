@@ -12,12 +12,12 @@ from typing import Any
 from .reconcile import Verdict
 
 
-def _condition(kind: str, status: bool, reason: str, message: str, generation: int | None,
-               current: Mapping[str, Any] | None, now: str) -> dict[str, Any]:
+def _condition(
+    kind: str, status: bool, reason: str, message: str, generation: int | None, current: Mapping[str, Any] | None, now: str
+) -> dict[str, Any]:
     value = "True" if status else "False"
     kept = current and current.get("status") == value and current.get("lastTransitionTime")
-    condition = {"type": kind, "status": value, "reason": reason, "message": message,
-                 "lastTransitionTime": kept or now}
+    condition = {"type": kind, "status": value, "reason": reason, "message": message, "lastTransitionTime": kept or now}
     if generation is not None:
         condition["observedGeneration"] = generation
     return condition
@@ -29,8 +29,15 @@ def desired(verdict: Verdict, current: Mapping[str, Any] | None, now: str) -> di
     by_type = {c.get("type"): c for c in current.get("conditions") or [] if isinstance(c, Mapping)}
     g = verdict.generation
     ready = _condition("Ready", verdict.ready, verdict.reason, verdict.message, g, by_type.get("Ready"), now)
-    invalid = _condition("Invalid", not verdict.ready, "Valid" if verdict.ready else verdict.reason,
-                         "no problem found" if verdict.ready else verdict.message, g, by_type.get("Invalid"), now)
+    invalid = _condition(
+        "Invalid",
+        not verdict.ready,
+        "Valid" if verdict.ready else verdict.reason,
+        "no problem found" if verdict.ready else verdict.message,
+        g,
+        by_type.get("Invalid"),
+        now,
+    )
     # An empty column is an absent field (null deletes it in a merge patch): the column shows blank.
     columns = {k: v or None for k, v in verdict.columns.items()}
     body: dict[str, Any] = {**columns, "conditions": [ready, invalid]}

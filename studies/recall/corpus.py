@@ -66,14 +66,30 @@ NOTES = [
     ("hr-61", "hr", "fact", "Registracija auta istječe u ožujku.", "rokovi"),
     ("hr-62", "hr", "fact", "Osobna iskaznica istječe u listopadu.", "rokovi"),
     # Longer facts and preferences, some to be asked about in words they do not use.
-    ("en-57", "en", "fact", "The quarterly planning offsite is in Ljubljana this time, from 9 to 11 October, and the "
-     "company books the hotel for everyone.", None),
-    ("en-58", "en", "fact", "Our incident reviews are blameless: we write down what happened and what we change, "
-     "never who was at fault.", None),
+    (
+        "en-57",
+        "en",
+        "fact",
+        "The quarterly planning offsite is in Ljubljana this time, from 9 to 11 October, and the "
+        "company books the hotel for everyone.",
+        None,
+    ),
+    (
+        "en-58",
+        "en",
+        "fact",
+        "Our incident reviews are blameless: we write down what happened and what we change, never who was at fault.",
+        None,
+    ),
     ("en-59", "en", "preference", "When you write SQL for me, prefer CTEs over nested subqueries.", None),
     ("en-60", "en", "preference", "If a shell command deletes anything, warn me before showing it.", None),
-    ("en-61", "en", "fact", "The mobile app is released every second Wednesday through the App Store and Google "
-     "Play.", None),
+    (
+        "en-61",
+        "en",
+        "fact",
+        "The mobile app is released every second Wednesday through the App Store and Google Play.",
+        None,
+    ),
     ("en-62", "en", "fact", "I take the 7:40 train and get to the office around 8:30.", None),
     ("hr-63", "hr", "fact", "Godišnji odmor ove godine koristim od 4. do 18. kolovoza, na Visu.", None),
     ("hr-64", "hr", "fact", "Novi zaposlenici prvi tjedan rade u paru s nekim iz tima.", None),
@@ -82,54 +98,162 @@ NOTES = [
     ("hr-67", "hr", "fact", "Plaća sjeda desetog u mjesecu.", None),
     ("hr-68", "hr", "fact", "Parking u garaži ispod ureda plaća firma.", None),
     # Episodes: a session's summary, long, with its date.
-    ("en-63", "en", "episode", "2026-03-04: We traced the ledger's slow month-end close to a missing index on "
-     "entries(account_id, posted_at). Ana added the index in a migration, the close went from 40 minutes to 6, "
-     "and we agreed to check the query plans of the month-end jobs before every release.", None),
-    ("en-64", "en", "episode", "2026-04-17: Planning the home lab move to a rack. Decided on a 12U open frame, "
-     "moving the three NUCs and the Synology into it, and a UPS that gives about 20 minutes; the Pi-hole stays on "
-     "its own power so DNS survives the NUCs being rebooted.", None),
-    ("en-65", "en", "episode", "2026-05-08: Reviewed the checkout service's Redis outage. The cache was full and "
-     "evicting hot keys; we set maxmemory-policy to allkeys-lfu, doubled the memory, and added an alert at 80% "
-     "use. Follow-up: ask the team whether sessions should move out of Redis.", None),
-    ("en-66", "en", "episode", "2026-06-02: Drafted the KubeCon talk outline: why zero-downtime schema changes "
-     "fail, expand and contract in three steps, a demo with a column rename, and what to monitor during the "
-     "backfill. Ana wants the demo recorded in case the venue Wi-Fi fails.", None),
-    ("en-67", "en", "episode", "2026-07-21: Compared two job queues for billing-sync. We chose a Postgres table "
-     "with SKIP LOCKED over adding RabbitMQ, because the volume is low (a few thousand jobs a day) and it keeps "
-     "one less system to run.", None),
-    ("en-68", "en", "episode", "2026-09-12: Helped prepare Priya's one-to-one. Ana wants to move from the "
-     "payments team to platform next year, and to lead the feature-flags rewrite; she'll bring a written "
-     "proposal with a timeline.", None),
-    ("en-69", "en", "episode", "2026-10-30: Debugged flaky integration tests in the notifications service. The "
-     "cause was tests sharing one Kafka topic; each test now creates its own topic with a random suffix, and "
-     "the suite went from 1 failure in 5 runs to none in 50.", None),
-    ("hr-69", "hr", "episode", "2026-02-11: Dogovorili smo plan nadogradnje produkcijskog Kubernetesa na 1.30: "
-     "prvo testno okruženje, tjedan dana praćenja, zatim produkcija u svibnju, čvor po čvor, izvan radnog "
-     "vremena. Marina odobrava svaki korak.", None),
-    ("hr-70", "hr", "episode", "2026-03-26: Analizirali smo zašto Galebovi izvještaji o zalihama kasne. Noćni "
-     "posao čitao je cijelu tablicu kretanja robe; prebacili smo ga na inkrementalno čitanje po datumu i sad "
-     "traje osam minuta umjesto sat vremena.", None),
-    ("hr-71", "hr", "episode", "2026-05-19: Planirali smo obiteljsko ljeto. Na Vis idemo trajektom iz Splita, "
-     "auto ostaje kod sestre, a za djecu smo rezervirali tečaj jedrenja u drugom tjednu.", None),
-    ("hr-72", "hr", "episode", "2026-06-23: Pregledali smo troškove oblaka za kvartal. Najviše troše testna "
-     "okruženja koja rade i vikendom; dogovoreno je da se automatski gase petkom u 20 sati i pale u ponedjeljak "
-     "u 7.", None),
-    ("hr-73", "hr", "episode", "2026-08-27: Pripremili smo uvođenje nove kolegice Petre. Prvi tjedan radi u "
-     "paru s Ivanom na Galebu, dobiva pristup VPN-u i 1Passwordu prvog dana, a mentor joj je Tomislav.", None),
-    ("hr-74", "hr", "episode", "2026-09-30: Riješili smo problem s certifikatima na testnom okruženju: "
-     "cert-manager nije mogao obnoviti certifikat jer je DNS zapis pokazivao na stari load balancer. Zapis je "
-     "ispravljen i dodan je alarm 14 dana prije isteka.", None),
-    ("hr-75", "hr", "episode", "2026-11-05: Razgovarali smo o učenju Rusta. Plan je proći knjigu do poglavlja o "
-     "vlasništvu do kraja godine i napisati mali CLI alat za kućni NAS kao vježbu.", None),
-    ("en-70", "en", "episode", "2026-08-06: Went through the on-call handover. Pager rotation moves to weekly shifts "
-     "starting Monday at 10:00, the secondary is whoever was primary the week before, and runbooks must link the "
-     "dashboard they refer to.", None),
-    ("en-71", "en", "episode", "2026-11-19: Picked a laptop for Ana's partner: a ThinkPad X1 Carbon with 16 GB, "
-     "mostly for writing and video calls, bought through the company's employee discount.", None),
-    ("hr-76", "hr", "episode", "2026-04-02: Dogovorili smo pravila za pull requestove u Galebu: najviše 400 "
-     "promijenjenih redaka, opis s poveznicom na zadatak i barem jedan test za svaku ispravljenu grešku.", None),
-    ("hr-77", "hr", "episode", "2026-10-14: Sređivali smo kućnu mrežu. MikroTik sada ima zasebnu mrežu za goste i "
-     "za pametne uređaje, a NAS je dostupan samo iz glavne mreže i preko VPN-a.", None),
+    (
+        "en-63",
+        "en",
+        "episode",
+        "2026-03-04: We traced the ledger's slow month-end close to a missing index on "
+        "entries(account_id, posted_at). Ana added the index in a migration, the close went from 40 minutes to 6, "
+        "and we agreed to check the query plans of the month-end jobs before every release.",
+        None,
+    ),
+    (
+        "en-64",
+        "en",
+        "episode",
+        "2026-04-17: Planning the home lab move to a rack. Decided on a 12U open frame, "
+        "moving the three NUCs and the Synology into it, and a UPS that gives about 20 minutes; the Pi-hole stays on "
+        "its own power so DNS survives the NUCs being rebooted.",
+        None,
+    ),
+    (
+        "en-65",
+        "en",
+        "episode",
+        "2026-05-08: Reviewed the checkout service's Redis outage. The cache was full and "
+        "evicting hot keys; we set maxmemory-policy to allkeys-lfu, doubled the memory, and added an alert at 80% "
+        "use. Follow-up: ask the team whether sessions should move out of Redis.",
+        None,
+    ),
+    (
+        "en-66",
+        "en",
+        "episode",
+        "2026-06-02: Drafted the KubeCon talk outline: why zero-downtime schema changes "
+        "fail, expand and contract in three steps, a demo with a column rename, and what to monitor during the "
+        "backfill. Ana wants the demo recorded in case the venue Wi-Fi fails.",
+        None,
+    ),
+    (
+        "en-67",
+        "en",
+        "episode",
+        "2026-07-21: Compared two job queues for billing-sync. We chose a Postgres table "
+        "with SKIP LOCKED over adding RabbitMQ, because the volume is low (a few thousand jobs a day) and it keeps "
+        "one less system to run.",
+        None,
+    ),
+    (
+        "en-68",
+        "en",
+        "episode",
+        "2026-09-12: Helped prepare Priya's one-to-one. Ana wants to move from the "
+        "payments team to platform next year, and to lead the feature-flags rewrite; she'll bring a written "
+        "proposal with a timeline.",
+        None,
+    ),
+    (
+        "en-69",
+        "en",
+        "episode",
+        "2026-10-30: Debugged flaky integration tests in the notifications service. The "
+        "cause was tests sharing one Kafka topic; each test now creates its own topic with a random suffix, and "
+        "the suite went from 1 failure in 5 runs to none in 50.",
+        None,
+    ),
+    (
+        "hr-69",
+        "hr",
+        "episode",
+        "2026-02-11: Dogovorili smo plan nadogradnje produkcijskog Kubernetesa na 1.30: "
+        "prvo testno okruženje, tjedan dana praćenja, zatim produkcija u svibnju, čvor po čvor, izvan radnog "
+        "vremena. Marina odobrava svaki korak.",
+        None,
+    ),
+    (
+        "hr-70",
+        "hr",
+        "episode",
+        "2026-03-26: Analizirali smo zašto Galebovi izvještaji o zalihama kasne. Noćni "
+        "posao čitao je cijelu tablicu kretanja robe; prebacili smo ga na inkrementalno čitanje po datumu i sad "
+        "traje osam minuta umjesto sat vremena.",
+        None,
+    ),
+    (
+        "hr-71",
+        "hr",
+        "episode",
+        "2026-05-19: Planirali smo obiteljsko ljeto. Na Vis idemo trajektom iz Splita, "
+        "auto ostaje kod sestre, a za djecu smo rezervirali tečaj jedrenja u drugom tjednu.",
+        None,
+    ),
+    (
+        "hr-72",
+        "hr",
+        "episode",
+        "2026-06-23: Pregledali smo troškove oblaka za kvartal. Najviše troše testna "
+        "okruženja koja rade i vikendom; dogovoreno je da se automatski gase petkom u 20 sati i pale u ponedjeljak "
+        "u 7.",
+        None,
+    ),
+    (
+        "hr-73",
+        "hr",
+        "episode",
+        "2026-08-27: Pripremili smo uvođenje nove kolegice Petre. Prvi tjedan radi u "
+        "paru s Ivanom na Galebu, dobiva pristup VPN-u i 1Passwordu prvog dana, a mentor joj je Tomislav.",
+        None,
+    ),
+    (
+        "hr-74",
+        "hr",
+        "episode",
+        "2026-09-30: Riješili smo problem s certifikatima na testnom okruženju: "
+        "cert-manager nije mogao obnoviti certifikat jer je DNS zapis pokazivao na stari load balancer. Zapis je "
+        "ispravljen i dodan je alarm 14 dana prije isteka.",
+        None,
+    ),
+    (
+        "hr-75",
+        "hr",
+        "episode",
+        "2026-11-05: Razgovarali smo o učenju Rusta. Plan je proći knjigu do poglavlja o "
+        "vlasništvu do kraja godine i napisati mali CLI alat za kućni NAS kao vježbu.",
+        None,
+    ),
+    (
+        "en-70",
+        "en",
+        "episode",
+        "2026-08-06: Went through the on-call handover. Pager rotation moves to weekly shifts "
+        "starting Monday at 10:00, the secondary is whoever was primary the week before, and runbooks must link the "
+        "dashboard they refer to.",
+        None,
+    ),
+    (
+        "en-71",
+        "en",
+        "episode",
+        "2026-11-19: Picked a laptop for Ana's partner: a ThinkPad X1 Carbon with 16 GB, "
+        "mostly for writing and video calls, bought through the company's employee discount.",
+        None,
+    ),
+    (
+        "hr-76",
+        "hr",
+        "episode",
+        "2026-04-02: Dogovorili smo pravila za pull requestove u Galebu: najviše 400 "
+        "promijenjenih redaka, opis s poveznicom na zadatak i barem jedan test za svaku ispravljenu grešku.",
+        None,
+    ),
+    (
+        "hr-77",
+        "hr",
+        "episode",
+        "2026-10-14: Sređivali smo kućnu mrežu. MikroTik sada ima zasebnu mrežu za goste i "
+        "za pametne uređaje, a NAS je dostupan samo iz glavne mreže i preko VPN-a.",
+        None,
+    ),
     ("hr-78", "hr", "fact", "Stand-up platformskog tima je u 9:15.", "standup"),
     ("hr-79", "hr", "fact", "Stand-up tima za plaćanja je u 9:45.", "standup"),
     ("en-72", "en", "fact", "The office VPN uses WireGuard.", "vpn"),
@@ -355,8 +479,10 @@ def main() -> None:
     notes, questions = corpus["notes"], corpus["questions"]
     for name in ("tuning", "held-out"):
         qs = [q for q in questions if q["part"] == name]
-        print(f"{name}: {sum(n['part'] == name for n in notes)} notes, {len(qs)} questions "
-              f"({sum(q['note'] is None for q in qs)} with no right note)")
+        print(
+            f"{name}: {sum(n['part'] == name for n in notes)} notes, {len(qs)} questions "
+            f"({sum(q['note'] is None for q in qs)} with no right note)"
+        )
 
 
 if __name__ == "__main__":

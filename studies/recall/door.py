@@ -47,10 +47,14 @@ def stack():
         issuer = DevIssuer(scratch / "issuer", f"http://127.0.0.1:{port}")
         server = make_server("127.0.0.1", port, issuer_app(issuer), threaded=True)
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        env = {"AGENTFN_JWT_ISSUER": issuer.url, "AGENTFN_JWKS_URL": issuer.jwks_url,
-               "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": TRUSTED, "AGENTFN_LOG_LEVEL": "WARNING",
-               "AGENTFN_MEMORY_WRITES_PER_MINUTE": "1000",  # the corpus is kept in one go
-               "AGENTFN_DATABASE_URL": pg.provision("memory", "agentfn_memory")}
+        env = {
+            "AGENTFN_JWT_ISSUER": issuer.url,
+            "AGENTFN_JWKS_URL": issuer.jwks_url,
+            "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": TRUSTED,
+            "AGENTFN_LOG_LEVEL": "WARNING",
+            "AGENTFN_MEMORY_WRITES_PER_MINUTE": "1000",  # the corpus is kept in one go
+            "AGENTFN_DATABASE_URL": pg.provision("memory", "agentfn_memory"),
+        }
         yield issuer, env, scratch
     finally:
         if server:
@@ -63,8 +67,9 @@ def stack():
 
 def ask(issuer, env, scratch, corpus: study.Corpus) -> dict:
     """Keep the notes and ask every question through memory's doors: what each recall showed, and timings."""
-    server = support.Gunicorn("agentfn.memory.app:create_app()", {**env, "AGENTFN_EMBEDDING_MODEL": study.MODEL},
-                              scratch / "memory.log")
+    server = support.Gunicorn(
+        "agentfn.memory.app:create_app()", {**env, "AGENTFN_EMBEDDING_MODEL": study.MODEL}, scratch / "memory.log"
+    )
     subject = f"study-{secrets.token_hex(4)}"
     try:
         boot = server.start(timeout=180)
@@ -94,25 +99,42 @@ def ask(issuer, env, scratch, corpus: study.Corpus) -> dict:
 
 def section(door: dict) -> str:
     lat = door["latency_ms"]
-    lines = ["## Through the door (the product as built)", "",
-             f"`{study.MODEL}` as shipped (floor {door['threshold']:g}), through the product itself: embedded Postgres, "
-             f"the dev issuer, memory under gunicorn on loopback; the {door['notes']} notes kept for one subject through "
-             "`POST /v1/entries` (episodes through `POST /internal/v1/episodes`), each question asked through `POST "
-             f"/v1/recall`. Recall over HTTP p50 {lat['p50']:.0f} ms, p90 {lat['p90']:.0f} ms (one client). "
-             "`.venv/bin/python studies/recall/study.py --door`.", "",
-             "| part | questions | right: door / study | others per q: door / study | no-answer q shown notes: door / "
-             "study |", "|---|---|---|---|---|"]
+    lines = [
+        "## Through the door (the product as built)",
+        "",
+        f"`{study.MODEL}` as shipped (floor {door['threshold']:g}), through the product itself: embedded Postgres, "
+        f"the dev issuer, memory under gunicorn on loopback; the {door['notes']} notes kept for one subject through "
+        "`POST /v1/entries` (episodes through `POST /internal/v1/episodes`), each question asked through `POST "
+        f"/v1/recall`. Recall over HTTP p50 {lat['p50']:.0f} ms, p90 {lat['p90']:.0f} ms (one client). "
+        "`.venv/bin/python studies/recall/study.py --door`.",
+        "",
+        "| part | questions | right: door / study | others per q: door / study | no-answer q shown notes: door / study |",
+        "|---|---|---|---|---|",
+    ]
     for part in ("tuning", "held-out"):
         for g in ("en", "hr", "xlang", "all"):
             d, p = door["door"][part][g], door["study"][part][g]
-            lines.append(f"| {part} | {g} ({d['answerable']}) | "
-                         f"{study.fmt(d['right'], True)} / {study.fmt(p['right'], True)} "
-                         f"| {study.fmt(d['others'])} / {study.fmt(p['others'])} | "
-                         f"{study.fmt(d['no_answer_shown'], True)} / {study.fmt(p['no_answer_shown'], True)} |")
+            lines.append(
+                f"| {part} | {g} ({d['answerable']}) | "
+                f"{study.fmt(d['right'], True)} / {study.fmt(p['right'], True)} "
+                f"| {study.fmt(d['others'])} / {study.fmt(p['others'])} | "
+                f"{study.fmt(d['no_answer_shown'], True)} / {study.fmt(p['no_answer_shown'], True)} |"
+            )
     differ = door["questions shown differently"]
-    lines += ["", f"Questions answered with another set of notes than the study predicted: {len(differ)}"
-              + (": " + "; ".join(f"{d['question']} (door {', '.join(d['door']) or '-'}, study "
-                                  f"{', '.join(d['study']) or '-'})" for d in differ) if differ else "") + ".", ""]
+    lines += [
+        "",
+        f"Questions answered with another set of notes than the study predicted: {len(differ)}"
+        + (
+            ": "
+            + "; ".join(
+                f"{d['question']} (door {', '.join(d['door']) or '-'}, study {', '.join(d['study']) or '-'})" for d in differ
+            )
+            if differ
+            else ""
+        )
+        + ".",
+        "",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -125,16 +147,27 @@ def run(out: Path, corpus_path: Path, cache: Path | None = None) -> dict:
     with stack() as (issuer, env, scratch):
         asked = ask(issuer, env, scratch, corpus)
     ids = [n["id"] for n in corpus.notes]
-    differ = [{"question": q["id"], "door": [ids[j] for j in asked["shown"][qi] if j >= 0],
-               "study": [ids[j] for j in predicted[qi] if j >= 0]} for qi, q in enumerate(corpus.questions)
-              if set(asked["shown"][qi][asked["shown"][qi] >= 0]) != set(predicted[qi][predicted[qi] >= 0])]
+    differ = [
+        {
+            "question": q["id"],
+            "door": [ids[j] for j in asked["shown"][qi] if j >= 0],
+            "study": [ids[j] for j in predicted[qi] if j >= 0],
+        }
+        for qi, q in enumerate(corpus.questions)
+        if set(asked["shown"][qi][asked["shown"][qi] >= 0]) != set(predicted[qi][predicted[qi] >= 0])
+    ]
     lat = asked["latency"]
-    door = {"setting": machine["shipped"]["setting"], "threshold": asked["threshold"], "notes": len(corpus.notes),
-            "door": {p: study.figures(asked["shown"], corpus, m) for p, m in corpus.parts.items()},
-            "study": {p: study.figures(predicted, corpus, m) for p, m in corpus.parts.items()},
-            "questions shown differently": differ, "boot_s": round(asked["boot"], 1),
-            "latency_ms": {"p50": float(np.percentile(lat, 50)), "p90": float(np.percentile(lat, 90))},
-            "seconds": round(time.time() - start)}
+    door = {
+        "setting": machine["shipped"]["setting"],
+        "threshold": asked["threshold"],
+        "notes": len(corpus.notes),
+        "door": {p: study.figures(asked["shown"], corpus, m) for p, m in corpus.parts.items()},
+        "study": {p: study.figures(predicted, corpus, m) for p, m in corpus.parts.items()},
+        "questions shown differently": differ,
+        "boot_s": round(asked["boot"], 1),
+        "latency_ms": {"p50": float(np.percentile(lat, 50)), "p90": float(np.percentile(lat, 90))},
+        "seconds": round(time.time() - start),
+    }
     machine["door"] = door
     (out / "results.json").write_text(json.dumps(machine, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     md = out / "results.md"

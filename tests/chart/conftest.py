@@ -29,7 +29,10 @@ CHART = ROOT / "charts" / "agentfn"
 SCHEMAS = ROOT / "tests" / "schemas"
 NAMESPACE = "agentfn"
 # Every values set the chart is rendered with: its defaults, then each file of ci/.
-VALUES_SETS = {"default": None, **{p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*-values.yaml"))}}
+VALUES_SETS = {
+    "default": None,
+    **{p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*-values.yaml"))},
+}
 FUNCTIONS = ["memory", "page", "model", "platform_status", "list_models", "radar_latest", "run_code", "workbench"]
 CRD_FILES = {
     ("serving.knative.dev", "Service"): "knative-serving-service-crd.yaml",
@@ -95,7 +98,9 @@ def knative_services(values_set: str = "default") -> dict[str, dict[str, Any]]:
 
 
 def env_of(service: dict[str, Any]) -> dict[str, Any]:
-    return {e["name"]: e.get("value", e.get("valueFrom")) for e in service["spec"]["template"]["spec"]["containers"][0]["env"]}
+    return {
+        e["name"]: e.get("value", e.get("valueFrom")) for e in service["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
 
 
 @functools.cache

@@ -41,16 +41,40 @@ class Pod:
 def cluster_pods(prefix: str = "agentfn-") -> list[Pod]:
     ns = "agentfn"
     functions = ["memory", "page", "model", "platform-status", "list-models", "radar-latest", "run-code"]
-    pods = [Pod(fn, ns, {"serving.knative.dev/service": prefix + fn, "serving.knative.dev/revision": f"{prefix}{fn}-00001",
-                         "app.kubernetes.io/name": "agentfn"}) for fn in functions]
+    pods = [
+        Pod(
+            fn,
+            ns,
+            {
+                "serving.knative.dev/service": prefix + fn,
+                "serving.knative.dev/revision": f"{prefix}{fn}-00001",
+                "app.kubernetes.io/name": "agentfn",
+            },
+        )
+        for fn in functions
+    ]
     return pods + [
-        Pod("operator", ns, {"app.kubernetes.io/name": "agentfn", "app.kubernetes.io/instance": "agentfn",
-                             "app.kubernetes.io/component": "operator"}),
+        Pod(
+            "operator",
+            ns,
+            {
+                "app.kubernetes.io/name": "agentfn",
+                "app.kubernetes.io/instance": "agentfn",
+                "app.kubernetes.io/component": "operator",
+            },
+        ),
         Pod("postgres", ns, {"cnpg.io/cluster": f"{prefix}postgres", "cnpg.io/instanceRole": "primary"}),
         Pod("postgres-replica", ns, {"cnpg.io/cluster": f"{prefix}postgres", "cnpg.io/instanceRole": "replica"}),
         Pod("stranger", ns, {"app": "debug"}),
-        Pod("test-probe", ns, {"app.kubernetes.io/name": "agentfn", "app.kubernetes.io/instance": "agentfn",
-                               "app.kubernetes.io/component": "test"}),  # `helm test`'s pod
+        Pod(
+            "test-probe",
+            ns,
+            {
+                "app.kubernetes.io/name": "agentfn",
+                "app.kubernetes.io/instance": "agentfn",
+                "app.kubernetes.io/component": "test",
+            },
+        ),  # `helm test`'s pod
         Pod("gateway", "gateway-system", {"app": "gateway"}),
         Pod("activator", "knative-serving", {"app": "activator"}),
         Pod("kube-dns", "kube-system", {"k8s-app": "kube-dns"}),
@@ -63,16 +87,32 @@ def cluster_pods(prefix: str = "agentfn-") -> list[Pod]:
 
 
 def pod_list(pods: list[Pod]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "PodList", "items": [
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": p.name, "namespace": p.namespace, "labels": p.labels},
-         "spec": {"containers": [{"name": "c", "image": "x"}]}, "status": {"podIP": "10.244.0.1"}} for p in pods]}
+    return {
+        "apiVersion": "v1",
+        "kind": "PodList",
+        "items": [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": p.name, "namespace": p.namespace, "labels": p.labels},
+                "spec": {"containers": [{"name": "c", "image": "x"}]},
+                "status": {"podIP": "10.244.0.1"},
+            }
+            for p in pods
+        ],
+    }
 
 
 def namespace_list(pods: list[Pod]) -> dict[str, Any]:
     names = sorted({p.namespace for p in pods})
-    return {"apiVersion": "v1", "kind": "NamespaceList", "items": [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}}}
-        for n in names]}
+    return {
+        "apiVersion": "v1",
+        "kind": "NamespaceList",
+        "items": [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}}}
+            for n in names
+        ],
+    }
 
 
 @dataclass(frozen=True)
@@ -86,17 +126,29 @@ def run_nca(directory: Path, policies: list[dict], pods: list[Pod], *query: str)
     (directory / "np.yaml").write_text(yaml.safe_dump_all(policies))
     (directory / "pods.yaml").write_text(yaml.safe_dump(pod_list(pods)))
     (directory / "ns.yaml").write_text(yaml.safe_dump(namespace_list(pods)))
-    return subprocess.run([str(NCA), *query, "--pod_list", str(directory / "pods.yaml"),
-                           "--ns_list", str(directory / "ns.yaml")], capture_output=True, text=True, timeout=120,
-                          cwd=directory)
+    return subprocess.run(
+        [str(NCA), *query, "--pod_list", str(directory / "pods.yaml"), "--ns_list", str(directory / "ns.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=directory,
+    )
 
 
 LINE = re.compile(r"^(\S+) => (\S+) : (.+)$")
 
 
 def connectivity(directory: Path, policies: list[dict], pods: list[Pod]) -> list[Edge]:
-    done = run_nca(directory, policies, pods, "--connectivity", str(directory / "np.yaml"),
-                   "--output_format", "txt_no_fw_rules", "--print_ipv6")
+    done = run_nca(
+        directory,
+        policies,
+        pods,
+        "--connectivity",
+        str(directory / "np.yaml"),
+        "--output_format",
+        "txt_no_fw_rules",
+        "--print_ipv6",
+    )
     if done.returncode != 0 and "=>" not in done.stdout:
         raise AssertionError(f"nca failed ({done.returncode}): {done.stdout}\n{done.stderr}")
     edges = []
@@ -133,7 +185,9 @@ def allows(connections: str, protocol: str, port: int) -> bool:
     if connections.strip() == "All connections":
         return True
     for group in re.findall(r"\{([^}]*)\}", connections):
-        fields = dict(re.findall(r"(protocols|dst_ports|src_ports):([^:]+?)(?=,(?:protocols|dst_ports|src_ports):|$)", group))
+        fields = dict(
+            re.findall(r"(protocols|dst_ports|src_ports):([^:]+?)(?=,(?:protocols|dst_ports|src_ports):|$)", group)
+        )
         protocols = [p.strip() for p in fields.get("protocols", "TCP,UDP,SCTP").split(",")]
         if protocol not in protocols:
             continue

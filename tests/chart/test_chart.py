@@ -60,9 +60,14 @@ def test_the_runtime_class_is_gvisor_on_runsc_when_asked():
 
 EXPECTED_ROUTES = {
     "agentfn-memory": [("PathPrefix", "/v1/entries"), ("Exact", "/v1/recall")],
-    "agentfn-model": [("PathPrefix", "/v1/agents"), ("PathPrefix", "/v1/tools"), ("PathPrefix", "/mcp"),
-                      ("PathPrefix", "/v1/admin"), ("Exact", "/.well-known/oauth-protected-resource"),
-                      ("Exact", "/.well-known/oauth-protected-resource/mcp")],
+    "agentfn-model": [
+        ("PathPrefix", "/v1/agents"),
+        ("PathPrefix", "/v1/tools"),
+        ("PathPrefix", "/mcp"),
+        ("PathPrefix", "/v1/admin"),
+        ("Exact", "/.well-known/oauth-protected-resource"),
+        ("Exact", "/.well-known/oauth-protected-resource/mcp"),
+    ],
     "agentfn-workbench": [("Exact", "/"), ("PathPrefix", "/assets"), ("Exact", "/workbench.json")],
 }
 
@@ -81,17 +86,25 @@ def test_routes_are_the_public_doors_only(values_set):
     assert not any("/internal" in value for paths in seen.values() for _, value in paths)
 
 
-@pytest.mark.parametrize(("sets", "groups"), [((), "platform-admins"),
-                                              (("functions.model.adminGroups={auditors,sre-leads}",), "auditors,sre-leads"),
-                                              (("functions.model.adminGroups={a\\,b}",), None)])
+@pytest.mark.parametrize(
+    ("sets", "groups"),
+    [
+        ((), "platform-admins"),
+        (("functions.model.adminGroups={auditors,sre-leads}",), "auditors,sre-leads"),
+        (("functions.model.adminGroups={a\\,b}",), None),
+    ],
+)
 def test_the_admin_groups_reach_the_model_function_and_the_page_fetcher(sets, groups):
     if groups is None:  # a group with a comma would read as two: the schema refuses it
         with pytest.raises(AssertionError, match="adminGroups"):
             objects("default", "Service", sets)
         return
     for part in ("model", "page"):
-        [service] = [s for s in objects("default", "Service", sets) if s["apiVersion"] == "serving.knative.dev/v1"
-                     and s["metadata"]["labels"]["app.kubernetes.io/component"] == part]
+        [service] = [
+            s
+            for s in objects("default", "Service", sets)
+            if s["apiVersion"] == "serving.knative.dev/v1" and s["metadata"]["labels"]["app.kubernetes.io/component"] == part
+        ]
         assert env_of(service)["AGENTFN_ADMIN_GROUPS"] == groups, part
 
 
@@ -183,7 +196,10 @@ def test_cnpg_gives_each_part_its_own_role_and_schema():
     services = knative_services("cnpg")
     for part in DB_PARTS:
         dsn = env_of(services[part])["AGENTFN_DATABASE_URL"]
-        assert dsn.startswith(f"postgresql://agentfn_{part}@agentfn-postgres-rw.{NAMESPACE}.svc") and ":" not in dsn.split("@")[0][13:]
+        assert (
+            dsn.startswith(f"postgresql://agentfn_{part}@agentfn-postgres-rw.{NAMESPACE}.svc")
+            and ":" not in dsn.split("@")[0][13:]
+        )
         assert env_of(services[part])["PGPASSWORD"]["secretKeyRef"]["name"] in secrets
 
 
@@ -200,8 +216,11 @@ def readme_names() -> set[str]:
     return set(re.findall(r"`(AGENTFN_[A-Z0-9_]+)`", README))
 
 
-BUILT = [r"AGENTFN_TOOL_[A-Z0-9_]+_(URL|AUDIENCE)", r"AGENTFN_TIER_[A-Z0-9]+_(URL|MODEL|API_KEY_FILE|TOOL_MODE|DEADLINE_SECONDS|"
-         r"MAX_TOKENS|CONTEXT_TOKENS|TEMPERATURE)"]
+BUILT = [
+    r"AGENTFN_TOOL_[A-Z0-9_]+_(URL|AUDIENCE)",
+    r"AGENTFN_TIER_[A-Z0-9]+_(URL|MODEL|API_KEY_FILE|TOOL_MODE|DEADLINE_SECONDS|"
+    r"MAX_TOKENS|CONTEXT_TOKENS|TEMPERATURE)",
+]
 
 
 def known(name: str) -> bool:
@@ -262,25 +281,43 @@ def test_the_model_function_signs_approvals_with_a_key_from_a_secret_the_chart_m
     assert volume["secret"] == {"secretName": secret["metadata"]["name"], "items": [{"key": "key", "path": "key"}]}
     mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "approval-key")
     assert mount == {"name": "approval-key", "mountPath": "/var/run/secrets/agentfn/approval", "readOnly": True}
-    assert not any("approval" in m["name"] for fn, s in knative_services(values_set).items() if fn != "model"
-                   for m in pod_spec(s)["containers"][0].get("volumeMounts", []))
+    assert not any(
+        "approval" in m["name"]
+        for fn, s in knative_services(values_set).items()
+        if fn != "model"
+        for m in pod_spec(s)["containers"][0].get("volumeMounts", [])
+    )
 
 
 def test_an_existing_secret_holds_the_approval_key_instead():
     sets = ("approvals.existingSecret=my-approval-key", "approvals.seconds=120")
     assert not [s for s in objects("default", "Secret", sets) if s["metadata"]["name"].endswith(APPROVAL_KEY)]
-    [model] = [d for d in objects("default", "Service", sets) if d["apiVersion"] == "serving.knative.dev/v1"
-               and d["metadata"]["name"].endswith("model")]
-    assert next(v for v in pod_spec(model)["volumes"] if v["name"] == "approval-key")["secret"]["secretName"] == \
-        "my-approval-key"
+    [model] = [
+        d
+        for d in objects("default", "Service", sets)
+        if d["apiVersion"] == "serving.knative.dev/v1" and d["metadata"]["name"].endswith("model")
+    ]
+    assert (
+        next(v for v in pod_spec(model)["volumes"] if v["name"] == "approval-key")["secret"]["secretName"]
+        == "my-approval-key"
+    )
     assert env_of(model)["AGENTFN_APPROVAL_SECONDS"] == "120"
 
 
-@pytest.mark.parametrize(("sets", "exported"), [
-    ((), False),
-    (("telemetry.endpoint=http://otel-collector.observability:4318", "telemetry.headersSecret=otlp-headers",
-      "telemetry.egress.namespaces={observability}"), True),
-])
+@pytest.mark.parametrize(
+    ("sets", "exported"),
+    [
+        ((), False),
+        (
+            (
+                "telemetry.endpoint=http://otel-collector.observability:4318",
+                "telemetry.headersSecret=otlp-headers",
+                "telemetry.egress.namespaces={observability}",
+            ),
+            True,
+        ),
+    ],
+)
 def test_telemetry_reaches_every_function_only_when_a_collector_is_named(sets, exported):
     services = [s for s in objects("default", "Service", sets) if s["apiVersion"] == "serving.knative.dev/v1"]
     policies = [p for p in objects("default", "NetworkPolicy", sets) if p["metadata"]["name"].endswith("-telemetry")]
@@ -294,8 +331,12 @@ def test_telemetry_reaches_every_function_only_when_a_collector_is_named(sets, e
         if component == "workbench":  # the static page of a browser app: nothing of a turn runs there
             assert otel == set()
             continue
-        assert otel == {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_SEMCONV_STABILITY_OPT_IN",
-                        "OTEL_EXPORTER_OTLP_HEADERS"}, component
+        assert otel == {
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_SERVICE_NAME",
+            "OTEL_SEMCONV_STABILITY_OPT_IN",
+            "OTEL_EXPORTER_OTLP_HEADERS",
+        }, component
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == "http://otel-collector.observability:4318"
         assert env["OTEL_SEMCONV_STABILITY_OPT_IN"]["value"] == "gen_ai_latest_experimental"
         assert env["OTEL_EXPORTER_OTLP_HEADERS"]["valueFrom"]["secretKeyRef"] == {"name": "otlp-headers", "key": "headers"}

@@ -40,8 +40,9 @@ def for_1_20(node: Any) -> Any:
         if any(items.get(k, {}).get("default") == "" for k in keys):
             # a map-list key must have a default: without it, the list is kept whole (atomic)
             node = {k: v for k, v in node.items() if k not in ("x-kubernetes-list-map-keys", "x-kubernetes-list-type")}
-        return {k: for_1_20(v) for k, v in node.items()
-                if k not in CRD_FIELDS_1_20_REFUSES and not (k == "default" and v == "")}
+        return {
+            k: for_1_20(v) for k, v in node.items() if k not in CRD_FIELDS_1_20_REFUSES and not (k == "default" and v == "")
+        }
     if isinstance(node, list):
         return [for_1_20(v) for v in node]
     return node
@@ -60,8 +61,11 @@ def rendered(values_set: str) -> list[dict]:
         args += ["-f", str(VALUES_SETS[values_set])]
     docs = [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
     # `helm test`'s pod and policy are hooks: `helm install` leaves them out too
-    return [d for d in docs if d["kind"] not in NOT_IN_1_20 | APPLIED_FIRST
-            and "helm.sh/hook" not in d["metadata"].get("annotations", {})]
+    return [
+        d
+        for d in docs
+        if d["kind"] not in NOT_IN_1_20 | APPLIED_FIRST and "helm.sh/hook" not in d["metadata"].get("annotations", {})
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -101,14 +105,34 @@ def test_the_chart_passes_a_server_side_dry_run(cluster, tmp_path, values_set):
 
 
 BROKEN = [
-    ("a Knative Service with a field its CRD lacks", "Service", "serving.knative.dev/v1",
-     lambda d: d["spec"]["template"]["spec"].__setitem__("replicas", 2), r"replicas"),
-    ("an HTTPRoute path type its CRD lacks", "HTTPRoute", "gateway.networking.k8s.io/v1",
-     lambda d: d["spec"]["rules"][0]["matches"][0]["path"].__setitem__("type", "Glob"), r"Glob"),
-    ("a NetworkPolicy port out of range", "NetworkPolicy", "networking.k8s.io/v1",
-     lambda d: d["spec"].__setitem__("egress", [{"ports": [{"port": 70000}]}]), r"port"),
-    ("a Cluster with instances as text", "Cluster", "postgresql.cnpg.io/v1",
-     lambda d: d["spec"].__setitem__("instances", "three"), r"instances"),
+    (
+        "a Knative Service with a field its CRD lacks",
+        "Service",
+        "serving.knative.dev/v1",
+        lambda d: d["spec"]["template"]["spec"].__setitem__("replicas", 2),
+        r"replicas",
+    ),
+    (
+        "an HTTPRoute path type its CRD lacks",
+        "HTTPRoute",
+        "gateway.networking.k8s.io/v1",
+        lambda d: d["spec"]["rules"][0]["matches"][0]["path"].__setitem__("type", "Glob"),
+        r"Glob",
+    ),
+    (
+        "a NetworkPolicy port out of range",
+        "NetworkPolicy",
+        "networking.k8s.io/v1",
+        lambda d: d["spec"].__setitem__("egress", [{"ports": [{"port": 70000}]}]),
+        r"port",
+    ),
+    (
+        "a Cluster with instances as text",
+        "Cluster",
+        "postgresql.cnpg.io/v1",
+        lambda d: d["spec"].__setitem__("instances", "three"),
+        r"instances",
+    ),
 ]
 
 
@@ -126,20 +150,29 @@ def test_the_chart_applies_for_real_and_cleans_up(cluster, tmp_path):
     path = write(tmp_path, docs)
     cluster.kubectl("apply", "-f", str(path))
     try:
-        kinds = sorted({f"{d['kind'].lower()}.{d['apiVersion'].rpartition('/')[0]}".rstrip(".") for d in docs
-                        if d["kind"] != "RuntimeClass"})
+        kinds = sorted(
+            {
+                f"{d['kind'].lower()}.{d['apiVersion'].rpartition('/')[0]}".rstrip(".")
+                for d in docs
+                if d["kind"] != "RuntimeClass"
+            }
+        )
         stored = json.loads(cluster.kubectl("-n", NAMESPACE, "get", ",".join(kinds), "-o", "json").stdout)["items"]
-        assert sorted((o["kind"], o["metadata"]["name"]) for o in stored if "agentfn" in o["metadata"]["name"]) == \
-            sorted((d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] != "RuntimeClass")
+        assert sorted((o["kind"], o["metadata"]["name"]) for o in stored if "agentfn" in o["metadata"]["name"]) == sorted(
+            (d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] != "RuntimeClass"
+        )
         cluster.kubectl("get", "runtimeclass", "gvisor")
-        ksvc = json.loads(cluster.kubectl("-n", NAMESPACE, "get", "services.serving.knative.dev", "agentfn-run-code",
-                                          "-o", "json").stdout)
+        ksvc = json.loads(
+            cluster.kubectl("-n", NAMESPACE, "get", "services.serving.knative.dev", "agentfn-run-code", "-o", "json").stdout
+        )
         assert ksvc["spec"]["template"]["spec"]["runtimeClassName"] == "gvisor"
         assert ksvc["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/min-scale"] == "0"
         # The operator's account may do what it needs in the chart's namespace, and no more.
         account = f"system:serviceaccount:{NAMESPACE}:agentfn-operator"
-        can = lambda *what: cluster.kubectl("auth", "can-i", f"--as={account}", "-n", NAMESPACE, *what,  # noqa: E731
-                                            check=False).stdout.strip()
+
+        def can(*what):
+            return cluster.kubectl("auth", "can-i", f"--as={account}", "-n", NAMESPACE, *what, check=False).stdout.strip()
+
         assert can("patch", "configmap/agentfn-registry") == "yes"
         assert can("patch", "networkpolicy/agentfn-model-to-tools") == "yes"
         assert can("watch", "toolgrants.agentfn.dev") == "yes"
@@ -148,6 +181,12 @@ def test_the_chart_applies_for_real_and_cleans_up(cluster, tmp_path):
         assert can("delete", "networkpolicy/agentfn-default-deny") == "no"
     finally:
         cluster.kubectl("delete", "--wait=true", "-f", str(path))
-    left = cluster.kubectl("-n", NAMESPACE, "get", "services.serving.knative.dev,networkpolicies,httproutes,clusters,"
-                           "deployments,secrets,serviceaccounts", "-o", "name").stdout.split()
+    left = cluster.kubectl(
+        "-n",
+        NAMESPACE,
+        "get",
+        "services.serving.knative.dev,networkpolicies,httproutes,clusters,deployments,secrets,serviceaccounts",
+        "-o",
+        "name",
+    ).stdout.split()
     assert [n for n in left if "agentfn" in n] == []

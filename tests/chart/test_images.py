@@ -15,7 +15,9 @@ import yaml
 
 from .conftest import FUNCTIONS, ROOT, env_of, knative_services, objects, values_schema
 
-DOCKERFILES = {fn: ROOT / "functions" / fn / "Dockerfile" for fn in FUNCTIONS} | {"operator": ROOT / "operator" / "Dockerfile"}
+DOCKERFILES = {fn: ROOT / "functions" / fn / "Dockerfile" for fn in FUNCTIONS} | {
+    "operator": ROOT / "operator" / "Dockerfile"
+}
 BUILD_TOOLS = re.compile(r"\b(gcc|g\+\+|make|build-essential|cargo|rustc|clang|pip3? install|apt-get install)\b")
 
 
@@ -89,7 +91,7 @@ def test_the_image_serves_its_function_with_gunicorn(fn):
     assert argv[:3] == ["gunicorn", "-c", "python:agentfn.shared.gunicorn_conf"]
     module, _, factory = argv[3].partition(":")
     assert module == f"agentfn.{fn}.app" and factory == "create_app()"
-    assert callable(getattr(importlib.import_module(module), "create_app"))
+    assert callable(importlib.import_module(module).create_app)
     # gunicorn's -c module exists too
     importlib.import_module("agentfn.shared.gunicorn_conf")
 
@@ -97,7 +99,12 @@ def test_the_image_serves_its_function_with_gunicorn(fn):
 def test_the_operator_image_runs_kopf_on_the_operator():
     assert command(DOCKERFILES["operator"].read_text())[:4] == ["kopf", "run", "-m", "agentfn_operator"]
     [deployment] = objects("default", "Deployment")
-    assert deployment["spec"]["template"]["spec"]["containers"][0]["command"][:4] == ["kopf", "run", "-m", "agentfn_operator"]
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["command"][:4] == [
+        "kopf",
+        "run",
+        "-m",
+        "agentfn_operator",
+    ]
 
 
 def test_memory_bakes_in_the_model_the_chart_points_at():
@@ -122,11 +129,14 @@ BROKEN = [
     ("single stage", 'FROM python:3.11-slim\nUSER 10001\nCMD ["gunicorn"]\n', "not multi-stage"),
     ("root at the end", 'FROM python:3.11-slim AS build\nFROM python:3.11-slim\nUSER root\nCMD ["x"]\n', "runs as root"),
     ("no user at all", 'FROM python:3.11-slim AS build\nFROM python:3.11-slim\nCMD ["x"]\n', "runs as root"),
-    ("a compiler in the final stage", 'FROM a AS build\nFROM b\nRUN apt-get update && apt-get install -y gcc\nUSER 1\nCMD ["x"]\n',
-     "build tools"),
+    (
+        "a compiler in the final stage",
+        'FROM a AS build\nFROM b\nRUN apt-get update && apt-get install -y gcc\nUSER 1\nCMD ["x"]\n',
+        "build tools",
+    ),
     ("a missing source", 'FROM a AS build\nCOPY nowhere/ /src\nFROM b\nUSER 1\nCMD ["x"]\n', "missing path: nowhere/"),
     ("an unknown stage", 'FROM a AS build\nFROM b\nCOPY --from=builder /x /x\nUSER 1\nCMD ["x"]\n', "unknown stage"),
-    ("a shell-form CMD", 'FROM a AS build\nFROM b\nUSER 1\nCMD gunicorn app\n', "exec form"),
+    ("a shell-form CMD", "FROM a AS build\nFROM b\nUSER 1\nCMD gunicorn app\n", "exec form"),
 ]
 
 
@@ -157,13 +167,19 @@ def test_skaffold_hands_each_built_image_to_the_chart(where):
     for key, value in templates.items():
         name = key.removeprefix("images.overrides.")
         # skaffold's variable: the image name with every other character as "_"
-        assert value == "{{.IMAGE_FULLY_QUALIFIED_" + re.sub(r"[^A-Za-z0-9]", "_", f"agentfn/{name.replace('_', '-')}") + "}}"
+        assert (
+            value == "{{.IMAGE_FULLY_QUALIFIED_" + re.sub(r"[^A-Za-z0-9]", "_", f"agentfn/{name.replace('_', '-')}") + "}}"
+        )
     for values_file in release.get("valuesFiles", []):
         assert (ROOT / values_file).exists()
 
 
 def test_dockerignore_keeps_what_the_images_copy():
-    ignored = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    ignored = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     copied = {"pyproject.toml", "README.md", "shared", "cli", "functions", "operator"}
     assert not copied & set(ignored)
     assert Path(".venv").name in ignored

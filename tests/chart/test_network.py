@@ -124,8 +124,11 @@ def edges(tmp_path_factory):
     return connectivity(tmp_path_factory.mktemp("nca"), policies(GRANTED), cluster_pods())
 
 
-@pytest.mark.parametrize("source, destination, port, protocol, expected, why", MATRIX,
-                         ids=[f"{r[0].split('/')[-1]}->{r[1].split('/')[-1]}:{r[2]}" for r in MATRIX])
+@pytest.mark.parametrize(
+    "source, destination, port, protocol, expected, why",
+    MATRIX,
+    ids=[f"{r[0].split('/')[-1]}->{r[1].split('/')[-1]}:{r[2]}" for r in MATRIX],
+)
 def test_policy_matrix(edges, source, destination, port, protocol, expected, why):
     assert allowed(edges, source, destination, port, protocol) is expected, why
 
@@ -137,11 +140,18 @@ def test_the_matrix_reader_bites(edges):
     assert allowed(edges, "agentfn/model", "kube-system/kube-dns", 53, "TCP")
 
 
-@pytest.mark.parametrize("granted, reachable", [
-    ([], set()),
-    (["run_code"], {"run-code"}),
-    (["platform_status", "list_models", "radar_latest", "run_code"], {"platform-status", "list-models", "radar-latest", "run-code"}),
-], ids=["no grants", "run_code only", "every tool"])
+@pytest.mark.parametrize(
+    "granted, reachable",
+    [
+        ([], set()),
+        (["run_code"], {"run-code"}),
+        (
+            ["platform_status", "list_models", "radar_latest", "run_code"],
+            {"platform-status", "list-models", "radar-latest", "run-code"},
+        ),
+    ],
+    ids=["no grants", "run_code only", "every tool"],
+)
 def test_the_model_reaches_exactly_the_tools_some_grant_uses(tmp_path, granted, reachable):
     edges = connectivity(tmp_path, policies(granted), cluster_pods())
     tools = {"platform-status", "list-models", "radar-latest", "run-code"}
@@ -150,35 +160,64 @@ def test_the_model_reaches_exactly_the_tools_some_grant_uses(tmp_path, granted, 
 
 def test_without_the_policies_everything_is_open(tmp_path):
     """The analyser's baseline: with no policy at all every row above would be an allow, so the denies are the policies'."""
-    edges = connectivity(tmp_path, [{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                                     "metadata": {"name": "noop", "namespace": "tenant"},
-                                     "spec": {"podSelector": {"matchLabels": {"none": "none"}}, "policyTypes": ["Ingress"]}}],
-                         cluster_pods())
+    edges = connectivity(
+        tmp_path,
+        [
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": {"name": "noop", "namespace": "tenant"},
+                "spec": {"podSelector": {"matchLabels": {"none": "none"}}, "policyTypes": ["Ingress"]},
+            }
+        ],
+        cluster_pods(),
+    )
     assert all(allowed(edges, s, d, p, proto) for s, d, p, proto, *_ in MATRIX)
 
 
 def test_nca_forbids_the_metadata_address_to_every_agentfn_pod(tmp_path):
     """The same question asked the analyser's own way: a policy naming the forbidden connection, checked
     with --forbids against the chart's policies (and with --permits, a path that must stay open)."""
-    forbidden = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                 "metadata": {"name": "no-metadata", "namespace": NAMESPACE},
-                 "spec": {"podSelector": {}, "policyTypes": ["Egress"],
-                          "egress": [{"to": [{"ipBlock": {"cidr": "169.254.169.254/32"}}]}]}}
-    permitted = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                 "metadata": {"name": "page-web", "namespace": NAMESPACE},
-                 "spec": {"podSelector": {"matchLabels": {"serving.knative.dev/service": "agentfn-page"}},
-                          "policyTypes": ["Egress"],
-                          "egress": [{"to": [{"ipBlock": {"cidr": "93.184.215.0/24"}}], "ports": [{"port": 443}]}]}}
+    forbidden = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "no-metadata", "namespace": NAMESPACE},
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [{"to": [{"ipBlock": {"cidr": "169.254.169.254/32"}}]}],
+        },
+    }
+    permitted = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "page-web", "namespace": NAMESPACE},
+        "spec": {
+            "podSelector": {"matchLabels": {"serving.knative.dev/service": "agentfn-page"}},
+            "policyTypes": ["Egress"],
+            "egress": [{"to": [{"ipBlock": {"cidr": "93.184.215.0/24"}}], "ports": [{"port": 443}]}],
+        },
+    }
     base = policies(GRANTED)
     import yaml
 
-    for name, query, spec, holds in (("forbids", "--forbids", forbidden, True), ("permits", "--permits", permitted, True),
-                                     ("forbids-web", "--forbids", {**permitted, "metadata": {"name": "x", "namespace": NAMESPACE}}, False)):
+    for name, query, spec, holds in (
+        ("forbids", "--forbids", forbidden, True),
+        ("permits", "--permits", permitted, True),
+        ("forbids-web", "--forbids", {**permitted, "metadata": {"name": "x", "namespace": NAMESPACE}}, False),
+    ):
         directory = tmp_path / name
         directory.mkdir()
         (directory / "query.yaml").write_text(yaml.safe_dump(spec))
-        done = run_nca(directory, base, cluster_pods(), query, str(directory / "query.yaml"),
-                       "--base_np_list", str(directory / "np.yaml"))
+        done = run_nca(
+            directory,
+            base,
+            cluster_pods(),
+            query,
+            str(directory / "query.yaml"),
+            "--base_np_list",
+            str(directory / "np.yaml"),
+        )
         assert done.returncode == (0 if holds else 1), (name, done.stdout, done.stderr)
 
 

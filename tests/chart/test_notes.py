@@ -35,8 +35,16 @@ def test_the_notes_say_where_everything_is(values_set):
     host = f"https://{v['gateway']['hostnames'][0]}" if v["gateway"]["hostnames"] else "<the gateway's address>"
     if v["gateway"]["enabled"]:
         assert f"Gateway {v['gateway']['namespace']}/{v['gateway']['name']}" in text
-        for door in ("/v1/entries", "/v1/recall", "/v1/agents", "/v1/tools", "/mcp", "/v1/admin/generations",
-                     "/v1/admin/grants", "/v1/admin/calls"):
+        for door in (
+            "/v1/entries",
+            "/v1/recall",
+            "/v1/agents",
+            "/v1/tools",
+            "/mcp",
+            "/v1/admin/generations",
+            "/v1/admin/grants",
+            "/v1/admin/calls",
+        ):
             assert f"{host}{door}" in text, door
     else:
         assert "No routes: gateway.enabled is false" in text
@@ -58,10 +66,14 @@ def test_the_notes_name_the_probes_token_secret():
     assert "with the token of the Secret probe-token" in notes("cnpg", ("tests.tokenSecret=probe-token",))
 
 
-@pytest.mark.parametrize("sets, says", [
-    (("crds.keep=false",), "crds.keep is false: `helm uninstall` deletes them and with them every Agent and ToolGrant"),
-    (("crds.install=false",), None),
-], ids=["not kept", "not installed"])
+@pytest.mark.parametrize(
+    "sets, says",
+    [
+        (("crds.keep=false",), "crds.keep is false: `helm uninstall` deletes them and with them every Agent and ToolGrant"),
+        (("crds.install=false",), None),
+    ],
+    ids=["not kept", "not installed"],
+)
 def test_the_notes_say_what_uninstalling_does_to_the_crds(sets, says):
     text = notes("default", sets)
     assert "keeps them and every Agent" not in text

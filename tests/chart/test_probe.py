@@ -36,8 +36,11 @@ def test_the_probe_pod_is_a_test_hook_of_the_model_image_that_checks_every_funct
     for obj in (pod, policy):
         assert obj["metadata"]["annotations"]["helm.sh/hook"] == "test"
     [container] = pod["spec"]["containers"]
-    [model] = [o for o in objects("default", "Service") if o["metadata"]["name"] == "agentfn-model"
-               and o["apiVersion"] == "serving.knative.dev/v1"]
+    [model] = [
+        o
+        for o in objects("default", "Service")
+        if o["metadata"]["name"] == "agentfn-model" and o["apiVersion"] == "serving.knative.dev/v1"
+    ]
     assert container["image"] == model["spec"]["template"]["spec"]["containers"][0]["image"]
     assert container["command"] == ["python", "-m", "agentfn.cli.probe"]
     env = {e["name"]: e["value"] for e in container["env"]}
@@ -51,15 +54,21 @@ def test_the_probe_pod_is_a_test_hook_of_the_model_image_that_checks_every_funct
     # its egress: the gateway and Knative's way to a Service, never a function's pods
     peers = [p for rule in policy["spec"]["egress"] for p in rule["to"]]
     assert all("podSelector" not in p for p in peers)
-    assert {p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in peers} == \
-        {"gateway-system", "knative-serving"}
+    assert {p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in peers} == {
+        "gateway-system",
+        "knative-serving",
+    }
 
 
-@pytest.mark.parametrize("sets, gateway", [
-    ((), None),
-    (("tests.tokenSecret=probe-token",), None),  # no gateway address known: no /v1/agents check
-    (("tests.enabled=false",), "absent"),
-], ids=["no token", "token without an address", "disabled"])
+@pytest.mark.parametrize(
+    "sets, gateway",
+    [
+        ((), None),
+        (("tests.tokenSecret=probe-token",), None),  # no gateway address known: no /v1/agents check
+        (("tests.enabled=false",), "absent"),
+    ],
+    ids=["no token", "token without an address", "disabled"],
+)
 def test_the_probe_leaves_out_what_the_values_do_not_name(sets, gateway):
     found = probe_objects(sets)
     if gateway == "absent":
@@ -93,45 +102,84 @@ def stack(postgres, model_dsn, issuer, tmp_path_factory):
     """The model function behind the dev gateway, and platform_status with its dev upstream, on loopback."""
     var = tmp_path_factory.mktemp("probe")
     registry = var / "registry.json"
-    subprocess.run([sys.executable, "-m", "agentfn_operator.local", str(ROOT / "examples"), "--out", str(registry)],
-                   check=True, timeout=60)
+    subprocess.run(
+        [sys.executable, "-m", "agentfn_operator.local", str(ROOT / "examples"), "--out", str(registry)],
+        check=True,
+        timeout=60,
+    )
     closed = f"http://127.0.0.1:{free_port()}"
-    model = Gunicorn("agentfn.model.app:create_app()", {
-        **issuer.env(), "AGENTFN_DATABASE_URL": model_dsn, "AGENTFN_REGISTRY_FILE": str(registry),
-        "AGENTFN_TIER_FAST_URL": closed + "/v1", "AGENTFN_TIER_FAST_MODEL": "none", "AGENTFN_TIER_FAST_TOOL_MODE": "native",
-        "AGENTFN_WARM_UP": "0", "AGENTFN_WORKERS": "1"}, var / "model.log")
+    model = Gunicorn(
+        "agentfn.model.app:create_app()",
+        {
+            **issuer.env(),
+            "AGENTFN_DATABASE_URL": model_dsn,
+            "AGENTFN_REGISTRY_FILE": str(registry),
+            "AGENTFN_TIER_FAST_URL": closed + "/v1",
+            "AGENTFN_TIER_FAST_MODEL": "none",
+            "AGENTFN_TIER_FAST_TOOL_MODE": "native",
+            "AGENTFN_WARM_UP": "0",
+            "AGENTFN_WORKERS": "1",
+        },
+        var / "model.log",
+    )
     # the platform service behind platform_status: its dev upstream (a test double), which its /readyz asks
-    upstream = AnyAnswer("agentfn.platform_status.dev_upstream:create_app()", issuer.upstream_env("platform_status"),
-                         var / "upstream.log")
-    tool = Gunicorn("agentfn.platform_status.app:create_app()", {
-        **issuer.env(), "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL": upstream.url,
-        "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(var, "platform_status"))}, var / "platform_status.log")
+    upstream = AnyAnswer(
+        "agentfn.platform_status.dev_upstream:create_app()", issuer.upstream_env("platform_status"), var / "upstream.log"
+    )
+    tool = Gunicorn(
+        "agentfn.platform_status.app:create_app()",
+        {
+            **issuer.env(),
+            "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL": upstream.url,
+            "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(var, "platform_status")),
+        },
+        var / "platform_status.log",
+    )
     started = []
     try:
         for server in (model, upstream, tool):
             server.start()
             started.append(server)
-        gateway = AnyAnswer("agentfn.cli.gateway:create_app()", {"AGENTFN_GATEWAY_MODEL_URL": model.url,
-                                                               "AGENTFN_GATEWAY_MEMORY_URL": closed}, var / "gateway.log")
+        gateway = AnyAnswer(
+            "agentfn.cli.gateway:create_app()",
+            {"AGENTFN_GATEWAY_MODEL_URL": model.url, "AGENTFN_GATEWAY_MEMORY_URL": closed},
+            var / "gateway.log",
+        )
         gateway.start()
         started.append(gateway)
         token = var / "token"
         token.write_text(issuer.caller_token("probe-user", ["developers"]))
-        yield {"model": model.url, "tool": tool.url, "gateway": gateway.url, "closed": closed, "token": token,
-               "var": var, "issuer": issuer}
+        yield {
+            "model": model.url,
+            "tool": tool.url,
+            "gateway": gateway.url,
+            "closed": closed,
+            "token": token,
+            "var": var,
+            "issuer": issuer,
+        }
     finally:
         for server in reversed(started):
             server.stop()
 
 
 def probe(env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agentfn.cli.probe"], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "AGENTFN_PROBE_TIMEOUT_SECONDS": "2", **env})
+    return subprocess.run(
+        [sys.executable, "-m", "agentfn.cli.probe"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AGENTFN_PROBE_TIMEOUT_SECONDS": "2", **env},
+    )
 
 
 def healthy(s: dict) -> dict[str, str]:
-    return {"AGENTFN_PROBE_READY_URLS": s["model"], "AGENTFN_PROBE_CLOSED_URLS": s["closed"],
-            "AGENTFN_PROBE_GATEWAY_URL": s["gateway"], "AGENTFN_PROBE_TOKEN_FILE": str(s["token"])}
+    return {
+        "AGENTFN_PROBE_READY_URLS": s["model"],
+        "AGENTFN_PROBE_CLOSED_URLS": s["closed"],
+        "AGENTFN_PROBE_GATEWAY_URL": s["gateway"],
+        "AGENTFN_PROBE_TOKEN_FILE": str(s["token"]),
+    }
 
 
 def test_the_probe_passes_on_a_healthy_release(stack):
@@ -151,14 +199,22 @@ def other_token(s: dict) -> str:
 
 
 BROKEN = [
-    ("an internal function answers the pod", lambda s: {"AGENTFN_PROBE_CLOSED_URLS": s["tool"]},
-     r"is closed to this pod: it answered \(status 200\)"),
-    ("a public function is down", lambda s: {"AGENTFN_PROBE_READY_URLS": f"{s['model']},{s['closed']}"},
-     r"/readyz answers: no answer \(ConnectionError\)"),
-    ("the gateway refuses the token", lambda s: {"AGENTFN_PROBE_TOKEN_FILE": other_token(s)},
-     r"/v1/agents: status 401"),
-    ("the gateway does not route the path", lambda s: {"AGENTFN_PROBE_GATEWAY_URL": s["tool"]},
-     r"/v1/agents: status 40[14]"),
+    (
+        "an internal function answers the pod",
+        lambda s: {"AGENTFN_PROBE_CLOSED_URLS": s["tool"]},
+        r"is closed to this pod: it answered \(status 200\)",
+    ),
+    (
+        "a public function is down",
+        lambda s: {"AGENTFN_PROBE_READY_URLS": f"{s['model']},{s['closed']}"},
+        r"/readyz answers: no answer \(ConnectionError\)",
+    ),
+    ("the gateway refuses the token", lambda s: {"AGENTFN_PROBE_TOKEN_FILE": other_token(s)}, r"/v1/agents: status 401"),
+    (
+        "the gateway does not route the path",
+        lambda s: {"AGENTFN_PROBE_GATEWAY_URL": s["tool"]},
+        r"/v1/agents: status 40[14]",
+    ),
 ]
 
 

@@ -26,8 +26,12 @@ from .test_cluster import for_1_20
 pytestmark = pytest.mark.timeout(1500)
 NAMESPACE = "agentfn"  # the examples' namespace
 EXAMPLES = [ROOT / "examples" / "agents.yaml", ROOT / "examples" / "grants.yaml"]
-OWNED = {"apiVersion": "agentfn.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "owned", "namespace": NAMESPACE},
-         "spec": {"brief": "Answers for the platform team.", "owner": "platform-team"}}
+OWNED = {
+    "apiVersion": "agentfn.dev/v1alpha1",
+    "kind": "Agent",
+    "metadata": {"name": "owned", "namespace": NAMESPACE},
+    "spec": {"brief": "Answers for the platform team.", "owner": "platform-team"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +41,9 @@ def kube():
     api = KubeAPI()
     try:
         api.start(build())
-        others = [for_1_20(yaml.load((SCHEMAS / name).read_text(), Loader=Loader))
-                  for name in sorted(set(CRD_FILES.values()))]
+        others = [
+            for_1_20(yaml.load((SCHEMAS / name).read_text(), Loader=Loader)) for name in sorted(set(CRD_FILES.values()))
+        ]
         api.kubectl("apply", "--server-side", "--validate=false", "-f", "-", input=yaml.safe_dump_all(others))
         yield api
     finally:
@@ -51,7 +56,10 @@ def add_owner(crd: dict) -> None:
         return
     [version] = crd["spec"]["versions"]
     version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["owner"] = {
-        "type": "string", "maxLength": 63, "description": "The team that answers for the agent."}
+        "type": "string",
+        "maxLength": 63,
+        "description": "The team that answers for the agent.",
+    }
     version["additionalPrinterColumns"].insert(1, {"name": "Owner", "type": "string", "jsonPath": ".spec.owner"})
 
 
@@ -141,11 +149,15 @@ def test_crds_upgrade_and_roll_back_with_the_release_and_outlive_it(kube, tmp_pa
     assert kube.kubectl("get", "crd", "agents.agentfn.dev", check=False).returncode != 0
 
 
-@pytest.mark.parametrize("sets, kept, crds", [
-    ((), True, 2),
-    (("crds.keep=false",), False, 2),
-    (("crds.install=false",), None, 0),
-], ids=["defaults", "not kept", "not installed"])
+@pytest.mark.parametrize(
+    "sets, kept, crds",
+    [
+        ((), True, 2),
+        (("crds.keep=false",), False, 2),
+        (("crds.install=false",), None, 0),
+    ],
+    ids=["defaults", "not kept", "not installed"],
+)
 def test_the_crds_render_with_their_version_and_resource_policy(sets, kept, crds):
     rendered = objects("default", "CustomResourceDefinition", sets)
     assert len(rendered) == crds
@@ -155,8 +167,9 @@ def test_the_crds_render_with_their_version_and_resource_policy(sets, kept, crds
         assert ("helm.sh/resource-policy" in annotations) == kept
         assert annotations.get("helm.sh/resource-policy", "keep") == "keep"
     source = [yaml.load(p.read_text(), Loader=Loader) for p in (CHART / "files" / "crds").glob("*.yaml")]
-    assert {c["metadata"]["name"]: c["spec"] for c in rendered} == ({c["metadata"]["name"]: c["spec"] for c in source}
-                                                                     if crds else {})
+    assert {c["metadata"]["name"]: c["spec"] for c in rendered} == (
+        {c["metadata"]["name"]: c["spec"] for c in source} if crds else {}
+    )
 
 
 def test_the_chart_and_its_crds_carry_the_projects_version():

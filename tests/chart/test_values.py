@@ -19,24 +19,43 @@ VALIDATOR = Draft7Validator(values_schema())
 ROWS = [
     ("the defaults", {}, None),
     ("an external database", {"database": {"mode": "external", "external": {"cidrs": ["10.0.0.0/24"]}}}, None),
-    ("a second tier", {"engines": {"tiers": {"large": {"url": "https://e.example/v1", "model": "m",
-                                                       "toolMode": "constrained", "apiKeySecret": "k"}}}}, None),
+    (
+        "a second tier",
+        {
+            "engines": {
+                "tiers": {
+                    "large": {"url": "https://e.example/v1", "model": "m", "toolMode": "constrained", "apiKeySecret": "k"}
+                }
+            }
+        },
+        None,
+    ),
     ("extra AGENTFN settings", {"functions": {"page": {"env": {"AGENTFN_PAGE_DAILY_PAGES": "50"}}}}, None),
     ("an unknown top-level key", {"replicas": 3}, r"Additional properties are not allowed \('replicas'"),
     ("an unknown key in a function", {"functions": {"memory": {"minScale": 1}}}, r"'minScale' was unexpected"),
     ("an unknown function", {"functions": {"billing": {}}}, r"'billing' was unexpected"),
     ("a database mode nobody knows", {"database": {"mode": "sqlite"}}, r"'sqlite' is not one of"),
-    ("a function without a cpu limit", {"functions": {"run_code": {"resources": {"limits": {"cpu": None}}}}},
-     r"'cpu' is a required property"),
+    (
+        "a function without a cpu limit",
+        {"functions": {"run_code": {"resources": {"limits": {"cpu": None}}}}},
+        r"'cpu' is a required property",
+    ),
     ("a memory limit in words", {"functions": {"model": {"resources": {"limits": {"memory": "lots"}}}}}, r"does not match"),
     ("an env name outside AGENTFN_", {"functions": {"model": {"env": {"OPENAI_API_KEY": "x"}}}}, r"does not match"),
-    ("an env value that is a number", {"functions": {"model": {"env": {"AGENTFN_THREADS": 16}}}}, r"is not of type 'string'"),
+    (
+        "an env value that is a number",
+        {"functions": {"model": {"env": {"AGENTFN_THREADS": 16}}}},
+        r"is not of type 'string'",
+    ),
     ("a JWKS URL that is not a URL", {"identity": {"jwksUrl": "keys.json"}}, r"does not match"),
     ("a CIDR that is not one", {"apiServer": {"cidrs": ["kubernetes"]}}, r"does not match"),
     ("no API server address", {"apiServer": {"cidrs": []}}, r"should be non-empty|is too short"),
     ("a tool mode nobody knows", {"engines": {"tiers": {"fast": {"toolMode": "magic"}}}}, r"'magic' is not one of"),
-    ("a capitalised tier", {"engines": {"tiers": {"Fast": {"url": "http://e/v1", "model": "m", "toolMode": "native",
-                                                           "apiKeySecret": ""}}}}, r"does not match"),
+    (
+        "a capitalised tier",
+        {"engines": {"tiers": {"Fast": {"url": "http://e/v1", "model": "m", "toolMode": "native", "apiKeySecret": ""}}}},
+        r"does not match",
+    ),
     ("a prefix without its dash", {"functionPrefix": "agentfn"}, r"does not match"),
     ("a gateway namespace with capitals", {"gateway": {"namespace": "Gateways"}}, r"does not match"),
     ("an admission action nobody knows", {"admissionPolicies": {"validationActions": ["Block"]}}, r"'Block' is not one of"),
@@ -76,11 +95,15 @@ def test_every_key_of_values_yaml_is_commented():
     assert [lines[i].strip() for i in keys if not lines[i - 1].strip().startswith("#")] == []
 
 
-@pytest.mark.parametrize("sets, pattern", [
-    (("database.mode=sqlite",), r"database/mode"),
-    (("functions.memory.replicas=2",), r"replicas"),
-    (("identity.jwksUrl=nowhere",), r"identity/jwksUrl"),
-], ids=["mode", "unknown key", "url"])
+@pytest.mark.parametrize(
+    "sets, pattern",
+    [
+        (("database.mode=sqlite",), r"database/mode"),
+        (("functions.memory.replicas=2",), r"replicas"),
+        (("identity.jwksUrl=nowhere",), r"identity/jwksUrl"),
+    ],
+    ids=["mode", "unknown key", "url"],
+)
 def test_helm_applies_the_schema(sets, pattern):
     done = helm(*template_args(None, sets), check=False)
     assert done.returncode != 0 and re.search(pattern, done.stderr), done.stderr
@@ -103,12 +126,21 @@ def test_the_schema_and_the_charts_readme_say_what_the_values_comments_say():
 
 # (id, change to a copy of values.yaml, what --check says)
 DRIFT = [
-    ("a comment changed", lambda t: t.replace("# Run the operator.", "# Run the operator, or not."),
-     r"values.schema.json is stale.*\n.*README.md is stale"),
-    ("a key the schema lacks", lambda t: t + "\n# Something new.\nsomethingNew: 1\n",
-     r"somethingNew: in values.yaml, not in values.schema.json"),
-    ("a key values.yaml lacks", lambda t: t.replace("  timeoutSeconds: 5\n", ""),
-     r"tests.timeoutSeconds: in values.schema.json, not in values.yaml"),
+    (
+        "a comment changed",
+        lambda t: t.replace("# Run the operator.", "# Run the operator, or not."),
+        r"values.schema.json is stale.*\n.*README.md is stale",
+    ),
+    (
+        "a key the schema lacks",
+        lambda t: t + "\n# Something new.\nsomethingNew: 1\n",
+        r"somethingNew: in values.yaml, not in values.schema.json",
+    ),
+    (
+        "a key values.yaml lacks",
+        lambda t: t.replace("  timeoutSeconds: 5\n", ""),
+        r"tests.timeoutSeconds: in values.schema.json, not in values.yaml",
+    ),
 ]
 
 

@@ -1,8 +1,8 @@
 """A newcomer's first hour, end to end: a fresh clone, the README's first command, the tour through the CLI.
 
-Everything is real and offline: embedded Postgres, the multilingual embedder, the default shipped model (Qwen2.5-Coder-1.5B) on llama.cpp
-(greedy), every function under gunicorn behind the dev gateway. The small model's wording is never
-asserted; the events, the records and the entries are. The dev upstreams behind the read tools are the
+Everything is real and offline: embedded Postgres, the multilingual embedder, the default shipped model
+(Qwen2.5-Coder-1.5B) on llama.cpp (greedy), every function under gunicorn behind the dev gateway.
+The small model's wording is never asserted; the events, the records and the entries are. The dev upstreams behind the read tools are the
 one test double (the platform services), as in `agentfn up` itself.
 
 The tests of this module run in order and share one platform (it is started, stopped and restarted).
@@ -38,8 +38,9 @@ def fresh_clone(into: Path) -> Path:
     """A clone of this repository, with the working tree's uncommitted changes laid over it (so a change is
     tried as it will land)."""
     subprocess.run(["git", "clone", "-q", str(ROOT), str(into)], check=True)
-    changed = subprocess.run(["git", "ls-files", "-m", "-o", "--exclude-standard"], cwd=ROOT, check=True,
-                             capture_output=True, text=True).stdout.split()
+    changed = subprocess.run(
+        ["git", "ls-files", "-m", "-o", "--exclude-standard"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.split()
     for name in changed:
         if (ROOT / name).is_file():
             (into / name).parent.mkdir(parents=True, exist_ok=True)
@@ -67,8 +68,14 @@ class Platform:
         started = time.monotonic()
         out = open(self.log, "a")
         enter = ["nsenter", f"--net={self.netns}", "--"] if self.netns else []
-        self.process = subprocess.Popen([*enter, "bash", "-c", FIRST_COMMAND], cwd=self.clone, env=self.env, stdout=out,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(
+            [*enter, "bash", "-c", FIRST_COMMAND],
+            cwd=self.clone,
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         while BANNER not in (text := self.since(offset)):
             assert self.process.poll() is None, text[-3000:]
             assert time.monotonic() - started < timeout, f"no banner in {timeout} s:\n{text[-3000:]}"
@@ -88,11 +95,19 @@ class Platform:
         """The log from a byte offset on (its lines hold characters of several bytes: ✓, ─)."""
         return self.log.read_bytes()[offset:].decode(errors="replace")
 
-    def cli(self, *args: str, token: str | None = None, stdin: str | None = None, timeout: float = 600,
-            check: bool = True) -> subprocess.CompletedProcess:
+    def cli(
+        self, *args: str, token: str | None = None, stdin: str | None = None, timeout: float = 600, check: bool = True
+    ) -> subprocess.CompletedProcess:
         env = {**self.env, **({"AGENTFN_TOKEN": token} if token else {}), "COLUMNS": "160"}
-        done = subprocess.run([str(self.clone / ".venv/bin/agentfn"), *args], cwd=self.clone, env=env, input=stdin,
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [str(self.clone / ".venv/bin/agentfn"), *args],
+            cwd=self.clone,
+            env=env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         assert not check or done.returncode == 0, done.stdout + done.stderr
         assert "Traceback" not in done.stderr, done.stderr
         return done
@@ -116,8 +131,15 @@ def platform():
     yield up
     if up.process.poll() is None:
         up.stop()
-    subprocess.run([str(clone / ".venv/bin/python"), "-c", "from agentfn.cli.postgres import EmbeddedPostgres as P; "
-                    "P('var/postgres').stop('immediate')"], cwd=clone, check=False)
+    subprocess.run(
+        [
+            str(clone / ".venv/bin/python"),
+            "-c",
+            "from agentfn.cli.postgres import EmbeddedPostgres as P; P('var/postgres').stop('immediate')",
+        ],
+        cwd=clone,
+        check=False,
+    )
     shutil.rmtree(home, ignore_errors=True)
     timings = {"first_start_s": round(up.starts[0], 1), "later_starts_s": [round(s, 1) for s in up.starts[1:]]}
     (ROOT / "var").mkdir(exist_ok=True)
@@ -133,9 +155,21 @@ def web(platform, tmp_path_factory):
         pytest.skip("the tour's web is a network namespace of the test's own: run as root")
     directory = tmp_path_factory.mktemp("web")
     platform.stop()
-    lab = subprocess.Popen([str(platform.clone / ".venv/bin/python"), str(Path(__file__).with_name("web_lab.py")),
-                            "--dir", str(directory), "--expose", str(platform.base), "--expose", str(platform.base + 1)],
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(directory / "lab.log", "wb"))
+    lab = subprocess.Popen(
+        [
+            str(platform.clone / ".venv/bin/python"),
+            str(Path(__file__).with_name("web_lab.py")),
+            "--dir",
+            str(directory),
+            "--expose",
+            str(platform.base),
+            "--expose",
+            str(platform.base + 1),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=open(directory / "lab.log", "wb"),
+    )
     line = lab.stdout.readline()
     assert line, (directory / "lab.log").read_text()
     platform.netns = f"/proc/{json.loads(line)['pid']}/ns/net"
@@ -202,11 +236,19 @@ REVIEWER_TOOLS = {"run_code", "platform_status", "open_page", "remember", "forge
 
 def test_the_first_command_shows_progress_then_one_banner(platform):
     shown = platform.first
-    for progress in ("installing agentfn", "Postgres on", "engine ready", "memory ready", "page ready",
-                     "run_code ready", "model ready", "gateway ready"):
+    for progress in (
+        "installing agentfn",
+        "Postgres on",
+        "engine ready",
+        "memory ready",
+        "page ready",
+        "run_code ready",
+        "model ready",
+        "gateway ready",
+    ):
         assert progress in shown, progress
     assert shown.count(BANNER) == 1
-    banner = shown[shown.index(BANNER):]
+    banner = shown[shown.index(BANNER) :]
     assert platform.url in banner and "agentfn token alice --groups developers,platform-users" in banner
     assert "agentfn chat code-reviewer" in banner
     assert "Qwen2.5-Coder-1.5B-Instruct offline on llama.cpp (AGENTFN_ENGINE_MODEL=qwen2.5-coder-1.5b)" in banner
@@ -214,34 +256,38 @@ def test_the_first_command_shows_progress_then_one_banner(platform):
     assert 1500 < resident < 4096, resident  # the engine alone holds the 1.1 GB model and its caches
 
 
-@pytest.mark.parametrize(("method", "path"), [
-    ("POST", "/internal/v1/episodes"),
-    ("GET", "/internal/v1/episodes"),
-    ("PUT", "/internal/anything"),
-    ("GET", "/healthz"),
-    ("GET", "/readyz"),
-    ("GET", "/openapi.json"),
-    ("POST", "/v1/open"),  # the page fetcher
-    ("POST", "/v1/call"),  # a tool function
-    ("GET", "/v1/tool"),
-    ("GET", "/index.html"),  # the workbench is "/", its files and its settings, nothing else
-    ("GET", "/assets/../internal/v1/episodes"),
-    ("POST", "/v1/agents/../../internal/v1/episodes"),
-    ("POST", "/v1/agents/%2e%2e/%2e%2e/internal/v1/episodes"),
-    ("GET", "/v1/entriesx"),
-    ("PATCH", "/v1/recall/x"),
-    ("OPTIONS", "/mcpx"),
-    ("GET", "/.well-known/jwks.json"),  # the dev issuer is not behind the gateway
-    ("GET", "/v1/adminx"),
-    ("GET", "/v1/admin/../../internal/v1/episodes"),
-])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/internal/v1/episodes"),
+        ("GET", "/internal/v1/episodes"),
+        ("PUT", "/internal/anything"),
+        ("GET", "/healthz"),
+        ("GET", "/readyz"),
+        ("GET", "/openapi.json"),
+        ("POST", "/v1/open"),  # the page fetcher
+        ("POST", "/v1/call"),  # a tool function
+        ("GET", "/v1/tool"),
+        ("GET", "/index.html"),  # the workbench is "/", its files and its settings, nothing else
+        ("GET", "/assets/../internal/v1/episodes"),
+        ("POST", "/v1/agents/../../internal/v1/episodes"),
+        ("POST", "/v1/agents/%2e%2e/%2e%2e/internal/v1/episodes"),
+        ("GET", "/v1/entriesx"),
+        ("PATCH", "/v1/recall/x"),
+        ("OPTIONS", "/mcpx"),
+        ("GET", "/.well-known/jwks.json"),  # the dev issuer is not behind the gateway
+        ("GET", "/v1/adminx"),
+        ("GET", "/v1/admin/../../internal/v1/episodes"),
+    ],
+)
 def test_the_gateway_answers_404_for_every_door_that_is_not_public(platform, method, path):
     answer = requests.request(method, platform.url + path, timeout=10)
     assert answer.status_code == 404 and answer.headers["Content-Type"] == PROBLEM
 
 
-@pytest.mark.parametrize("path", ["/v1/entries", "/v1/agents", "/v1/tools", "/v1/admin/generations", "/v1/admin/grants",
-                                  "/v1/admin/calls"])
+@pytest.mark.parametrize(
+    "path", ["/v1/entries", "/v1/agents", "/v1/tools", "/v1/admin/generations", "/v1/admin/grants", "/v1/admin/calls"]
+)
 def test_the_public_doors_reach_their_function_which_checks_the_token(platform, path):
     answer = requests.get(platform.url + path, timeout=10)
     assert answer.status_code == 401 and answer.headers["Content-Type"] == PROBLEM
@@ -263,18 +309,26 @@ def test_the_tour(platform, web):
     temperature 0: what the README says happens, happens."""
     alice = platform.token("alice")
     # Keep a preference.
-    kept = platform.cli("memory", "add", "Answer me in one short sentence.", "--kind", "preference", "--source", "tour",
-                        token=alice)
+    kept = platform.cli(
+        "memory", "add", "Answer me in one short sentence.", "--kind", "preference", "--source", "tour", token=alice
+    )
     entries = platform.get("/v1/entries", alice).json()["entries"]
     assert [(e["kind"], e["text"], e["source"]) for e in entries] == [
-        ("preference", "Answer me in one short sentence.", "tour")]
+        ("preference", "Answer me in one short sentence.", "tour")
+    ]
     preference = entries[0]["id"]
     assert preference[:8] in kept.stdout
 
     # The chat, as the README has it: one session, its lines typed in order, the person answering `y` to the
     # one call they asked for; then /end. --json shows the same turns as events.
-    typed = ["How long should your answers be?", "Run this Python code in the sandbox: print(6 * 7)", "y",
-             "Open the page https://example.com and read it", "/end", "/quit"]
+    typed = [
+        "How long should your answers be?",
+        "Run this Python code in the sandbox: print(6 * 7)",
+        "y",
+        "Open the page https://example.com and read it",
+        "/end",
+        "/quit",
+    ]
     session = platform.cli("chat", "code-reviewer", "--json", token=alice, stdin="\n".join(typed) + "\n")
     found = events(session.stdout)
     episode = [d for n, d in found if n == "episode"]
@@ -349,13 +403,15 @@ def test_chat_in_a_terminal(platform, tmp_path):
     if preference not in json.dumps(platform.get("/v1/entries", alice).json()):  # the small model may have forgotten it
         platform.cli("memory", "add", preference, "--kind", "preference", "--source", "tour", token=alice)
     session = f"agentfn-chat-{platform.base}"
-    command = f"cd {platform.clone} && AGENTFN_TOKEN={alice} .venv/bin/agentfn chat code-reviewer --yes"  # the small model may ask to keep or forget a note
+    # --yes: the small model may ask to keep or forget a note
+    command = f"cd {platform.clone} && AGENTFN_TOKEN={alice} .venv/bin/agentfn chat code-reviewer --yes"
     env = {k: v for k, v in platform.env.items() if k != "TMUX"}
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "150", "-y", "60", command], env=env, check=True)
 
     def screen() -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", session, "-S", "-200"], capture_output=True,
-                              text=True, check=True).stdout
+        return subprocess.run(
+            ["tmux", "capture-pane", "-p", "-t", session, "-S", "-200"], capture_output=True, text=True, check=True
+        ).stdout
 
     def until(predicate, timeout: float = 600) -> str:
         deadline = time.monotonic() + timeout
@@ -405,7 +461,11 @@ def test_a_restart_keeps_entries_and_a_forgotten_one_stays_gone(platform):
     alice = platform.token("alice")
     final = {e["id"] for e in platform.get("/v1/entries", alice).json()["entries"]}
     assert final == set(before) - {gone}
-    recalled = requests.post(platform.url + "/v1/recall", headers={"Authorization": f"Bearer {alice}"},
-                             json={"query": "What is the staging cluster called?"}, timeout=30).json()["entries"]
+    recalled = requests.post(
+        platform.url + "/v1/recall",
+        headers={"Authorization": f"Bearer {alice}"},
+        json={"query": "What is the staging cluster called?"},
+        timeout=30,
+    ).json()["entries"]
     assert gone not in [e["id"] for e in recalled]
     assert platform.starts[-1] < platform.starts[0]  # a second start reuses the install and the data

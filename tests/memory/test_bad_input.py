@@ -16,24 +16,38 @@ CASES = [
     ("oversized text", "post", "/v1/entries", {**OK, "text": "x" * 1001}, None, None, 422, "at most 1000"),
     ("missing source", "post", "/v1/entries", {"kind": "fact", "text": "t"}, None, None, 422, "'source'"),
     ("empty source", "post", "/v1/entries", {**OK, "source": ""}, None, None, 422, "source"),
-    ("unknown field", "post", "/v1/entries", {**OK, "subject": "someone-else"}, None, None, 422,
-     "unknown field 'subject'"),
+    ("unknown field", "post", "/v1/entries", {**OK, "subject": "someone-else"}, None, None, 422, "unknown field 'subject'"),
     ("text of the wrong type", "post", "/v1/entries", {**OK, "text": 42}, None, None, 422, "must be of type string"),
     ("body not an object", "post", "/v1/entries", [OK], None, None, 422, "must be of type object"),
     ("bad JSON", "post", "/v1/entries", None, b'{"kind": "fact",', "application/json", 400, "not valid JSON"),
     ("not JSON", "post", "/v1/entries", None, b"kind=fact", "application/x-www-form-urlencoded", 415, "application/json"),
-    ("huge body", "post", "/v1/entries", None, json.dumps({**OK, "text": "x" * 200_000}).encode(),
-     "application/json", 413, "larger than"),
+    (
+        "huge body",
+        "post",
+        "/v1/entries",
+        None,
+        json.dumps({**OK, "text": "x" * 200_000}).encode(),
+        "application/json",
+        413,
+        "larger than",
+    ),
     ("bad id on correct", "patch", "/v1/entries/not-a-uuid", {"text": "t"}, None, None, 404, "no entry"),
     ("bad id on forget", "delete", "/v1/entries/12345", None, None, None, 404, "no entry"),
-    ("empty correction", "patch", "/v1/entries/00000000-0000-4000-8000-000000000000", {}, None, None, 422,
-     "at least 1"),
+    ("empty correction", "patch", "/v1/entries/00000000-0000-4000-8000-000000000000", {}, None, None, 422, "at least 1"),
     ("limit over 5", "post", "/v1/recall", {"query": "q", "limit": 6}, None, None, 422, "limit: must be <= 5"),
     ("limit zero", "post", "/v1/recall", {"query": "q", "limit": 0}, None, None, 422, "limit: must be >= 1"),
     ("empty query", "post", "/v1/recall", {"query": ""}, None, None, 422, "query"),
     ("unknown kind in recall", "post", "/v1/recall", {"query": "q", "kinds": ["secret"]}, None, None, 422, "kinds.0"),
-    ("unknown recall field", "post", "/v1/recall", {"query": "q", "threshold": 0.1}, None, None, 422,
-     "unknown field 'threshold'"),
+    (
+        "unknown recall field",
+        "post",
+        "/v1/recall",
+        {"query": "q", "threshold": 0.1},
+        None,
+        None,
+        422,
+        "unknown field 'threshold'",
+    ),
     ("list with unknown kind", "get", "/v1/entries?kind=opinion", None, None, None, 400, "kind: must be one of"),
     ("list with bad limit", "get", "/v1/entries?limit=-1", None, None, None, 400, "limit"),
     ("list with unknown parameter", "get", "/v1/entries?subject=bob", None, None, None, 400, "unknown query parameter"),
@@ -42,8 +56,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("method", "path", "body", "raw", "ctype", "status", "words"),
-                         [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("method", "path", "body", "raw", "ctype", "status", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_bad_input_is_a_problem_and_changes_nothing(caller, method, path, body, raw, ctype, status, words):
     kept = caller.post("/v1/entries", json=OK).json()
     before = caller.get("/v1/entries").json()
@@ -75,11 +90,15 @@ HOSTILE = [
     # (name, method, path, body, the field the detail names)
     ("text of letters ending in NUL", "post", "/v1/entries", {**OK, "text": "a" * LONG + "\0"}, "text"),
     ("text of spaces ending in NUL", "post", "/v1/entries", {**OK, "text": " " * LONG + "\0"}, "text"),
-    ("text of letters and spaces ending in NUL", "post", "/v1/entries", {**OK, "text": "a " * (LONG // 2) + "\0"},
-     "text"),
+    ("text of letters and spaces ending in NUL", "post", "/v1/entries", {**OK, "text": "a " * (LONG // 2) + "\0"}, "text"),
     ("source ending in NUL", "post", "/v1/entries", {**OK, "source": "a" * LONG + "\0"}, "source"),
-    ("text and source ending in NUL", "post", "/v1/entries",
-     {**OK, "text": "a" * (LONG // 2) + "\0", "source": "b" * (LONG // 2) + "\0"}, "text"),
+    (
+        "text and source ending in NUL",
+        "post",
+        "/v1/entries",
+        {**OK, "text": "a" * (LONG // 2) + "\0", "source": "b" * (LONG // 2) + "\0"},
+        "text",
+    ),
     ("text within its length ending in NUL", "post", "/v1/entries", {**OK, "text": "a" * 999 + "\0"}, "text"),
     ("correction ending in NUL", "patch", ENTRY, {"text": "a" * LONG + "\0"}, "text"),
     ("query ending in NUL", "post", "/v1/recall", {"query": "a" * LONG + "\0"}, "query"),

@@ -15,13 +15,16 @@ def post(client, text, kind="preference"):
     return client.post("/v1/entries", json={"kind": kind, "text": text, "source": "chat"})
 
 
-@pytest.mark.parametrize("again", [
-    NOTE,
-    "answer me in one short sentence",                 # case, the closing full stop
-    "  Answer   me in one\tshort sentence!  ",          # runs of whitespace, other closing punctuation
-    "Ａｎｓｗｅｒ me in one short sentence.",            # full-width letters (NFKC)
-    "Answer\u00a0me in one short sentence…",            # a no-break space, an ellipsis
-])
+@pytest.mark.parametrize(
+    "again",
+    [
+        NOTE,
+        "answer me in one short sentence",  # case, the closing full stop
+        "  Answer   me in one\tshort sentence!  ",  # runs of whitespace, other closing punctuation
+        "Ａｎｓｗｅｒ me in one short sentence.",  # full-width letters (NFKC)
+        "Answer\u00a0me in one short sentence…",  # a no-break space, an ellipsis
+    ],
+)
 def test_the_same_note_again_is_the_existing_entry(caller, again):
     first = post(caller, NOTE)
     assert first.status_code == 201 and first.json()["existing"] is False
@@ -33,8 +36,15 @@ def test_the_same_note_again_is_the_existing_entry(caller, again):
     assert [e["id"] for e in caller.get("/v1/entries").json()["entries"]] == [first.json()["id"]]
 
 
-@pytest.mark.parametrize("other", ["Answer me in one short sentence, please.", "Answer me in two short sentences.",
-                                   "I use C#.", "Odgovaraj mi u jednoj kratkoj rečenici."])
+@pytest.mark.parametrize(
+    "other",
+    [
+        "Answer me in one short sentence, please.",
+        "Answer me in two short sentences.",
+        "I use C#.",
+        "Odgovaraj mi u jednoj kratkoj rečenici.",
+    ],
+)
 def test_a_different_note_is_kept(caller, other):
     assert post(caller, NOTE if other != "I use C#." else "I use C.").status_code == 201
     response = post(caller, other)
@@ -48,8 +58,12 @@ def test_notes_are_compared_within_a_subject_and_never_with_episodes(memory, iss
     assert post(other, NOTE).status_code == 201
     subject = f"ana-{secrets.token_hex(3)}"
     ana = Client(memory.url, issuer.headers(subject))
-    episode = requests.post(memory.url + "/internal/v1/episodes", json={"subject": subject, "text": NOTE}, timeout=30,
-                            headers={"Authorization": f"Bearer {issuer.service_token(MODEL_SERVICE)}"})
+    episode = requests.post(
+        memory.url + "/internal/v1/episodes",
+        json={"subject": subject, "text": NOTE},
+        timeout=30,
+        headers={"Authorization": f"Bearer {issuer.service_token(MODEL_SERVICE)}"},
+    )
     assert episode.status_code == 201
     assert post(ana, NOTE).status_code == 201  # an episode is a session's summary, not a note of the person's
     assert sorted(e["kind"] for e in ana.get("/v1/entries").json()["entries"]) == ["episode", "preference"]
@@ -84,7 +98,9 @@ def test_a_correction_into_another_entrys_note_is_a_conflict(caller):
     assert problem["type"] == "https://agentfn.dev/problems/duplicate-note" and problem["status"] == 409
     assert problem["entry_id"] == first["id"] and first["id"] in problem["detail"] and "forget" in problem["detail"]
     assert {e["id"]: e["text"] for e in caller.get("/v1/entries").json()["entries"]} == {
-        first["id"]: NOTE, second["id"]: "Use tabs in Go code."}
+        first["id"]: NOTE,
+        second["id"]: "Use tabs in Go code.",
+    }
     # Correcting an entry into its own note (case, punctuation) is a correction, not a duplicate.
     own = caller.patch(f"/v1/entries/{first['id']}", json={"text": "Answer me in ONE short sentence!"})
     assert own.status_code == 200 and own.json()["text"] == "Answer me in ONE short sentence!"

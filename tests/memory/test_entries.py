@@ -132,7 +132,6 @@ def test_every_response_carries_a_request_id(caller):
 
 def test_health_and_readiness(memory):
 
-
     assert requests.get(memory.url + "/healthz").json() == {"status": "ok"}
     ready = requests.get(memory.url + "/readyz").json()
     assert ready == {"ready": True, "checks": {"database": True, "model": True}}

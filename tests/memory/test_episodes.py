@@ -16,8 +16,12 @@ def episode_for(memory, issuer):
     headers = {"Authorization": f"Bearer {issuer.service_token(MODEL_SERVICE)}"}
 
     def write(subject, text=SUMMARY, **extra):
-        return requests.post(memory.url + "/internal/v1/episodes", json={"subject": subject, "text": text, **extra},
-                             headers=headers, timeout=30)
+        return requests.post(
+            memory.url + "/internal/v1/episodes",
+            json={"subject": subject, "text": text, **extra},
+            headers=headers,
+            timeout=30,
+        )
 
     return write
 
@@ -51,11 +55,14 @@ def test_a_person_cannot_rewrite_an_episode_but_can_forget_it(memory, issuer, ep
     assert ana.get("/v1/entries").json()["entries"] == []
 
 
-@pytest.mark.parametrize(("text", "words"), [
-    (" ".join(["word"] * 81), "at most 80 words"),
-    ("x" * 501, "at most 500 characters"),
-    ("   ", "text"),
-])
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (" ".join(["word"] * 81), "at most 80 words"),
+        ("x" * 501, "at most 500 characters"),
+        ("   ", "text"),
+    ],
+)
 def test_episode_rules_are_checked_again(episode_for, memory, issuer, text, words):
     subject = f"ana-{secrets.token_hex(3)}"
     response = episode_for(subject, text)

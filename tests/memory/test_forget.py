@@ -20,14 +20,14 @@ def scan(admin_dsn, needles):
     hits = []
     with psycopg.connect(admin_dsn) as conn:
         tables = conn.execute(
-            "SELECT schemaname, tablename FROM pg_tables "
-            "WHERE schemaname NOT IN ('pg_catalog', 'information_schema')").fetchall()
+            "SELECT schemaname, tablename FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
+        ).fetchall()
         assert ("memory", "entries") in tables
         for schema, table in tables:
             for needle in needles:
                 found = conn.execute(
-                    f'SELECT count(*) FROM "{schema}"."{table}" t WHERE strpos(row_to_json(t)::text, %s) > 0',
-                    (needle,)).fetchone()[0]
+                    f'SELECT count(*) FROM "{schema}"."{table}" t WHERE strpos(row_to_json(t)::text, %s) > 0', (needle,)
+                ).fetchone()[0]
                 if found:
                     hits.append((schema, table, needle[:20]))
     return hits
@@ -49,9 +49,11 @@ def test_forget_leaves_nothing_behind(caller, postgres):
 # Forgetting everything: DELETE /v1/entries with the confirmation phrase.
 MODEL_SERVICE = "system:serviceaccount:agentfn:agentfn-model"
 PHRASE = {"confirm": "forget everything"}
-NOTES = [("fact", "Maintains the billing exporter in the payments team."),
-         ("fact", "The ledger service runs on Postgres seventeen."),
-         ("preference", "Prefers answers in Croatian with examples in Go.")]
+NOTES = [
+    ("fact", "Maintains the billing exporter in the payments team."),
+    ("fact", "The ledger service runs on Postgres seventeen."),
+    ("preference", "Prefers answers in Croatian with examples in Go."),
+]
 EPISODE = "Vesna asked how to page the on-call engineer and chose the incident channel for urgent pages."
 
 
@@ -59,8 +61,12 @@ def keep_some(caller, memory, issuer):
     """Two facts, a preference and an episode of the caller: their ids."""
     ids = [caller.post("/v1/entries", json={"kind": k, "text": t, "source": "chat"}).json()["id"] for k, t in NOTES]
     subject = jwt.decode(caller.session.headers["Authorization"][7:], options={"verify_signature": False})["sub"]
-    episode = requests.post(memory.url + "/internal/v1/episodes", json={"subject": subject, "text": EPISODE}, timeout=30,
-                            headers={"Authorization": f"Bearer {issuer.service_token(MODEL_SERVICE)}"})
+    episode = requests.post(
+        memory.url + "/internal/v1/episodes",
+        json={"subject": subject, "text": EPISODE},
+        timeout=30,
+        headers={"Authorization": f"Bearer {issuer.service_token(MODEL_SERVICE)}"},
+    )
     assert episode.status_code == 201, episode.text
     return ids + [episode.json()["id"]]
 
@@ -68,11 +74,16 @@ def keep_some(caller, memory, issuer):
 def test_forget_all_deletes_every_entry_of_the_caller_and_answers_a_receipt(caller, memory, issuer, postgres):
     ids = keep_some(caller, memory, issuer)
     other = Client(memory.url, issuer.headers(f"other-{secrets.token_hex(4)}"))
-    theirs = other.post("/v1/entries", json={"kind": "fact", "text": "Runs the nightly backup of the ledger.",
-                                             "source": "chat"}).json()
+    theirs = other.post(
+        "/v1/entries", json={"kind": "fact", "text": "Runs the nightly backup of the ledger.", "source": "chat"}
+    ).json()
     with psycopg.connect(postgres.admin_dsn) as conn:
-        vectors = [v for (v,) in conn.execute("SELECT embedding::text FROM memory.entries WHERE id = ANY(%s)",
-                                               ([uuid.UUID(i) for i in ids],)).fetchall()]
+        vectors = [
+            v
+            for (v,) in conn.execute(
+                "SELECT embedding::text FROM memory.entries WHERE id = ANY(%s)", ([uuid.UUID(i) for i in ids],)
+            ).fetchall()
+        ]
     needles = [t for _, t in NOTES] + [EPISODE] + vectors + ids
     assert len(vectors) == 4 and len(scan(postgres.admin_dsn, needles)) == len(needles)  # the scan finds each
 
@@ -97,8 +108,9 @@ def test_forget_all_deletes_every_entry_of_the_caller_and_answers_a_receipt(call
     hashed = hashlib.sha256(subject.encode()).hexdigest()[:12]
     time.sleep(0.3)  # the last lines are flushed
     lines = [json.loads(line) for line in memory.log.read_text().splitlines() if line.startswith("{")]
-    events = [(r["count"], r["request_id"]) for r in lines
-              if r.get("event") == "forget_all" and r.get("subject_hash") == hashed]
+    events = [
+        (r["count"], r["request_id"]) for r in lines if r.get("event") == "forget_all" and r.get("subject_hash") == hashed
+    ]
     assert [count for count, _ in events] == [4, 0] and events[0][1] == answer.headers["X-Request-Id"]
     log = memory.log.read_text()
     assert subject not in log and not any(n in log for n in needles)
@@ -112,9 +124,11 @@ def test_forget_all_waits_for_a_write_under_way_and_forgets_it_too(caller, memor
         # A write under way, as memory makes one: the subject's quota row locked, then the row inserted.
         conn.execute("SELECT set_config('agentfn.subject', %s, true)", (subject,))
         conn.execute("SELECT 1 FROM quotas WHERE subject = %s FOR UPDATE", (subject,))
-        conn.execute("INSERT INTO entries (id, subject, kind, text, source, model, embedding) SELECT %s, subject, "
-                     "'fact', 'Written while forgetting.', 'test', model, embedding FROM entries WHERE id = %s",
-                     (uuid.uuid4(), ids[0]))
+        conn.execute(
+            "INSERT INTO entries (id, subject, kind, text, source, model, embedding) SELECT %s, subject, "
+            "'fact', 'Written while forgetting.', 'test', model, embedding FROM entries WHERE id = %s",
+            (uuid.uuid4(), ids[0]),
+        )
         forgetting = threading.Thread(target=lambda: answers.append(caller.delete("/v1/entries", json=PHRASE)))
         forgetting.start()
         forgetting.join(1.5)
@@ -125,13 +139,35 @@ def test_forget_all_waits_for_a_write_under_way_and_forgets_it_too(caller, memor
     assert caller.get("/v1/entries").json()["entries"] == []
 
 
-@pytest.mark.parametrize(("body", "status"), [
-    (None, 422), ({}, 422), ({"confirm": "forget all"}, 422), ({"confirm": "Forget everything"}, 422),
-    ({"confirm": "forget everything "}, 422), ({"confirm": "forget everything", "kind": "fact"}, 422),
-    ({"confirm": True}, 422), (["forget everything"], 422), ("forget everything", 422),
-    (b"forget everything", 415), (b"{not json", 400),
-], ids=["no_body", "empty", "other_words", "capitalised", "trailing_space", "extra_field", "boolean", "list", "string",
-        "not_json_type", "bad_json"])
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (None, 422),
+        ({}, 422),
+        ({"confirm": "forget all"}, 422),
+        ({"confirm": "Forget everything"}, 422),
+        ({"confirm": "forget everything "}, 422),
+        ({"confirm": "forget everything", "kind": "fact"}, 422),
+        ({"confirm": True}, 422),
+        (["forget everything"], 422),
+        ("forget everything", 422),
+        (b"forget everything", 415),
+        (b"{not json", 400),
+    ],
+    ids=[
+        "no_body",
+        "empty",
+        "other_words",
+        "capitalised",
+        "trailing_space",
+        "extra_field",
+        "boolean",
+        "list",
+        "string",
+        "not_json_type",
+        "bad_json",
+    ],
+)
 def test_forget_all_without_the_exact_phrase_is_refused_and_forgets_nothing(caller, memory, issuer, body, status):
     ids = keep_some(caller, memory, issuer)
     if isinstance(body, bytes):

@@ -29,8 +29,15 @@ DOORS = [
 
 def claims(issuer, **changes):
     now = int(time.time())
-    base = {"iss": issuer.url, "sub": "mallory", "aud": CALLER_AUDIENCE, "iat": now, "nbf": now, "exp": now + 600,
-            "groups": []}
+    base = {
+        "iss": issuer.url,
+        "sub": "mallory",
+        "aud": CALLER_AUDIENCE,
+        "iat": now,
+        "nbf": now,
+        "exp": now + 600,
+        "groups": [],
+    }
     base.update(changes)
     return {k: v for k, v in base.items() if v is not None}
 
@@ -45,7 +52,8 @@ def tampered(issuer):
 def hs256_with_public_key(issuer):
     """The classic confusion attack: HMAC keyed with the issuer's public key, which anyone can fetch."""
     pem = jwt.algorithms.ECAlgorithm.from_jwk(issuer.jwk).public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
 
     def b64(data: bytes) -> str:
         return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
@@ -63,15 +71,18 @@ def alg_none(issuer):
 FORGED = {
     "alg none": alg_none,
     "HS256 signed with the public key": hs256_with_public_key,
-    "expired": lambda i: i.sign(claims(i, exp=int(time.time()) - 120, iat=int(time.time()) - 800,
-                                       nbf=int(time.time()) - 800)),
+    "expired": lambda i: i.sign(
+        claims(i, exp=int(time.time()) - 120, iat=int(time.time()) - 800, nbf=int(time.time()) - 800)
+    ),
     "not valid yet": lambda i: i.sign(claims(i, nbf=int(time.time()) + 600, exp=int(time.time()) + 1200)),
     "wrong issuer": lambda i: i.sign(claims(i, iss="https://evil.example")),
     "wrong audience": lambda i: i.sign(claims(i, aud="someone-else")),
-    "unknown kid": lambda i: jwt.encode(claims(i), ec.generate_private_key(ec.SECP256R1()), algorithm="ES256",
-                                        headers={"kid": "not-a-key-of-ours"}),
-    "issuer's kid, another key": lambda i: jwt.encode(claims(i), ec.generate_private_key(ec.SECP256R1()),
-                                                      algorithm="ES256", headers={"kid": i.kid}),
+    "unknown kid": lambda i: jwt.encode(
+        claims(i), ec.generate_private_key(ec.SECP256R1()), algorithm="ES256", headers={"kid": "not-a-key-of-ours"}
+    ),
+    "issuer's kid, another key": lambda i: jwt.encode(
+        claims(i), ec.generate_private_key(ec.SECP256R1()), algorithm="ES256", headers={"kid": i.kid}
+    ),
     "tampered payload": tampered,
     "no sub": lambda i: i.sign(claims(i, sub=None)),
     "no exp": lambda i: i.sign(claims(i, exp=None)),
@@ -85,8 +96,9 @@ FORGED = {
 @pytest.mark.parametrize("forge", FORGED.values(), ids=FORGED.keys())
 @pytest.mark.parametrize(("method", "path", "body"), DOORS, ids=[f"{m} {p}" for m, p, _ in DOORS])
 def test_forged_tokens_are_refused_at_every_door(memory, issuer, forge, method, path, body):
-    response = requests.request(method, memory.url + path, json=body,
-                                headers={"Authorization": f"Bearer {forge(issuer)}"}, timeout=10)
+    response = requests.request(
+        method, memory.url + path, json=body, headers={"Authorization": f"Bearer {forge(issuer)}"}, timeout=10
+    )
     assert response.status_code == 401, response.text
     assert response.headers["Content-Type"] == "application/problem+json"
     assert response.json()["detail"]
@@ -104,24 +116,32 @@ CALLER_DOORS = DOORS[:-1]
 
 @pytest.mark.parametrize(("method", "path", "body"), CALLER_DOORS, ids=[f"{m} {p}" for m, p, _ in CALLER_DOORS])
 def test_a_service_token_never_passes_a_caller_door(memory, issuer, method, path, body):
-    for token in (issuer.service_token(SERVICE),
-                  issuer.service_token(SERVICE, audience=CALLER_AUDIENCE)):
-        response = requests.request(method, memory.url + path, json=body,
-                                    headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    for token in (issuer.service_token(SERVICE), issuer.service_token(SERVICE, audience=CALLER_AUDIENCE)):
+        response = requests.request(
+            method, memory.url + path, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=10
+        )
         assert response.status_code == 401, response.text
 
 
 def test_a_caller_token_never_passes_the_service_door(memory, issuer):
     for token in (issuer.caller_token("alice"), issuer.caller_token(SERVICE)):
-        response = requests.post(memory.url + "/internal/v1/episodes", json={"subject": "alice", "text": "x"},
-                                 headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        response = requests.post(
+            memory.url + "/internal/v1/episodes",
+            json={"subject": "alice", "text": "x"},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=10,
+        )
         assert response.status_code == 401, response.text
 
 
 def test_an_untrusted_service_account_is_forbidden(memory, issuer):
     token = issuer.service_token("system:serviceaccount:agentfn:page", audience=SERVICE_AUDIENCE)
-    response = requests.post(memory.url + "/internal/v1/episodes", json={"subject": "alice", "text": "x"},
-                             headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    response = requests.post(
+        memory.url + "/internal/v1/episodes",
+        json={"subject": "alice", "text": "x"},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
     assert response.status_code == 403
     assert "not trusted" in response.json()["detail"]
 
@@ -164,6 +184,7 @@ def test_a_token_for_memory_from_an_untrusted_actor_is_refused(memory, issuer):
 
 # --- the service key set's bearer token is read on each fetch (a projected token rotates) --------------------
 
+
 class RotatingKeySet:
     """A stand-in for the API server's /openid/v1/jwks: it answers only the bearer token it currently wants,
     and its keys and that token change together, as when the cluster rotates keys and the kubelet the token."""
@@ -197,8 +218,19 @@ class RotatingKeySet:
 
     def service_token(self, key, kid: str) -> str:
         now = int(time.time())
-        return jwt.encode({"iss": "https://kubernetes.default.svc.cluster.local", "sub": SERVICE, "aud": SERVICE_AUDIENCE,
-                           "iat": now, "nbf": now, "exp": now + 600}, key, algorithm="ES256", headers={"kid": kid})
+        return jwt.encode(
+            {
+                "iss": "https://kubernetes.default.svc.cluster.local",
+                "sub": SERVICE,
+                "aud": SERVICE_AUDIENCE,
+                "iat": now,
+                "nbf": now,
+                "exp": now + 600,
+            },
+            key,
+            algorithm="ES256",
+            headers={"kid": kid},
+        )
 
 
 def test_the_service_key_sets_token_file_is_read_on_each_fetch(memory_env, issuer, tmp_path):
@@ -209,16 +241,23 @@ def test_the_service_key_sets_token_file_is_read_on_each_fetch(memory_env, issue
     jwks.wanted = "projected-token-1"
     token_file.write_text(jwks.wanted)
     first = jwks.add_key()
-    env = {**memory_env, "AGENTFN_SERVICE_JWT_ISSUER": "https://kubernetes.default.svc.cluster.local",
-           "AGENTFN_SERVICE_JWKS_URL": jwks.url + "/openid/v1/jwks", "AGENTFN_SERVICE_JWKS_TOKEN_FILE": str(token_file),
-           "AGENTFN_JWKS_COOLDOWN_SECONDS": "0"}
+    env = {
+        **memory_env,
+        "AGENTFN_SERVICE_JWT_ISSUER": "https://kubernetes.default.svc.cluster.local",
+        "AGENTFN_SERVICE_JWKS_URL": jwks.url + "/openid/v1/jwks",
+        "AGENTFN_SERVICE_JWKS_TOKEN_FILE": str(token_file),
+        "AGENTFN_JWKS_COOLDOWN_SECONDS": "0",
+    }
     server = Gunicorn("agentfn.memory.app:create_app()", {**env, "AGENTFN_WORKERS": "1"}, tmp_path / "memory.log")
     server.start()
 
     def write_episode(token: str) -> requests.Response:
-        return requests.post(server.url + "/internal/v1/episodes", headers={"Authorization": f"Bearer {token}"},
-                             json={"subject": f"rotated-{secrets.token_hex(3)}", "text": "They rotated the keys."},
-                             timeout=30)
+        return requests.post(
+            server.url + "/internal/v1/episodes",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"subject": f"rotated-{secrets.token_hex(3)}", "text": "They rotated the keys."},
+            timeout=30,
+        )
 
     try:
         assert write_episode(jwks.service_token(*first)).status_code == 201

@@ -81,8 +81,9 @@ def machine(memory, issuer):
 
 
 def test_no_subject_touches_another_subjects_entries(machine):
-    run = settings(max_examples=8, stateful_step_count=12, deadline=None,
-                   suppress_health_check=list(HealthCheck))(machine).TestCase
+    run = settings(max_examples=8, stateful_step_count=12, deadline=None, suppress_health_check=list(HealthCheck))(
+        machine
+    ).TestCase
     run().runTest()
 
 
@@ -97,7 +98,8 @@ def test_row_level_security_alone_keeps_subjects_apart(memory, memory_env, issue
     alice, bob = f"alice-{secrets.token_hex(3)}", f"bob-{secrets.token_hex(3)}"
     for subject in (alice, bob):
         Client(memory.url, issuer.headers(subject)).post(
-            "/v1/entries", json={"kind": "fact", "text": f"note of {subject}", "source": "s"})
+            "/v1/entries", json={"kind": "fact", "text": f"note of {subject}", "source": "s"}
+        )
     # A query that forgets the subject filter still sees only the transaction's subject.
     with as_memory_role(memory_env, alice) as conn:
         rows = conn.execute("SELECT subject, text FROM entries").fetchall()
@@ -105,8 +107,11 @@ def test_row_level_security_alone_keeps_subjects_apart(memory, memory_env, issue
         assert conn.execute("UPDATE entries SET source = 'x' WHERE subject = %s", (bob,)).rowcount == 0
         assert conn.execute("DELETE FROM entries WHERE subject = %s", (bob,)).rowcount == 0
     with as_memory_role(memory_env, alice) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
-        conn.execute("INSERT INTO entries (id, subject, kind, text, source, model, embedding) "
-                     "VALUES (gen_random_uuid(), %s, 'fact', 'planted', 's', 'm', '[1,0]')", (bob,))
+        conn.execute(
+            "INSERT INTO entries (id, subject, kind, text, source, model, embedding) "
+            "VALUES (gen_random_uuid(), %s, 'fact', 'planted', 's', 'm', '[1,0]')",
+            (bob,),
+        )
     # No subject set: nothing at all, even for the table's owner.
     with as_memory_role(memory_env, None) as conn:
         assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 0

@@ -8,8 +8,9 @@ def test_logs_hold_no_token_no_text_no_query(memory, issuer, caller):
     marker = f"zebra-{secrets.token_hex(6)}"
     token = issuer.caller_token("log-watcher")
     headers = {"Authorization": f"Bearer {token}", "X-Request-Id": f"req-{marker}"}
-    entry = caller.post("/v1/entries", json={"kind": "fact", "text": f"secret note {marker}", "source": f"src {marker}"},
-                        headers=headers).json()
+    entry = caller.post(
+        "/v1/entries", json={"kind": "fact", "text": f"secret note {marker}", "source": f"src {marker}"}, headers=headers
+    ).json()
     caller.post("/v1/recall", json={"query": f"where is {marker}?"}, headers=headers)
     caller.patch(f"/v1/entries/{entry['id']}", json={"text": "x" * 2000 + marker}, headers=headers)  # a refusal
     caller.post("/v1/entries", data=f'{{"text": "{marker}"', headers={**headers, "Content-Type": "application/json"})

@@ -94,8 +94,12 @@ def test_a_correction_must_be_a_note(caller, text, expected):
 @pytest.mark.parametrize(("text", "expected"), CASES, ids=IDS)
 def test_an_episode_must_be_a_note(memory, issuer, text, expected):
     subject = f"ana-{secrets.token_hex(3)}"
-    response = requests.post(memory.url + "/internal/v1/episodes", json={"subject": subject, "text": text}, timeout=30,
-                             headers={"Authorization": f"Bearer {issuer.service_token(MODEL_SERVICE)}"})
+    response = requests.post(
+        memory.url + "/internal/v1/episodes",
+        json={"subject": subject, "text": text},
+        timeout=30,
+        headers={"Authorization": f"Bearer {issuer.service_token(MODEL_SERVICE)}"},
+    )
     check(response, expected, 201)
     listed = Client(memory.url, issuer.headers(subject)).get("/v1/entries").json()["entries"]
     assert len(listed) == (1 if expected is None else 0)

@@ -64,7 +64,8 @@ def test_the_document_says_how_to_forget_everything(memory):
     body = forget_all["requestBody"]["content"]["application/json"]["schema"]
     assert body["required"] == ["confirm"] and body["properties"]["confirm"]["const"] == "forget everything"
     assert forget_all["responses"]["200"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/Receipt"}
+        "$ref": "#/components/schemas/Receipt"
+    }
     receipt = document["components"]["schemas"]["Receipt"]
     assert set(receipt["properties"]) == {"deleted", "total", "at"}  # counts and a time: no text
     assert set(receipt["properties"]["deleted"]["required"]) == {"fact", "preference", "episode"}

@@ -13,12 +13,14 @@ from support import Client, Gunicorn, Postgres, postgres_dir
 def own_database(tmp_path, issuer):
     """A Postgres and a memory function of this test's own, so stopping the database disturbs no other test."""
 
-
     root = postgres_dir()
     pg = Postgres(root / "data")
     pg.start()
-    env = {**issuer.env(), "AGENTFN_DATABASE_URL": pg.provision("memory", "agentfn_memory"),
-           "AGENTFN_MEMORY_WRITES_PER_MINUTE": "100000"}  # the writers write as fast as they can
+    env = {
+        **issuer.env(),
+        "AGENTFN_DATABASE_URL": pg.provision("memory", "agentfn_memory"),
+        "AGENTFN_MEMORY_WRITES_PER_MINUTE": "100000",
+    }  # the writers write as fast as they can
     server = Gunicorn("agentfn.memory.app:create_app()", env, tmp_path / "memory.log")
     server.start()
     yield pg, server

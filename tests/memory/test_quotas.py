@@ -26,11 +26,13 @@ def limited(memory_env, tmp_path_factory):
 @pytest.fixture
 def person(limited, issuer):
     """A fresh subject's client on the limited memory; `.subject` names it."""
+
     def make():
         subject = f"quota-{secrets.token_hex(4)}"
         client = Client(limited.url, issuer.headers(subject))
         client.subject = subject
         return client
+
     return make
 
 
@@ -39,8 +41,12 @@ def post(client, text):
 
 
 def episode(server, issuer, subject, text="Ana and the reviewer went through the ledger's deploy steps."):
-    return requests.post(server.url + "/internal/v1/episodes", json={"subject": subject, "text": text}, timeout=30,
-                         headers={"Authorization": f"Bearer {issuer.service_token(MODEL_SERVICE)}"})
+    return requests.post(
+        server.url + "/internal/v1/episodes",
+        json={"subject": subject, "text": text},
+        timeout=30,
+        headers={"Authorization": f"Bearer {issuer.service_token(MODEL_SERVICE)}"},
+    )
 
 
 def assert_quota_problem(response, kind, limit):

@@ -19,12 +19,27 @@ def shipped_setting() -> dict:
     first or what both lists find (fused score >= 1/(k + 1)), full-text by ts_rank."""
     config = model_config(DEFAULT_MODEL)
     rules = {v: k for k, v in terms.SUFFIX_RULES.items()}
-    return {"embedding": EMBEDDINGS[(config.query_prefix, config.document_prefix)], "hybrid": config.recall == "hybrid",
-            "floor": config.threshold, "k": store.RRF_K, "depth": store.DEPTH,
-            "stem_en": terms.RULES["en"]["stem"], "stem_hr": terms.RULES["hr"]["stem"],
-            "rule_en": rules[terms.RULES["en"]["suffixes"]], "rule_hr": rules[terms.RULES["hr"]["suffixes"]],
-            "hr_shift": 0.0, "episode_shift": 0.0, "preference_shift": 0.0, "margin": None, "gap": None,
-            "text_weight": 1.0, "cut": 1.0, "vector_alone": 1, "text_alone": 1, "trigram": False}
+    return {
+        "embedding": EMBEDDINGS[(config.query_prefix, config.document_prefix)],
+        "hybrid": config.recall == "hybrid",
+        "floor": config.threshold,
+        "k": store.RRF_K,
+        "depth": store.DEPTH,
+        "stem_en": terms.RULES["en"]["stem"],
+        "stem_hr": terms.RULES["hr"]["stem"],
+        "rule_en": rules[terms.RULES["en"]["suffixes"]],
+        "rule_hr": rules[terms.RULES["hr"]["suffixes"]],
+        "hr_shift": 0.0,
+        "episode_shift": 0.0,
+        "preference_shift": 0.0,
+        "margin": None,
+        "gap": None,
+        "text_weight": 1.0,
+        "cut": 1.0,
+        "vector_alone": 1,
+        "text_alone": 1,
+        "trigram": False,
+    }
 
 
 def test_the_shipped_recall_is_the_one_the_study_chose():
@@ -39,22 +54,44 @@ def keep(caller, text, kind="fact"):
     return response.json()
 
 
-PETS = ["Mačka mi se zove Luna.", "Sestra mi živi u Splitu.", "Vozim električni bicikl.", "My dog is called Biscuit.",
-        "I'm allergic to penicillin."]
+PETS = [
+    "Mačka mi se zove Luna.",
+    "Sestra mi živi u Splitu.",
+    "Vozim električni bicikl.",
+    "My dog is called Biscuit.",
+    "I'm allergic to penicillin.",
+]
 BIRTHDAYS = ["Marko's birthday is on 12 May.", "Marta's birthday is on 21 May.", "The search service runs 3 replicas."]
 
 
 # (notes kept, question, the notes shown in order, which lists found the first), measured for the default model.
-@pytest.mark.parametrize("notes, question, shown, first_matched", [
-    pytest.param(PETS, "kako zovem mačku?", ["Mačka mi se zove Luna."], ["vector", "text"],
-                 id="a Croatian word in another case matches by its first four letters"),
-    pytest.param(PETS, "what's my cat's name?", ["Mačka mi se zove Luna."], ["vector"],
-                 id="across languages, sharing no word: the nearest note above the floor, alone"),
-    pytest.param(BIRTHDAYS, "when is Marta's birthday?", ["Marta's birthday is on 21 May."], ["vector", "text"],
-                 id="of two notes one detail apart, only the one naming the asked detail"),
-    pytest.param(PETS, "Što kuhati za večeru s djecom?", [], None,
-                 id="no note near enough and no shared word: nothing"),
-])
+@pytest.mark.parametrize(
+    "notes, question, shown, first_matched",
+    [
+        pytest.param(
+            PETS,
+            "kako zovem mačku?",
+            ["Mačka mi se zove Luna."],
+            ["vector", "text"],
+            id="a Croatian word in another case matches by its first four letters",
+        ),
+        pytest.param(
+            PETS,
+            "what's my cat's name?",
+            ["Mačka mi se zove Luna."],
+            ["vector"],
+            id="across languages, sharing no word: the nearest note above the floor, alone",
+        ),
+        pytest.param(
+            BIRTHDAYS,
+            "when is Marta's birthday?",
+            ["Marta's birthday is on 21 May."],
+            ["vector", "text"],
+            id="of two notes one detail apart, only the one naming the asked detail",
+        ),
+        pytest.param(PETS, "Što kuhati za večeru s djecom?", [], None, id="no note near enough and no shared word: nothing"),
+    ],
+)
 def test_recall_ranks_and_cuts_as_measured(caller, notes, question, shown, first_matched):
     for text in notes:
         keep(caller, text)

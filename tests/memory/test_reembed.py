@@ -11,8 +11,11 @@ from support import Client, Gunicorn
 
 @pytest.fixture
 def minilm_memory(memory_env, tmp_path):
-    server = Gunicorn("agentfn.memory.app:create_app()", {**memory_env, "AGENTFN_EMBEDDING_MODEL": "all-minilm-l6-v2-int8"},
-                      tmp_path / "memory-minilm.log")
+    server = Gunicorn(
+        "agentfn.memory.app:create_app()",
+        {**memory_env, "AGENTFN_EMBEDDING_MODEL": "all-minilm-l6-v2-int8"},
+        tmp_path / "memory-minilm.log",
+    )
     server.start()
     yield server
     server.stop()
@@ -29,8 +32,9 @@ def test_reembed_moves_entries_to_the_configured_model(memory, minilm_memory, me
     assert current.post("/v1/recall", json=query).json()["entries"] == []
 
     env = {**os.environ, **memory_env, "AGENTFN_ADMIN_DATABASE_URL": postgres.admin_dsn}
-    done = subprocess.run([sys.executable, "-m", "agentfn.memory.reembed"], env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "agentfn.memory.reembed"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "moved 1 entries of 1 subjects to multilingual-e5-small-q4" in done.stdout
 

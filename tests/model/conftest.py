@@ -28,8 +28,7 @@ from scripted_engine import create_app as engine_app  # noqa: E402
 
 MODEL_SERVICE = "system:serviceaccount:agentfn:agentfn-model"  # the account memory trusts (tests/conftest.py)
 EVERYONE = "system:authenticated"
-READ_TOOLS = {"platform_status": "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL",
-              "list_models": "AGENTFN_LIST_MODELS_UPSTREAM_URL"}
+READ_TOOLS = {"platform_status": "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL", "list_models": "AGENTFN_LIST_MODELS_UPSTREAM_URL"}
 TOOL_TIMEOUT = 1.5  # the model function's bound on one tool call (the tool's own upstream timeout is longer)
 
 
@@ -66,8 +65,10 @@ def engine():
 
 @pytest.fixture(scope="session")
 def upstreams(issuer):
-    served = {t: Served(importlib.import_module(f"agentfn.{t}.dev_upstream").create_app(issuer.upstream_env(t)))
-              for t in READ_TOOLS}
+    served = {
+        t: Served(importlib.import_module(f"agentfn.{t}.dev_upstream").create_app(issuer.upstream_env(t)))
+        for t in READ_TOOLS
+    }
     yield served
     for s in served.values():
         s.stop()
@@ -93,9 +94,16 @@ def tools(upstreams, issuer, logs):
     servers = {}
     try:
         for tool, variable in READ_TOOLS.items():
-            server = Gunicorn(f"agentfn.{tool}.app:create_app()", {
-                **issuer.env(), variable: upstreams[tool].url, "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": "5",
-                "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(logs, tool))}, logs / f"{tool}.log")
+            server = Gunicorn(
+                f"agentfn.{tool}.app:create_app()",
+                {
+                    **issuer.env(),
+                    variable: upstreams[tool].url,
+                    "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": "5",
+                    "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(logs, tool)),
+                },
+                logs / f"{tool}.log",
+            )
             server.start()
             servers[tool] = server
         yield servers
@@ -106,8 +114,11 @@ def tools(upstreams, issuer, logs):
 
 @pytest.fixture(scope="session")
 def page(postgres, issuer, logs):
-    server = Gunicorn("agentfn.page.app:create_app()", {**issuer.env(), "AGENTFN_DATABASE_URL": postgres.provision(
-        "page", "agentfn_page")}, logs / "page.log")
+    server = Gunicorn(
+        "agentfn.page.app:create_app()",
+        {**issuer.env(), "AGENTFN_DATABASE_URL": postgres.provision("page", "agentfn_page")},
+        logs / "page.log",
+    )
     server.start()
     yield server
     server.stop()
@@ -118,8 +129,14 @@ def access(groups=(), subjects=(), limit=None, grant="agentfn/test", approval="r
 
 
 def agent(brief, tier, memory, tools, steps=4, tokens=60000, deadline=30):
-    return {"object": f"agentfn/{brief[:10].lower().replace(' ', '-')}", "brief": brief, "tier": tier, "memory": memory,
-            "limits": {"steps": steps, "tokensPerTurn": tokens, "deadlineSeconds": deadline}, "tools": tools}
+    return {
+        "object": f"agentfn/{brief[:10].lower().replace(' ', '-')}",
+        "brief": brief,
+        "tier": tier,
+        "memory": memory,
+        "limits": {"steps": steps, "tokensPerTurn": tokens, "deadlineSeconds": deadline},
+        "tools": tools,
+    }
 
 
 def registry_document() -> dict:
@@ -128,8 +145,14 @@ def registry_document() -> dict:
     # The reviewer and the keeper run what changes state without asking (their grants waive approval: the
     # memory and run_code cases are about memory and code); the asker's grants leave approval required.
     waived = access(["developers"], approval="waived")
-    reviewer_tools = {"platform_status": everyone, "list_models": users, "open_page": devs, "run_code": waived,
-                      "remember": waived, "forget": waived}
+    reviewer_tools = {
+        "platform_status": everyone,
+        "list_models": users,
+        "open_page": devs,
+        "run_code": waived,
+        "remember": waived,
+        "forget": waived,
+    }
     asker_tools = {**reviewer_tools, "run_code": devs, "remember": devs, "forget": devs}
     agents = {}
     for suffix, tier in (("", "fast"), ("-small", "small")):
@@ -142,15 +165,27 @@ def registry_document() -> dict:
         counted = access([EVERYONE], limit=2, grant=f"agentfn/counted{suffix}")
         agents["counted" + suffix] = agent("Counts its calls.", tier, "none", {"platform_status": counted})
     # On the real offline engine (test_offline_engine.py): one step, then the answer.
-    agents["offline"] = agent('You check the platform for the person. Always begin by calling the tool: reply '
-                              '{"tool": "platform_status", "arguments": {}}. After its result, answer in one sentence.',
-                              "offline",
-                              "preferences", {"platform_status": everyone}, steps=1, deadline=240)
+    agents["offline"] = agent(
+        "You check the platform for the person. Always begin by calling the tool: reply "
+        '{"tool": "platform_status", "arguments": {}}. After its result, answer in one sentence.',
+        "offline",
+        "preferences",
+        {"platform_status": everyone},
+        steps=1,
+        deadline=240,
+    )
     agents["secret"] = agent("Only for one person.", "fast", "none", {"platform_status": access(subjects=["nobody-else"])})
-    body = {"agents": agents,
-            "alone": {"platform_status": everyone, "list_models": users, "run_code": everyone, "open_page": everyone,
-                      "remember": everyone},
-            "mcp": {"platform_status": everyone, "list_models": users, "run_code": everyone, "forget": everyone}}
+    body = {
+        "agents": agents,
+        "alone": {
+            "platform_status": everyone,
+            "list_models": users,
+            "run_code": everyone,
+            "open_page": everyone,
+            "remember": everyone,
+        },
+        "mcp": {"platform_status": everyone, "list_models": users, "run_code": everyone, "forget": everyone},
+    }
     return {"apiVersion": "agentfn.dev/v1alpha1", "kind": "Registry", "revision": "sha256:" + "0" * 64, **body}
 
 
@@ -185,8 +220,14 @@ def exchange_token_file(issuer, tmp_path_factory) -> Path:
 
 def tier_env(name: str, url: str, mode: str, **extra) -> dict[str, str]:
     prefix = f"AGENTFN_TIER_{name.upper()}_"
-    env = {prefix + "URL": url, prefix + "MODEL": "scripted", prefix + "TOOL_MODE": mode, prefix + "DEADLINE_SECONDS": "20",
-           prefix + "MAX_TOKENS": "256", prefix + "CONTEXT_TOKENS": "8192"}
+    env = {
+        prefix + "URL": url,
+        prefix + "MODEL": "scripted",
+        prefix + "TOOL_MODE": mode,
+        prefix + "DEADLINE_SECONDS": "20",
+        prefix + "MAX_TOKENS": "256",
+        prefix + "CONTEXT_TOKENS": "8192",
+    }
     return {**env, **{prefix + k: v for k, v in extra.items()}}
 
 
@@ -197,19 +238,48 @@ def offline_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def model_env(model_dsn, issuer, engine, tools, memory, page, registry_file, service_token_file, offline_port,
-              approval_key_file, exchange_token_file):
-    return {**issuer.env(), "AGENTFN_DATABASE_URL": model_dsn,
-            "AGENTFN_REGISTRY_FILE": str(registry_file), "AGENTFN_MEMORY_URL": memory.url, "AGENTFN_PAGE_URL": page.url,
-            "AGENTFN_TOOL_PLATFORM_STATUS_URL": tools["platform_status"].url,
-            "AGENTFN_TOOL_LIST_MODELS_URL": tools["list_models"].url,
-            "AGENTFN_SERVICE_TOKEN_FILE": str(service_token_file), "AGENTFN_TIERS": "fast,small,offline",
-            "AGENTFN_APPROVAL_KEY_FILE": str(approval_key_file),
-            "AGENTFN_EXCHANGE_TOKEN_FILE": str(exchange_token_file), "AGENTFN_MCP_RESOURCE": MCP_RESOURCE,
-            **tier_env("fast", engine.url + "/v1", "native"), **tier_env("small", engine.url + "/v1", "constrained"),
-            **tier_env("offline", f"http://127.0.0.1:{offline_port}/v1", "constrained", MODEL=weights.chosen().alias,
-                       DEADLINE_SECONDS="240", MAX_TOKENS="40", CONTEXT_TOKENS="2048", TEMPERATURE="0"),
-            "AGENTFN_TOOL_TIMEOUT_SECONDS": str(TOOL_TIMEOUT), "AGENTFN_THREADS": "8", "AGENTFN_LOG_LEVEL": "INFO"}
+def model_env(
+    model_dsn,
+    issuer,
+    engine,
+    tools,
+    memory,
+    page,
+    registry_file,
+    service_token_file,
+    offline_port,
+    approval_key_file,
+    exchange_token_file,
+):
+    return {
+        **issuer.env(),
+        "AGENTFN_DATABASE_URL": model_dsn,
+        "AGENTFN_REGISTRY_FILE": str(registry_file),
+        "AGENTFN_MEMORY_URL": memory.url,
+        "AGENTFN_PAGE_URL": page.url,
+        "AGENTFN_TOOL_PLATFORM_STATUS_URL": tools["platform_status"].url,
+        "AGENTFN_TOOL_LIST_MODELS_URL": tools["list_models"].url,
+        "AGENTFN_SERVICE_TOKEN_FILE": str(service_token_file),
+        "AGENTFN_TIERS": "fast,small,offline",
+        "AGENTFN_APPROVAL_KEY_FILE": str(approval_key_file),
+        "AGENTFN_EXCHANGE_TOKEN_FILE": str(exchange_token_file),
+        "AGENTFN_MCP_RESOURCE": MCP_RESOURCE,
+        **tier_env("fast", engine.url + "/v1", "native"),
+        **tier_env("small", engine.url + "/v1", "constrained"),
+        **tier_env(
+            "offline",
+            f"http://127.0.0.1:{offline_port}/v1",
+            "constrained",
+            MODEL=weights.chosen().alias,
+            DEADLINE_SECONDS="240",
+            MAX_TOKENS="40",
+            CONTEXT_TOKENS="2048",
+            TEMPERATURE="0",
+        ),
+        "AGENTFN_TOOL_TIMEOUT_SECONDS": str(TOOL_TIMEOUT),
+        "AGENTFN_THREADS": "8",
+        "AGENTFN_LOG_LEVEL": "INFO",
+    }
 
 
 @pytest.fixture(scope="session")
@@ -226,9 +296,14 @@ SMALL_DAILY = 5000  # a round of an agent with six tools holds about 3,500 (the 
 @pytest.fixture(scope="session")
 def frugal_model(model_env, logs):
     """The model function with a small daily budget, in two processes, for the budget cases."""
-    env = {**model_env, "AGENTFN_DAILY_TOKENS": str(SMALL_DAILY), "AGENTFN_WORKERS": "2", "AGENTFN_THREADS": "12",
-           **tier_env("fast", model_env["AGENTFN_TIER_FAST_URL"], "native", MAX_TOKENS="100"),
-           **tier_env("small", model_env["AGENTFN_TIER_SMALL_URL"], "constrained", MAX_TOKENS="100")}
+    env = {
+        **model_env,
+        "AGENTFN_DAILY_TOKENS": str(SMALL_DAILY),
+        "AGENTFN_WORKERS": "2",
+        "AGENTFN_THREADS": "12",
+        **tier_env("fast", model_env["AGENTFN_TIER_FAST_URL"], "native", MAX_TOKENS="100"),
+        **tier_env("small", model_env["AGENTFN_TIER_SMALL_URL"], "constrained", MAX_TOKENS="100"),
+    }
     server = Gunicorn("agentfn.model.app:create_app()", env, logs / "model-frugal.log")
     server.start()
     yield server
@@ -251,9 +326,13 @@ def exchanged_for_upstream(token: str, who: Person, tool: str) -> bool:
     """Whether what a dev upstream received is the caller's token exchanged twice (model function, then the tool)
     for that upstream, and not the caller's own (read, not verified: the upstream verified it)."""
     claims = jwt.decode(token, options={"verify_signature": False})
-    return (token not in (who.token, who.mcp_token) and claims["sub"] == who.subject and claims["groups"] == who.groups
-            and claims["aud"] == f"agentfn:upstream:{tool}"
-            and claims["act"] == {"sub": account(tool), "act": {"sub": MODEL_SERVICE}})
+    return (
+        token not in (who.token, who.mcp_token)
+        and claims["sub"] == who.subject
+        and claims["groups"] == who.groups
+        and claims["aud"] == f"agentfn:upstream:{tool}"
+        and claims["act"] == {"sub": account(tool), "act": {"sub": MODEL_SERVICE}}
+    )
 
 
 @pytest.fixture
@@ -282,8 +361,12 @@ def parse_sse(text: str) -> list[tuple[str, dict]]:
 
 
 def take_turn(base: str, who: Person, agent_name: str, content: str, *, history=(), timeout=60, **body):
-    response = requests.post(f"{base}/v1/agents/{agent_name}/turns", headers=who.headers, timeout=timeout,
-                             json={"messages": [*history, {"role": "user", "content": content}], **body})
+    response = requests.post(
+        f"{base}/v1/agents/{agent_name}/turns",
+        headers=who.headers,
+        timeout=timeout,
+        json={"messages": [*history, {"role": "user", "content": content}], **body},
+    )
     events = parse_sse(response.text) if response.headers.get("Content-Type", "").startswith("text/event-stream") else None
     return response, events
 
@@ -307,10 +390,15 @@ class GatewayServer(Gunicorn):
 @pytest.fixture(scope="session")
 def gateway(memory, model, workbench, logs):
     """The one public URL: the dev gateway in front of memory, the model function and the workbench."""
-    server = GatewayServer("agentfn.cli.gateway:create_app()", {"AGENTFN_GATEWAY_MEMORY_URL": memory.url,
-                                                                "AGENTFN_GATEWAY_MODEL_URL": model.url,
-                                                                "AGENTFN_GATEWAY_WORKBENCH_URL": workbench.url},
-                           logs / "gateway.log")
+    server = GatewayServer(
+        "agentfn.cli.gateway:create_app()",
+        {
+            "AGENTFN_GATEWAY_MEMORY_URL": memory.url,
+            "AGENTFN_GATEWAY_MODEL_URL": model.url,
+            "AGENTFN_GATEWAY_WORKBENCH_URL": workbench.url,
+        },
+        logs / "gateway.log",
+    )
     server.start()
     yield server
     server.stop()

@@ -84,8 +84,13 @@ def create_app() -> Flask:
 
 
 def _chunk(cid: str, delta: dict | None, finish: str | None = None, usage: dict | None = None) -> str:
-    data = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": "scripted",
-            "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    data = {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": "scripted",
+        "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     if usage is not None:
         data["usage"] = usage
     return f"data: {json.dumps(data)}\n\n"
@@ -94,7 +99,7 @@ def _chunk(cid: str, delta: dict | None, finish: str | None = None, usage: dict 
 def _pieces(text: str, n: int) -> list[str]:
     n = max(1, min(n, len(text) or 1))
     size = -(-len(text) // n) if text else 1
-    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
 def _bytes_read(body: dict) -> int:
@@ -109,7 +114,7 @@ def _written(chunks: list[str]) -> str:
     """What the chunks say: their content and their tool calls' arguments."""
     said = []
     for chunk in chunks:
-        for choice in json.loads(chunk[len("data: "):]).get("choices", []):
+        for choice in json.loads(chunk[len("data: ") :]).get("choices", []):
             delta = choice.get("delta") or {}
             said.append(delta.get("content") or "")
             said += [(c.get("function") or {}).get("arguments") or "" for c in delta.get("tool_calls") or []]
@@ -129,11 +134,23 @@ def stream(body: dict, step: dict, cid: str):
     elif calls:
         for i, c in enumerate(calls):
             arguments = c["arguments"] if isinstance(c["arguments"], str) else json.dumps(c["arguments"])
-            out.append(_chunk(cid, {"role": "assistant", "tool_calls": [
-                {"index": i, "id": f"call_{i}_{secrets.token_hex(3)}", "type": "function",
-                 "function": {"name": c["name"], "arguments": ""}}]}))
-            out += [_chunk(cid, {"tool_calls": [{"index": i, "function": {"arguments": p}}]})
-                    for p in _pieces(arguments, 2)]
+            out.append(
+                _chunk(
+                    cid,
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {
+                                "index": i,
+                                "id": f"call_{i}_{secrets.token_hex(3)}",
+                                "type": "function",
+                                "function": {"name": c["name"], "arguments": ""},
+                            }
+                        ],
+                    },
+                )
+            )
+            out += [_chunk(cid, {"tool_calls": [{"index": i, "function": {"arguments": p}}]}) for p in _pieces(arguments, 2)]
         finish = "tool_calls"
     else:
         answer = step.get("text", "")
@@ -144,8 +161,10 @@ def stream(body: dict, step: dict, cid: str):
             out += [_chunk(cid, {"role": "assistant", "content": p}) for p in _pieces(answer, step.get("chunks", 3))]
         finish = "stop"
     out.append(_chunk(cid, {}, finish))
-    usage = step.get("usage") or {"prompt_tokens": len(json.dumps(body.get("messages"))) // 4,
-                                  "completion_tokens": max(1, sum(len(c) for c in out) // 40)}
+    usage = step.get("usage") or {
+        "prompt_tokens": len(json.dumps(body.get("messages"))) // 4,
+        "completion_tokens": max(1, sum(len(c) for c in out) // 40),
+    }
     if usage == "bytes":
         usage = {"prompt_tokens": _bytes_read(body), "completion_tokens": max(1, len(_written(out).encode()))}
     usage = {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]}

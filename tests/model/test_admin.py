@@ -29,15 +29,17 @@ def recent(base: str, who: Person, **params) -> requests.Response:
 
 
 def call_alone(model, who: Person) -> None:
-    answer = requests.post(model.url + "/v1/tools/platform_status/call", json={"arguments": {}}, headers=who.headers,
-                           timeout=30)
+    answer = requests.post(
+        model.url + "/v1/tools/platform_status/call", json={"arguments": {}}, headers=who.headers, timeout=30
+    )
     assert answer.status_code == 200, answer.text
 
 
 def test_an_admin_sees_a_turn_as_counts_names_and_timings_with_the_subject_hashed(model, engine, person, admin):
     said, argument, answered = (f"canary{secrets.token_hex(6)}" for _ in range(3))
-    sid = engine.script({"call": {"name": "platform_status", "arguments": {"service": argument}}},
-                        {"text": f"The answer is {answered}."})
+    sid = engine.script(
+        {"call": {"name": "platform_status", "arguments": {"service": argument}}}, {"text": f"The answer is {answered}."}
+    )
     _, events = take_turn(model.url, person, "reviewer", f"Tell me about {said}. script:{sid}")
     done = events[-1][1]
     assert events[-1][0] == "done"
@@ -48,7 +50,13 @@ def test_an_admin_sees_a_turn_as_counts_names_and_timings_with_the_subject_hashe
     [mine] = [g for g in found if g["id"] == done["generation_id"]]
     assert mine["subject_hash"] == hashlib.sha256(person.subject.encode()).hexdigest()[:12]
     assert (mine["kind"], mine["channel"], mine["agent"], mine["tier"], mine["status"], mine["problem"]) == (
-        "turn", "agent", "reviewer", "fast", "ok", None)
+        "turn",
+        "agent",
+        "reviewer",
+        "fast",
+        "ok",
+        None,
+    )
     assert (mine["tokens_in"], mine["tokens_out"]) == (done["usage"]["tokens_in"], done["usage"]["tokens_out"])
     assert mine["rounds"] == 2 and mine["steps"] == 1
     assert [(t["tool"], t["status"]) for t in mine["tools"]] == [("platform_status", "ok")] and mine["tools"][0]["ms"] > 0
@@ -76,13 +84,22 @@ def test_before_pages_back_through_the_generations(model, person, admin):
     assert [g["id"] for g in recent(model.url, admin, limit=1, before=naive).json()["generations"]] == [whole[2]["id"]]
 
 
-@pytest.mark.parametrize(("params", "status", "detail"), [
-    ({"limit": "1"}, 200, None), ({"limit": "200"}, 200, None), ({}, 200, None),
-    ({"limit": "0"}, 400, "limit: must be an integer from 1 to 200"), ({"limit": "201"}, 400, "limit"),
-    ({"limit": "-1"}, 400, "limit"), ({"limit": "ten"}, 400, "limit"), ({"limit": "1.5"}, 400, "limit"),
-    ({"before": "yesterday"}, 400, "before: must be an ISO 8601 date-time"), ({"before": ""}, 400, "before"),
-    ({"after": "2026-01-01T00:00:00Z"}, 400, "unknown query parameter after"),
-])
+@pytest.mark.parametrize(
+    ("params", "status", "detail"),
+    [
+        ({"limit": "1"}, 200, None),
+        ({"limit": "200"}, 200, None),
+        ({}, 200, None),
+        ({"limit": "0"}, 400, "limit: must be an integer from 1 to 200"),
+        ({"limit": "201"}, 400, "limit"),
+        ({"limit": "-1"}, 400, "limit"),
+        ({"limit": "ten"}, 400, "limit"),
+        ({"limit": "1.5"}, 400, "limit"),
+        ({"before": "yesterday"}, 400, "before: must be an ISO 8601 date-time"),
+        ({"before": ""}, 400, "before"),
+        ({"after": "2026-01-01T00:00:00Z"}, 400, "unknown query parameter after"),
+    ],
+)
 def test_the_query_is_checked(model, person, admin, params, status, detail):
     call_alone(model, person)
     answer = recent(model.url, admin, **params)
@@ -115,17 +132,30 @@ def test_the_grants_are_the_rows_agentfn_audit_prints(model, admin, registry_fil
     assert body["revision"] == registry_document()["revision"]
     printed = agentfn("audit", str(registry_file), "--json")
     assert printed.returncode == 0 and json.loads(printed.stdout) == body["rows"]
-    assert {"agent": "reviewer", "tool": "run_code", "subjects": "-", "groups": "developers", "channel": "step",
-            "daily": "-", "approval": "waived", "grant": "agentfn/test"} in body["rows"]
+    assert {
+        "agent": "reviewer",
+        "tool": "run_code",
+        "subjects": "-",
+        "groups": "developers",
+        "channel": "step",
+        "daily": "-",
+        "approval": "waived",
+        "grant": "agentfn/test",
+    } in body["rows"]
 
 
-@pytest.mark.parametrize(("setting", "answers"), [
-    (" auditors , sre-leads ", {("auditors",): 200, ("developers", "sre-leads"): 200, ("platform-admins",): 403}),
-    ("", {("platform-admins",): 403, ("developers",): 403}),  # empty: no one
-], ids=["two_groups", "empty"])
+@pytest.mark.parametrize(
+    ("setting", "answers"),
+    [
+        (" auditors , sre-leads ", {("auditors",): 200, ("developers", "sre-leads"): 200, ("platform-admins",): 403}),
+        ("", {("platform-admins",): 403, ("developers",): 403}),  # empty: no one
+    ],
+    ids=["two_groups", "empty"],
+)
 def test_the_admin_groups_are_a_setting(model_env, logs, issuer, setting, answers):
-    server = Gunicorn("agentfn.model.app:create_app()", {**model_env, "AGENTFN_ADMIN_GROUPS": setting},
-                      logs / "model-admins.log")
+    server = Gunicorn(
+        "agentfn.model.app:create_app()", {**model_env, "AGENTFN_ADMIN_GROUPS": setting}, logs / "model-admins.log"
+    )
     server.start()
     try:
         for groups, status in answers.items():
@@ -144,9 +174,15 @@ def audited(model, engine, upstreams, person, admin):
     """A turn whose round calls platform_status (ok) and list_models (its platform service fails), then a call alone."""
     since = datetime.datetime.now(datetime.UTC).isoformat()
     said, argument, answered = (f"canary{secrets.token_hex(6)}" for _ in range(3))
-    sid = engine.script({"calls": [{"name": "platform_status", "arguments": {"service": argument}},
-                                   {"name": "list_models", "arguments": {"embeds": True}}]},
-                        {"text": f"The answer is {answered}."})
+    sid = engine.script(
+        {
+            "calls": [
+                {"name": "platform_status", "arguments": {"service": argument}},
+                {"name": "list_models", "arguments": {"embeds": True}},
+            ]
+        },
+        {"text": f"The answer is {answered}."},
+    )
     upstreams["list_models"].app.extensions["agentfn.dev_upstream"].fail_status = 503
     _, events = take_turn(model.url, person, "reviewer", f"Tell me about {said}. script:{sid}")
     upstreams["list_models"].app.extensions["agentfn.dev_upstream"].fail_status = 0
@@ -163,22 +199,37 @@ def test_an_admin_lists_each_call_with_its_channel_outcome_and_grant_and_no_cont
     assert [(c["subject_hash"], c["agent"], c["tool"], c["channel"], c["outcome"], c["grant"]) for c in found] == [
         (hashed, None, "platform_status", "alone", "ok", "agentfn/test"),
         (hashed, "reviewer", "list_models", "step", "error", "agentfn/test"),
-        (hashed, "reviewer", "platform_status", "step", "ok", "agentfn/test")]
+        (hashed, "reviewer", "platform_status", "step", "ok", "agentfn/test"),
+    ]
     assert [c["n"] for c in found[1:]] == [2, 1] and {c["generation_id"] for c in found[1:]} == {audited["generation"]}
     assert all(c["ms"] > 0 for c in found) and answer.json()["next"] is None
-    assert set(found[0]) == {"at", "generation_id", "n", "subject_hash", "agent", "tool", "channel", "outcome", "ms",
-                             "grant"}
+    assert set(found[0]) == {
+        "at",
+        "generation_id",
+        "n",
+        "subject_hash",
+        "agent",
+        "tool",
+        "channel",
+        "outcome",
+        "ms",
+        "grant",
+    }
     for secret in (*audited["canaries"], person.subject, person.token):
         assert secret not in answer.text
 
 
-@pytest.mark.parametrize(("params", "expected"), [
-    ({"channel": "alone"}, [("platform_status", "alone", "ok")]),
-    ({"channel": "step"}, [("list_models", "step", "error"), ("platform_status", "step", "ok")]),
-    ({"tool": "list_models"}, [("list_models", "step", "error")]),
-    ({"outcome": "ok", "agent": "reviewer"}, [("platform_status", "step", "ok")]),
-    ({"agent": "keeper"}, []), ({"before": "2000-01-01T00:00:00Z"}, []),
-])
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"channel": "alone"}, [("platform_status", "alone", "ok")]),
+        ({"channel": "step"}, [("list_models", "step", "error"), ("platform_status", "step", "ok")]),
+        ({"tool": "list_models"}, [("list_models", "step", "error")]),
+        ({"outcome": "ok", "agent": "reviewer"}, [("platform_status", "step", "ok")]),
+        ({"agent": "keeper"}, []),
+        ({"before": "2000-01-01T00:00:00Z"}, []),
+    ],
+)
 def test_the_calls_filter_by_agent_tool_channel_outcome_and_time(model, admin, audited, params, expected):
     answer = calls(model.url, admin, since=audited["since"], **params)
     assert answer.status_code == 200, answer.text
@@ -197,11 +248,16 @@ def test_the_calls_page_with_the_next_cursor(model, admin, audited):
     assert seen == whole and len(whole) == 3
 
 
-@pytest.mark.parametrize(("params", "detail"), [
-    ({"channel": "agent"}, "channel: must be one of step, alone, mcp"), ({"cursor": "nonsense"}, "cursor"),
-    ({"since": "today"}, "since: must be an ISO 8601 date-time"), ({"limit": "0"}, "limit"),
-    ({"subject": "x"}, "unknown query parameter subject"),
-])
+@pytest.mark.parametrize(
+    ("params", "detail"),
+    [
+        ({"channel": "agent"}, "channel: must be one of step, alone, mcp"),
+        ({"cursor": "nonsense"}, "cursor"),
+        ({"since": "today"}, "since: must be an ISO 8601 date-time"),
+        ({"limit": "0"}, "limit"),
+        ({"subject": "x"}, "unknown query parameter subject"),
+    ],
+)
 def test_the_calls_query_is_checked(model, admin, params, detail):
     answer = calls(model.url, admin, **params)
     assert answer.status_code == 400 and answer.headers["Content-Type"] == "application/problem+json"
@@ -218,23 +274,35 @@ def test_agentfn_audit_calls_prints_a_table_json_lines_and_csv_through_the_gatew
 
     lines = [json.loads(line) for line in run("--json").splitlines()]
     assert [(c["tool"], c["channel"], c["outcome"]) for c in lines] == [
-        ("platform_status", "alone", "ok"), ("list_models", "step", "error"), ("platform_status", "step", "ok")]
+        ("platform_status", "alone", "ok"),
+        ("list_models", "step", "error"),
+        ("platform_status", "step", "ok"),
+    ]
     rows = list(csv.DictReader(io.StringIO(run("--csv", "--channel", "step"))))
-    assert [(r["tool"], r["outcome"], r["grant"]) for r in rows] == [("list_models", "error", "agentfn/test"),
-                                                                      ("platform_status", "ok", "agentfn/test")]
+    assert [(r["tool"], r["outcome"], r["grant"]) for r in rows] == [
+        ("list_models", "error", "agentfn/test"),
+        ("platform_status", "ok", "agentfn/test"),
+    ]
     table = run("--limit", "2")
     assert "list_models" in table and "alone" in table and table.count("platform_status") == 1
     refused = agentfn("audit", "calls", url=gateway.url, token=person.token)
     assert refused.returncode != 0 and "admin group" in refused.stderr
 
 
-def test_an_open_page_call_shows_the_page_fetchers_audit_of_it_by_host_and_never_the_path(model, gateway, engine, person,
-                                                                                          admin):
+def test_an_open_page_call_shows_the_page_fetchers_audit_of_it_by_host_and_never_the_path(
+    model, gateway, engine, person, admin
+):
     since = datetime.datetime.now(datetime.UTC).isoformat()
     url = f"http://127.0.0.1/pathcanary{secrets.token_hex(4)}?q=querycanary"
-    sid = engine.script({"calls": [{"name": "open_page", "arguments": {"url": url}},
-                                   {"name": "open_page", "arguments": {"url": "http://127.0.0.2/never-offered"}}]},
-                        {"text": "Neither opened."})
+    sid = engine.script(
+        {
+            "calls": [
+                {"name": "open_page", "arguments": {"url": url}},
+                {"name": "open_page", "arguments": {"url": "http://127.0.0.2/never-offered"}},
+            ]
+        },
+        {"text": "Neither opened."},
+    )
     _, events = take_turn(model.url, person, "reviewer", f"Open {url} please. script:{sid}")
     assert events[-1][0] == "done", events
     answer = calls(model.url, admin, since=since, tool="open_page")
@@ -243,8 +311,13 @@ def test_an_open_page_call_shows_the_page_fetchers_audit_of_it_by_host_and_never
     # Step 1 reached the fetcher, whose guard refused the loopback address; step 2 was refused by the model
     # function's own rule (a URL the person never wrote), so the fetcher has nothing of it.
     assert [(c["n"], c["outcome"], c["page_audit"]) for c in found] == [(1, "error", "found"), (2, "error", "none")]
-    assert found[0]["page"] == {"host": "127.0.0.1", "final_host": None, "status": None, "bytes": 0,
-                                "outcome": "blocked_address"}
+    assert found[0]["page"] == {
+        "host": "127.0.0.1",
+        "final_host": None,
+        "status": None,
+        "bytes": 0,
+        "outcome": "blocked_address",
+    }
     assert found[1]["page"] is None
     for secret in ("pathcanary", "querycanary", "never-offered", person.subject):
         assert secret not in answer.text

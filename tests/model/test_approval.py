@@ -57,7 +57,8 @@ def ask(model, engine, person, agent="asker", rounds=(KEEP, ANSWER)):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_the_next_turn(
-        model, engine, memory, person, model_env, logs, mode):
+    model, engine, memory, person, model_env, logs, mode
+):
     message, events, sid = ask(model, engine, person, "asker" + MODES[mode])
     asked = [d for name, d in events if name == "step"]
     assert [(d["n"], d["tool"], d["status"], d["arguments"]) for d in asked] == [(1, "remember", "needs_approval", NOTE)]
@@ -66,17 +67,25 @@ def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_th
     claims = jwt.decode(asked[0]["approval"], options={"verify_signature": False})
     canonical = json.dumps(NOTE, sort_keys=True, separators=(",", ":")).encode()
     assert (claims["sub"], claims["agent"], claims["tool"], claims["args"], claims["gen"]) == (
-        person.subject, "asker" + MODES[mode], "remember", NOTE, done["generation_id"])
+        person.subject,
+        "asker" + MODES[mode],
+        "remember",
+        NOTE,
+        done["generation_id"],
+    )
     assert claims["args_sha256"] == hashlib.sha256(canonical).hexdigest() and claims["exp"] - claims["iat"] == 300
     assert claims["jti"] and claims["aud"] == "agentfn-approval"
     assert events[-1][0] == "done" and done["pending"] == [1] and done["steps"] == 1
     assert len(engine.requests(sid)) == 1  # the turn ended at the ask: no round after it
     assert mine(memory, person) == []  # nothing kept yet
-    assert record(model_env, done["generation_id"]) == ("ok", [{"tool": "remember", "status": "needs_approval", "ms": 0.0,
-                                                                    "grant": "agentfn/test"}])
+    assert record(model_env, done["generation_id"]) == (
+        "ok",
+        [{"tool": "remember", "status": "needs_approval", "ms": 0.0, "grant": "agentfn/test"}],
+    )
 
-    response, events = take_turn(model.url, person, "asker" + MODES[mode], message,
-                                 approvals=[{"token": asked[0]["approval"], "approve": True}])
+    response, events = take_turn(
+        model.url, person, "asker" + MODES[mode], message, approvals=[{"token": asked[0]["approval"], "approve": True}]
+    )
     assert response.status_code == 200, response.text
     assert steps(events) == [(1, "remember", "started"), (1, "remember", "ok")]
     assert events[-1][0] == "done" and events[-1][1]["pending"] == []
@@ -90,23 +99,26 @@ def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_th
     assert asked[0]["approval"] not in log and NOTE["text"] not in log
     ran = next(d for name, d in events if name == "step" and d["status"] == "ok")
     assert ran["result"]["existing"] is False  # memory kept a new entry (not one the person already had)
-    assert record(model_env, events[-1][1]["generation_id"])[1] == [{"tool": "remember", "status": "ok", "ms": ran["ms"],
-                                                                      "grant": "agentfn/test"}]
+    assert record(model_env, events[-1][1]["generation_id"])[1] == [
+        {"tool": "remember", "status": "ok", "ms": ran["ms"], "grant": "agentfn/test"}
+    ]
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_declined_call_is_a_declined_step_and_the_model_is_told(model, engine, memory, person, model_env, mode):
     message, events, sid = ask(model, engine, person, "asker" + MODES[mode], (KEEP, {"text": "I kept nothing."}))
     token = next(d["approval"] for name, d in events if name == "step")
-    response, events = take_turn(model.url, person, "asker" + MODES[mode], message,
-                                 approvals=[{"token": token, "approve": False}])
+    response, events = take_turn(
+        model.url, person, "asker" + MODES[mode], message, approvals=[{"token": token, "approve": False}]
+    )
     assert response.status_code == 200, response.text
     assert steps(events) == [(1, "remember", "declined")]
     assert mine(memory, person) == []
     told = engine.requests(sid)[1]["messages"][-1]
     assert told["role"] == "tool" and "/declined" in told["content"] and "declined" in told["content"]
-    assert record(model_env, events[-1][1]["generation_id"])[1] == [{"tool": "remember", "status": "declined", "ms": 0.0,
-                                                                          "grant": "agentfn/test"}]
+    assert record(model_env, events[-1][1]["generation_id"])[1] == [
+        {"tool": "remember", "status": "declined", "ms": 0.0, "grant": "agentfn/test"}
+    ]
 
 
 def test_a_waived_grant_runs_the_call_without_asking(model, engine, memory, person):
@@ -118,12 +130,21 @@ def test_a_waived_grant_runs_the_call_without_asking(model, engine, memory, pers
 
 def test_a_call_that_breaks_a_rule_is_refused_without_asking(model, engine, memory, person):
     # A forget of an id never shown, and a remember with arguments outside its schema: nothing to approve.
-    rounds = ({"calls": [{"name": "forget", "arguments": {"id": "not-shown-anywhere"}},
-                         {"name": "remember", "arguments": {"kind": "mood", "text": "x"}}]}, {"text": "No."})
+    rounds = (
+        {
+            "calls": [
+                {"name": "forget", "arguments": {"id": "not-shown-anywhere"}},
+                {"name": "remember", "arguments": {"kind": "mood", "text": "x"}},
+            ]
+        },
+        {"text": "No."},
+    )
     _, events, _ = ask(model, engine, person, "asker", rounds)
     ended = [d for name, d in events if name == "step" and d["status"] != "started"]
-    assert [(d["tool"], d["status"], d["result"]["status"]) for d in ended] == [("forget", "error", 404),
-                                                                                ("remember", "error", 422)]
+    assert [(d["tool"], d["status"], d["result"]["status"]) for d in ended] == [
+        ("forget", "error", 404),
+        ("remember", "error", 422),
+    ]
     assert events[-1][1]["pending"] == []
 
 
@@ -155,9 +176,9 @@ BAD_TOKENS = [  # (case, how the token is made, whose request, which agent, stat
 
 
 @pytest.mark.parametrize(("case", "make", "who", "agent", "status", "kind"), BAD_TOKENS, ids=[c[0] for c in BAD_TOKENS])
-def test_a_bad_approval_refuses_the_whole_request_and_nothing_runs(model, engine, memory, person, issuer, model_env,
-                                                                  approval_key_file, case, make, who, agent, status,
-                                                                  kind):
+def test_a_bad_approval_refuses_the_whole_request_and_nothing_runs(
+    model, engine, memory, person, issuer, model_env, approval_key_file, case, make, who, agent, status, kind
+):
     message, events, _ = ask(model, engine, person)
     genuine = next(d["approval"] for name, d in events if name == "step")
     if case == "replayed":
@@ -165,11 +186,17 @@ def test_a_bad_approval_refuses_the_whole_request_and_nothing_runs(model, engine
         assert response.status_code == 200
     caller = person if who == "person" else Person(issuer)
     before = spent(model_env, caller.subject)
-    sid = engine.script({"call": {"name": "remember", "arguments": {"kind": "fact", "text": "Something else."}}},
-                        {"text": "ran"})
+    sid = engine.script(
+        {"call": {"name": "remember", "arguments": {"kind": "fact", "text": "Something else."}}}, {"text": "ran"}
+    )
     token = make(genuine, approval_key_file.read_bytes().strip())
-    response, events = take_turn(model.url, caller, agent, f"Please keep that I work on the ledger team. script:{sid}",
-                                 approvals=[{"token": token, "approve": True}])
+    response, events = take_turn(
+        model.url,
+        caller,
+        agent,
+        f"Please keep that I work on the ledger team. script:{sid}",
+        approvals=[{"token": token, "approve": True}],
+    )
     assert response.status_code == status, response.text
     problem = response.json()
     assert response.headers["Content-Type"] == "application/problem+json"
@@ -200,8 +227,9 @@ def test_an_approval_used_by_two_requests_at_once_runs_once(model, engine, memor
 def test_the_same_approval_twice_in_one_request_is_refused(model, engine, memory, person):
     message, events, _ = ask(model, engine, person)
     token = next(d["approval"] for name, d in events if name == "step")
-    response, _ = take_turn(model.url, person, "asker", message,
-                            approvals=[{"token": token, "approve": True}, {"token": token, "approve": True}])
+    response, _ = take_turn(
+        model.url, person, "asker", message, approvals=[{"token": token, "approve": True}, {"token": token, "approve": True}]
+    )
     assert response.status_code == 422 and response.json()["type"].endswith("/approvals-repeated")
     assert mine(memory, person) == []
 
@@ -222,7 +250,9 @@ def test_a_second_remember_in_a_turn_is_refused_as_the_tools_problem(model, engi
     _, events, sid = ask(model, engine, person, "keeper" + MODES[mode], rounds)
     ended = [d for name, d in events if name == "step" and d["status"] != "started"]
     assert [(d["status"], (d["result"] or {}).get("type", "").rsplit("/", 1)[-1]) for d in ended] == [
-        ("ok", ""), ("error", "once-per-turn")]
+        ("ok", ""),
+        ("error", "once-per-turn"),
+    ]
     assert [e["text"] for e in mine(memory, person)] == [NOTE["text"]]
     assert "once-per-turn" in engine.requests(sid)[2]["messages"][-1]["content"]
 
@@ -230,16 +260,23 @@ def test_a_second_remember_in_a_turn_is_refused_as_the_tools_problem(model, engi
 def test_a_second_forget_in_a_turn_is_refused_as_the_tools_problem(model, engine, memory, person):
     session = requests.Session()
     session.headers.update(person.headers)
-    kept = [session.post(memory.url + "/v1/entries", json={"kind": "preference", "text": text, "source": "test"}).json()
-            for text in ("Prefers tabs in Go code.", "Prefers spaces in Python code.")]
-    rounds = ({"call": {"name": "forget", "arguments": {"id": kept[0]["id"]}}},
-              {"call": {"name": "forget", "arguments": {"id": kept[1]["id"]}}}, ANSWER)
+    kept = [
+        session.post(memory.url + "/v1/entries", json={"kind": "preference", "text": text, "source": "test"}).json()
+        for text in ("Prefers tabs in Go code.", "Prefers spaces in Python code.")
+    ]
+    rounds = (
+        {"call": {"name": "forget", "arguments": {"id": kept[0]["id"]}}},
+        {"call": {"name": "forget", "arguments": {"id": kept[1]["id"]}}},
+        ANSWER,
+    )
     sid = engine.script(*rounds)
     _, events = take_turn(model.url, person, "keeper", f"Forget my code style notes (tabs, spaces). script:{sid}")
     assert {kept[0]["id"], kept[1]["id"]} <= {e["id"] for e in events[0][1]["entries"]}
     ended = [d for name, d in events if name == "step" and d["status"] != "started"]
     assert [(d["status"], (d["result"] or {}).get("type", "").rsplit("/", 1)[-1]) for d in ended] == [
-        ("ok", ""), ("error", "once-per-turn")]
+        ("ok", ""),
+        ("error", "once-per-turn"),
+    ]
     assert [e["id"] for e in mine(memory, person)] == [kept[1]["id"]]
 
 
@@ -255,12 +292,14 @@ def keyless_model(model_env, logs):
     server.stop()
 
 
-def test_without_an_approval_key_a_call_that_needs_approval_fails_and_nothing_runs(keyless_model, model, engine, memory,
-                                                                                  person):
+def test_without_an_approval_key_a_call_that_needs_approval_fails_and_nothing_runs(
+    keyless_model, model, engine, memory, person
+):
     message, events, _ = ask(keyless_model, engine, person, rounds=(KEEP, {"text": "Could not ask."}))
     ended = [d for name, d in events if name == "step" and d["status"] != "started"]
     assert [(d["status"], d["result"]["status"], d["result"]["type"].rsplit("/", 1)[-1]) for d in ended] == [
-        ("error", 503, "approvals-unavailable")]
+        ("error", 503, "approvals-unavailable")
+    ]
     assert mine(memory, person) == [] and events[-1][1]["pending"] == []
     _, asked, _ = ask(model, engine, person)  # a token from the keyed function
     token = next(d["approval"] for name, d in asked if name == "step")
@@ -271,8 +310,9 @@ def test_without_an_approval_key_a_call_that_needs_approval_fails_and_nothing_ru
 
 def test_remember_of_a_note_the_person_has_says_existing_and_keeps_no_second(model, engine, memory, person):
     requests.post(memory.url + "/v1/entries", headers=person.headers, timeout=10, json={**NOTE, "source": "test"})
-    sid = engine.script({"call": {"name": "remember", "arguments": {"kind": "fact", "text": "i work on the LEDGER team"}}},
-                        ANSWER)
+    sid = engine.script(
+        {"call": {"name": "remember", "arguments": {"kind": "fact", "text": "i work on the LEDGER team"}}}, ANSWER
+    )
     _, events = take_turn(model.url, person, "keeper", f"Keep that I work on the ledger team. script:{sid}")
     ran = next(d for name, d in events if name == "step" and d["status"] == "ok")
     assert ran["result"]["existing"] is True and ran["result"]["text"] == NOTE["text"]

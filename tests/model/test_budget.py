@@ -13,18 +13,24 @@ MAX_ROUND = 100  # the frugal instance's completion tokens per round
 
 def spent(model_env, subject):
     with psycopg.connect(model_env["AGENTFN_DATABASE_URL"], options="-c search_path=model") as conn:
-        budget = conn.execute("SELECT coalesce(sum(spent), 0) FROM token_budgets WHERE subject = %s",
-                              (subject,)).fetchone()[0]
-        rows = conn.execute("SELECT status, tokens_in + tokens_out, reserved FROM generations WHERE subject = %s",
-                            (subject,)).fetchall()
+        budget = conn.execute("SELECT coalesce(sum(spent), 0) FROM token_budgets WHERE subject = %s", (subject,)).fetchone()[
+            0
+        ]
+        rows = conn.execute(
+            "SELECT status, tokens_in + tokens_out, reserved FROM generations WHERE subject = %s", (subject,)
+        ).fetchall()
     return budget, rows
 
 
 @pytest.mark.parametrize("agent", ["reviewer", "reviewer-small"])
 def test_the_budget_spent_mid_turn_ends_it_with_an_error_event(frugal_model, engine, person, model_env, agent):
-    sid = engine.script({"call": {"name": "platform_status", "arguments": {}},
-                         "usage": {"prompt_tokens": SMALL_DAILY - 150, "completion_tokens": 20}},
-                        {"text": "never sent"})
+    sid = engine.script(
+        {
+            "call": {"name": "platform_status", "arguments": {}},
+            "usage": {"prompt_tokens": SMALL_DAILY - 150, "completion_tokens": 20},
+        },
+        {"text": "never sent"},
+    )
     response, events = take_turn(frugal_model.url, person, agent, f"Status? script:{sid}")
     assert response.status_code == 200
     names = [n for n, _ in events]
@@ -44,6 +50,7 @@ def test_the_budget_spent_mid_turn_ends_it_with_an_error_event(frugal_model, eng
 def twenty_at_once(model, person, turn, engine) -> list:
     """Twenty turns of the guide at once, `turn(i)` giving each its engine script and message; the ones done.
     Every turn is done or refused (429, or an error event), and some of each."""
+
     def one(i):
         script, message = turn(i)
         return take_turn(model.url, person, "guide", f"{message} script:{engine.script(script)}")
@@ -58,8 +65,12 @@ def twenty_at_once(model, person, turn, engine) -> list:
 
 
 def test_twenty_concurrent_turns_never_overspend_a_small_budget(frugal_model, engine, person, model_env):
-    done = twenty_at_once(frugal_model, person, lambda i: (
-        {"text": f"answer {i}", "usage": {"prompt_tokens": 300, "completion_tokens": 60}}, f"Question {i}."), engine)
+    done = twenty_at_once(
+        frugal_model,
+        person,
+        lambda i: ({"text": f"answer {i}", "usage": {"prompt_tokens": 300, "completion_tokens": 60}}, f"Question {i}."),
+        engine,
+    )
     budget, rows = spent(model_env, person.subject)
     # Held before the round, so the day's limit holds even with twenty turns in two processes at once.
     assert budget <= SMALL_DAILY + MAX_ROUND
@@ -76,10 +87,11 @@ def test_a_turn_whose_agent_allows_fewer_tokens_than_a_round_is_refused(frugal_m
 def test_concurrent_turns_of_emoji_never_overspend_a_small_budget(frugal_model, engine, person, model_env):
     # An engine counts emoji as several tokens each (SmolLM2: 300 emoji are 899 tokens); this one counts
     # a token per UTF-8 byte, the most any byte-level tokenizer may. The hold must never be below it.
-    emoji = "\U0001F642" * 250  # 1,000 bytes: a third of the budget held at 3 characters a token would cover it
+    emoji = "\U0001f642" * 250  # 1,000 bytes: a third of the budget held at 3 characters a token would cover it
 
-    done = twenty_at_once(frugal_model, person, lambda i: (
-        {"text": "\U0001F44D" * 20, "usage": "bytes"}, f"{emoji} Question {i}."), engine)
+    done = twenty_at_once(
+        frugal_model, person, lambda i: ({"text": "\U0001f44d" * 20, "usage": "bytes"}, f"{emoji} Question {i}."), engine
+    )
     budget, rows = spent(model_env, person.subject)
     assert budget == sum(tokens for _, tokens, _ in rows)
     per_turn = budget // len(done)

@@ -22,8 +22,9 @@ QUESTION = "How should my Python code be formatted and indented?"
 SUMMARY = "The person asked how to indent Python code and settled on four spaces for each level."
 
 
-def agentfn(*args: str, url: str | None = None, token: str | None = None, stdin: str | None = None,
-            timeout: float = 90) -> subprocess.CompletedProcess:
+def agentfn(
+    *args: str, url: str | None = None, token: str | None = None, stdin: str | None = None, timeout: float = 90
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("AGENTFN_URL", "AGENTFN_TOKEN")}
     env.update({"COLUMNS": "200", **({"AGENTFN_URL": url} if url else {}), **({"AGENTFN_TOKEN": token} if token else {})})
     return subprocess.run([str(AGENTFN), *args], input=stdin, capture_output=True, text=True, env=env, timeout=timeout)
@@ -54,8 +55,11 @@ def test_memory_add_list_edit_forget(cli, gateway, person):
     edited = cli("memory", "edit", entry["id"][:8], "--text", "Works on the ledger and billing services.")
     assert edited.returncode == 0, edited.stderr
     (changed,) = door(gateway, person, "/v1/entries").json()["entries"]
-    assert (changed["id"], changed["text"], changed["source"]) == (entry["id"], "Works on the ledger and billing services.",
-                                                                    "onboarding notes")
+    assert (changed["id"], changed["text"], changed["source"]) == (
+        entry["id"],
+        "Works on the ledger and billing services.",
+        "onboarding notes",
+    )
     assert cli("memory", "edit", entry["id"], "--source", "the team wiki").returncode == 0
     assert door(gateway, person, "/v1/entries").json()["entries"][0]["source"] == "the team wiki"
 
@@ -79,8 +83,14 @@ def test_memory_search_shows_what_recall_finds_with_its_similarity(cli, gateway,
 
 FORGET_ALL_CASES = [
     # (arguments, what the person types, exit code, entries left, printed, said on stderr)
-    (("--all",), "forget everything\n", 0, 0, "forgot 3 entries: 2 facts, 1 preference, 0 episodes",
-     "You have 2 facts, 1 preference, 0 episodes"),
+    (
+        ("--all",),
+        "forget everything\n",
+        0,
+        0,
+        "forgot 3 entries: 2 facts, 1 preference, 0 episodes",
+        "You have 2 facts, 1 preference, 0 episodes",
+    ),
     (("--all",), "  forget everything  \n", 0, 0, "forgot 3 entries", "Type forget everything to go on"),
     (("--all", "--yes"), None, 0, 0, "forgot 3 entries: 2 facts, 1 preference, 0 episodes", ""),
     (("--all",), "forget all\n", 1, 3, "", "nothing was forgotten\nthe confirmation is the phrase `forget everything`"),
@@ -91,12 +101,17 @@ FORGET_ALL_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("args", "typed", "code", "left", "printed", "said"), FORGET_ALL_CASES,
-                         ids=["typed", "typed_with_spaces", "yes", "other_words", "other_case", "no_answer", "neither",
-                              "both"])
+@pytest.mark.parametrize(
+    ("args", "typed", "code", "left", "printed", "said"),
+    FORGET_ALL_CASES,
+    ids=["typed", "typed_with_spaces", "yes", "other_words", "other_case", "no_answer", "neither", "both"],
+)
 def test_memory_forget_all_takes_the_typed_phrase_or_yes(cli, gateway, person, args, typed, code, left, printed, said):
-    for text, kind in (("Works on the ledger service.", "fact"), ("Is on call on Tuesdays.", "fact"),
-                       ("Prefers short answers.", "preference")):
+    for text, kind in (
+        ("Works on the ledger service.", "fact"),
+        ("Is on call on Tuesdays.", "fact"),
+        ("Prefers short answers.", "preference"),
+    ):
         assert cli("memory", "add", text, "--kind", kind).returncode == 0
     done = cli("memory", "forget", *args, stdin=typed)
     assert done.returncode == code, done
@@ -133,14 +148,18 @@ def test_an_id_prefix_must_name_one_entry(cli, gateway, person):
     assert len(door(gateway, person, "/v1/entries").json()["entries"]) == 3
 
 
-@pytest.mark.parametrize(("args", "title", "detail"), [
-    (("memory", "forget", str(uuid.uuid4())), "Not Found", "no entry with this id"),
-    (("memory", "edit", str(uuid.uuid4()), "--text", "x"), "Not Found", "no entry with this id"),
-    (("memory", "add", "Likes tea.", "--kind", "opinion"), "Unprocessable Content", "kind"),
-    (("memory", "list", "--kind", "opinion"), "Bad Request", "kind: must be one of"),
-    (("call", "no_such_tool"), "Not Found", "no such tool"),
-    (("chat", "secret", "-m", "hello"), "Not Found", "no such agent"),
-], ids=["forget_unknown", "edit_unknown", "add_invalid_kind", "list_invalid_kind", "unknown_tool", "ungranted_agent"])
+@pytest.mark.parametrize(
+    ("args", "title", "detail"),
+    [
+        (("memory", "forget", str(uuid.uuid4())), "Not Found", "no entry with this id"),
+        (("memory", "edit", str(uuid.uuid4()), "--text", "x"), "Not Found", "no entry with this id"),
+        (("memory", "add", "Likes tea.", "--kind", "opinion"), "Unprocessable Content", "kind"),
+        (("memory", "list", "--kind", "opinion"), "Bad Request", "kind: must be one of"),
+        (("call", "no_such_tool"), "Not Found", "no such tool"),
+        (("chat", "secret", "-m", "hello"), "Not Found", "no such agent"),
+    ],
+    ids=["forget_unknown", "edit_unknown", "add_invalid_kind", "list_invalid_kind", "unknown_tool", "ungranted_agent"],
+)
 def test_a_problem_is_shown_as_its_title_and_detail(cli, args, title, detail):
     done = cli(*args)
     assert done.returncode == 1, done
@@ -169,8 +188,10 @@ def test_an_unreachable_gateway_is_one_clear_line():
     for args in (("memory", "list"), ("chat", "reviewer"), ("agents",)):
         done = agentfn(*args, url=url, token="x", stdin="hello\n")
         assert done.returncode == 1
-        assert done.stderr.strip().splitlines() == [f"the gateway is not answering at {url}: start the platform with "
-                                                    "`agentfn up`, or give another with --url or AGENTFN_URL"]
+        assert done.stderr.strip().splitlines() == [
+            f"the gateway is not answering at {url}: start the platform with "
+            "`agentfn up`, or give another with --url or AGENTFN_URL"
+        ]
 
 
 def first_cells(table: str) -> set[str]:
@@ -199,12 +220,19 @@ def test_tools_and_call_run_as_the_caller(cli, gateway, person, issuer):
 
     called = cli("call", "platform_status", "--arg", "service=llm")
     assert called.returncode == 0, called.stderr
+
     def timeless(content):
         return {k: v for k, v in content.items() if k != "taken_at"}
 
     content = timeless(json.loads(called.stdout))
-    assert content == timeless(requests.post(gateway.url + "/v1/tools/platform_status/call", headers=person.headers,
-                                             json={"arguments": {"service": "llm"}}, timeout=30).json()["content"])
+    assert content == timeless(
+        requests.post(
+            gateway.url + "/v1/tools/platform_status/call",
+            headers=person.headers,
+            json={"arguments": {"service": "llm"}},
+            timeout=30,
+        ).json()["content"]
+    )
     assert timeless(json.loads(cli("call", "platform_status", "--json", '{"service": "llm"}').stdout)) == content
     assert timeless(json.loads(cli("call", "platform_status", "--arg", 'service="llm"').stdout)) == content
     number = cli("call", "platform_status", "--arg", "service=42")  # 42 parses: a number, which the tool refuses
@@ -228,8 +256,16 @@ def test_audit_renders_the_grants_of_a_registry(registry_file):
     from_stdin = agentfn("audit", "-", "--json", stdin=registry_file.read_text())
     assert json.loads(from_stdin.stdout) == expected
     table = agentfn("audit", "-", stdin=registry_file.read_text()).stdout.splitlines()
-    assert [c for c in table[0].split() if c.isalpha()] == ["agent", "tool", "subjects", "groups", "channel", "daily",
-                                                            "approval", "grant"]
+    assert [c for c in table[0].split() if c.isalpha()] == [
+        "agent",
+        "tool",
+        "subjects",
+        "groups",
+        "channel",
+        "daily",
+        "approval",
+        "grant",
+    ]
     assert len([line for line in table if "agentfn/" in line]) == len(expected)
     cells = [[c for c in line.split() if c != "│"] for line in table]
     assert ["secret", "platform_status", "nobody-else", "-", "step", "-", "required", "agentfn/test"] in cells
@@ -239,11 +275,17 @@ def test_audit_renders_the_grants_of_a_registry(registry_file):
 
 
 def test_chat_through_a_pipe_shows_steps_recall_citations_and_ends_as_an_episode(cli, gateway, engine, person):
-    note = requests.post(gateway.url + "/v1/entries", headers=person.headers, timeout=30,
-                         json={"kind": "preference", "text": NOTE, "source": "test"}).json()
-    sid = engine.script({"call": {"name": "platform_status", "arguments": {"service": "llm"}}},
-                        {"text": f"Use four spaces for each level [{note['id']}]."},
-                        {"text": SUMMARY})
+    note = requests.post(
+        gateway.url + "/v1/entries",
+        headers=person.headers,
+        timeout=30,
+        json={"kind": "preference", "text": NOTE, "source": "test"},
+    ).json()
+    sid = engine.script(
+        {"call": {"name": "platform_status", "arguments": {"service": "llm"}}},
+        {"text": f"Use four spaces for each level [{note['id']}]."},
+        {"text": SUMMARY},
+    )
     done = cli("chat", "reviewer", stdin=f"/help\n{QUESTION} script:{sid}\n/end Thanks, four spaces it is.\n/quit\n")
     assert done.returncode == 0, done.stderr
     shown = done.stdout
@@ -267,8 +309,11 @@ def test_chat_keeps_the_conversation_and_sends_it_whole(cli, engine):
     done = cli("chat", "guide", stdin=f"Pick a colour. script:{sid}\nWhat did you pick?\n")  # EOF leaves
     assert done.returncode == 0 and "agent> Blue." in done.stdout and "agent> You said blue." in done.stdout
     second = [m for m in engine.requests(sid)[1]["messages"] if m["role"] in ("user", "assistant")]
-    assert [(m["role"], m["content"]) for m in second] == [("user", f"Pick a colour. script:{sid}"),
-                                                           ("assistant", "Blue."), ("user", "What did you pick?")]
+    assert [(m["role"], m["content"]) for m in second] == [
+        ("user", f"Pick a colour. script:{sid}"),
+        ("assistant", "Blue."),
+        ("user", "What did you pick?"),
+    ]
 
 
 def test_chat_json_prints_the_events_as_json_lines(cli, engine):
@@ -300,8 +345,14 @@ def test_a_turn_that_failed_is_still_part_of_the_session_it_ends(cli, gateway, e
 def test_ctrl_c_stops_a_streaming_answer_and_the_chat_goes_on(gateway, engine, person):
     sid = engine.script({"text": "One two three four five six.", "chunks": 6, "chunk_delay": 1.5})
     env = {**os.environ, "AGENTFN_URL": gateway.url, "AGENTFN_TOKEN": person.token, "COLUMNS": "200"}
-    process = subprocess.Popen([str(AGENTFN), "chat", "guide"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen(
+        [str(AGENTFN), "chat", "guide"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     process.stdin.write(f"Count. script:{sid}\n")
     process.stdin.flush()
     seen = ""
@@ -316,8 +367,9 @@ def test_ctrl_c_stops_a_streaming_answer_and_the_chat_goes_on(gateway, engine, p
 
 def test_audit_from_the_cluster_says_when_kubectl_cannot_read_it(tmp_path):
     env = {**os.environ, "KUBECONFIG": str(tmp_path / "none"), "COLUMNS": "200"}
-    done = subprocess.run([str(AGENTFN), "audit", "--kube", "--namespace", "elsewhere"], capture_output=True, text=True,
-                          env=env, timeout=90)
+    done = subprocess.run(
+        [str(AGENTFN), "audit", "--kube", "--namespace", "elsewhere"], capture_output=True, text=True, env=env, timeout=90
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.splitlines()[0] == "kubectl could not read the ConfigMap elsewhere/agentfn-registry", done.stderr
 
@@ -325,10 +377,14 @@ def test_audit_from_the_cluster_says_when_kubectl_cannot_read_it(tmp_path):
 KEEP = {"call": {"name": "remember", "arguments": {"kind": "fact", "text": "I work on the ledger team."}}}
 
 
-@pytest.mark.parametrize(("typed", "kept", "shown"), [("y", True, "remember: ok"), ("", False, "declined"),
-                                                      ("n", False, "declined")], ids=["y", "enter", "n"])
-def test_chat_shows_the_approval_card_and_asks_before_a_call_that_changes_state(cli, gateway, engine, person, typed,
-                                                                               kept, shown):
+@pytest.mark.parametrize(
+    ("typed", "kept", "shown"),
+    [("y", True, "remember: ok"), ("", False, "declined"), ("n", False, "declined")],
+    ids=["y", "enter", "n"],
+)
+def test_chat_shows_the_approval_card_and_asks_before_a_call_that_changes_state(
+    cli, gateway, engine, person, typed, kept, shown
+):
     sid = engine.script(KEEP, {"text": "Kept." if kept else "Kept nothing."})
     done = cli("chat", "asker", stdin=f"Keep that I work on the ledger team. script:{sid}\n{typed}\n")
     assert done.returncode == 0, done.stderr
@@ -368,8 +424,17 @@ def test_chat_json_with_yes_prints_the_ask_the_answer_and_the_approving_turn(cli
     done = cli("chat", "asker", "--json", "--yes", "-m", f"Keep that I work on the ledger team. script:{sid}")
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
-    flow = [(e["event"], e["data"].get("status") or e["data"].get("approve")) for e in events
-            if e["event"] in ("step", "approval", "done")]
-    assert flow == [("step", "needs_approval"), ("done", None), ("approval", True), ("step", "started"), ("step", "ok"),
-                    ("done", None)]
+    flow = [
+        (e["event"], e["data"].get("status") or e["data"].get("approve"))
+        for e in events
+        if e["event"] in ("step", "approval", "done")
+    ]
+    assert flow == [
+        ("step", "needs_approval"),
+        ("done", None),
+        ("approval", True),
+        ("step", "started"),
+        ("step", "ok"),
+        ("done", None),
+    ]
     assert events[1]["data"]["approval"] and events[1]["data"]["arguments"]["text"] == "I work on the ledger team."

@@ -13,20 +13,41 @@ from conftest import Person, exchanged_for_upstream, registry_document, take_tur
 
 def generations(model_env, subject):
     with psycopg.connect(model_env["AGENTFN_DATABASE_URL"], options="-c search_path=model") as conn:
-        return conn.execute("SELECT kind, channel, status, problem, steps, step_log FROM generations WHERE subject = %s "
-                            "ORDER BY started_at", (subject,)).fetchall()
+        return conn.execute(
+            "SELECT kind, channel, status, problem, steps, step_log FROM generations WHERE subject = %s ORDER BY started_at",
+            (subject,),
+        ).fetchall()
 
 
-@pytest.mark.parametrize(("body", "named"), [
-    ({"tools": [{"type": "function", "function": {"name": "x", "parameters": {}}}]}, "tools"),
-    ({"functions": [{"name": "x"}]}, "functions"),
-    ({"tool_choice": "auto"}, "tool_choice"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "1", "content": "{}"},
-                   {"role": "user", "content": "go"}]}, "role tool"),
-    ({"messages": [{"role": "assistant", "content": "x", "tool_calls": [{"id": "1"}]},
-                   {"role": "user", "content": "go"}]}, "tool_calls"),
-], ids=["tools", "functions", "tool_choice", "response_format", "tool_role", "tool_calls"])
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"tools": [{"type": "function", "function": {"name": "x", "parameters": {}}}]}, "tools"),
+        ({"functions": [{"name": "x"}]}, "functions"),
+        ({"tool_choice": "auto"}, "tool_choice"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "tool", "tool_call_id": "1", "content": "{}"},
+                    {"role": "user", "content": "go"},
+                ]
+            },
+            "role tool",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "assistant", "content": "x", "tool_calls": [{"id": "1"}]},
+                    {"role": "user", "content": "go"},
+                ]
+            },
+            "tool_calls",
+        ),
+    ],
+    ids=["tools", "functions", "tool_choice", "response_format", "tool_role", "tool_calls"],
+)
 def test_a_request_that_declares_tools_is_refused(model, engine, person, model_env, body, named):
     sid = engine.script({"text": "never"})
     payload = {"messages": [{"role": "user", "content": f"hi script:{sid}"}], **body}
@@ -37,11 +58,18 @@ def test_a_request_that_declares_tools_is_refused(model, engine, person, model_e
     assert engine.requests(sid) == [] and generations(model_env, person.subject) == []
 
 
-@pytest.mark.parametrize(("body", "status"), [
-    ({}, 422), ({"messages": []}, 422), ({"messages": [{"role": "system", "content": "obey"}]}, 422),
-    ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"}]}, 422),
-    ({"messages": [{"role": "user", "content": "   "}]}, 422), ({"messages": "hi"}, 422),
-], ids=["empty", "no_messages", "system_role", "last_not_user", "blank", "not_a_list"])
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({}, 422),
+        ({"messages": []}, 422),
+        ({"messages": [{"role": "system", "content": "obey"}]}, 422),
+        ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"}]}, 422),
+        ({"messages": [{"role": "user", "content": "   "}]}, 422),
+        ({"messages": "hi"}, 422),
+    ],
+    ids=["empty", "no_messages", "system_role", "last_not_user", "blank", "not_a_list"],
+)
 def test_bad_bodies_are_problems_and_change_nothing(model, person, model_env, body, status):
     response = requests.post(f"{model.url}/v1/agents/reviewer/turns", json=body, headers=person.headers, timeout=10)
     assert response.status_code == status and response.json()["status"] == status
@@ -49,17 +77,26 @@ def test_bad_bodies_are_problems_and_change_nothing(model, person, model_env, bo
 
 
 def test_not_json_and_no_token(model, person):
-    r = requests.post(f"{model.url}/v1/agents/reviewer/turns", data="{", headers={**person.headers,
-                                                                                  "Content-Type": "application/json"})
+    r = requests.post(
+        f"{model.url}/v1/agents/reviewer/turns", data="{", headers={**person.headers, "Content-Type": "application/json"}
+    )
     assert r.status_code == 400
     assert requests.post(f"{model.url}/v1/agents/reviewer/turns", json={"messages": []}, timeout=5).status_code == 401
 
 
 def test_an_agent_not_granted_reads_like_one_that_does_not_exist(model, person):
-    secret = requests.post(f"{model.url}/v1/agents/secret/turns", headers=person.headers, timeout=10,
-                           json={"messages": [{"role": "user", "content": "hi"}]})
-    missing = requests.post(f"{model.url}/v1/agents/no-such-agent/turns", headers=person.headers, timeout=10,
-                            json={"messages": [{"role": "user", "content": "hi"}]})
+    secret = requests.post(
+        f"{model.url}/v1/agents/secret/turns",
+        headers=person.headers,
+        timeout=10,
+        json={"messages": [{"role": "user", "content": "hi"}]},
+    )
+    missing = requests.post(
+        f"{model.url}/v1/agents/no-such-agent/turns",
+        headers=person.headers,
+        timeout=10,
+        json={"messages": [{"role": "user", "content": "hi"}]},
+    )
     assert secret.status_code == missing.status_code == 404
     strip = lambda r: {k: v for k, v in r.json().items() if k != "request_id"}  # noqa: E731
     assert strip(secret) == strip(missing)
@@ -91,11 +128,13 @@ def test_the_tool_is_reached_with_the_callers_token_exchanged(model, engine, ups
 
 def test_a_grants_daily_limit_is_counted(model, engine, person):
     # Three different calls (the same call again would be a repeat, not a call).
-    sid = engine.script(*[{"call": {"name": "platform_status", "arguments": {"service": s}}} for s in ("a", "b", "c")],
-                        {"text": "done"})
+    sid = engine.script(
+        *[{"call": {"name": "platform_status", "arguments": {"service": s}}} for s in ("a", "b", "c")], {"text": "done"}
+    )
     _, events = take_turn(model.url, person, "counted", f"Three times. script:{sid}")
-    statuses = [(d["status"], (d.get("result") or {}).get("status")) for n, d in events
-                if n == "step" and d["status"] != "started"]
+    statuses = [
+        (d["status"], (d.get("result") or {}).get("status")) for n, d in events if n == "step" and d["status"] != "started"
+    ]
     assert statuses == [("ok", None), ("ok", None), ("error", 429)]
 
 
@@ -114,24 +153,35 @@ def test_list_tools_shows_only_the_reviewed_reads_the_caller_may_call_alone(mode
     assert [t["name"] for t in listed] == ["list_models", "platform_status"]
     assert all(set(t) == {"name", "description", "input_schema"} for t in listed)
     assert [t["name"] for t in requests.get(f"{model.url}/v1/tools", headers=stranger.headers).json()["tools"]] == [
-        "platform_status"]
+        "platform_status"
+    ]
 
 
 def test_call_tool_runs_the_same_path_as_a_step(model, upstreams, person, model_env):
     received = upstreams["platform_status"].app.extensions["agentfn.dev_upstream"].received
-    ok = requests.post(f"{model.url}/v1/tools/platform_status/call", json={"arguments": {"service": "radar"}},
-                       headers=person.headers, timeout=10)
+    ok = requests.post(
+        f"{model.url}/v1/tools/platform_status/call",
+        json={"arguments": {"service": "radar"}},
+        headers=person.headers,
+        timeout=10,
+    )
     assert ok.status_code == 200 and ok.json()["content"]["text"].startswith("radar is degraded")
     assert exchanged_for_upstream(received[-1], person, "platform_status")
-    invalid = requests.post(f"{model.url}/v1/tools/platform_status/call", json={"arguments": {"service": "BAD!"}},
-                            headers=person.headers, timeout=10)
+    invalid = requests.post(
+        f"{model.url}/v1/tools/platform_status/call",
+        json={"arguments": {"service": "BAD!"}},
+        headers=person.headers,
+        timeout=10,
+    )
     assert invalid.status_code == 422 and invalid.json()["type"].endswith("/invalid-arguments")
     for name in ("run_code", "open_page", "remember", "forget", "nothing"):
         r = requests.post(f"{model.url}/v1/tools/{name}/call", json={"arguments": {}}, headers=person.headers, timeout=10)
         assert r.status_code == 404, name
     rows = generations(model_env, person.subject)
-    assert [(k, c, s, p) for k, c, s, p, _, _ in rows] == [("tool_call", "alone", "ok", None),
-                                                           ("tool_call", "alone", "error", 422)]
+    assert [(k, c, s, p) for k, c, s, p, _, _ in rows] == [
+        ("tool_call", "alone", "ok", None),
+        ("tool_call", "alone", "error", 422),
+    ]
     assert [r[5] for r in rows][0][0]["tool"] == "platform_status"
 
 
@@ -146,8 +196,10 @@ def test_the_registry_is_reloaded_without_a_restart(model, registry_file, person
     body = {"messages": [{"role": "user", "content": "hi"}]}
     assert requests.post(url, json=body, headers=newcomer.headers).status_code == 404
     document = registry_document()
-    document["agents"]["latecomer"] = {**document["agents"]["guide"], "tools": {
-        "platform_status": {"subjects": [], "groups": ["newcomers"], "dailyLimit": None, "grant": "agentfn/new"}}}
+    document["agents"]["latecomer"] = {
+        **document["agents"]["guide"],
+        "tools": {"platform_status": {"subjects": [], "groups": ["newcomers"], "dailyLimit": None, "grant": "agentfn/new"}},
+    }
     original = registry_file.read_text()
     try:
         registry_file.write_text(json.dumps(document))
@@ -170,8 +222,13 @@ def test_the_registry_is_reloaded_without_a_restart(model, registry_file, person
 
 def test_a_caller_who_leaves_mid_answer_ends_the_turn_as_cancelled(model, engine, person, model_env):
     sid = engine.script({"text": "one two three four five six seven eight", "chunks": 8, "chunk_delay": 0.3})
-    with requests.post(f"{model.url}/v1/agents/guide/turns", headers=person.headers, stream=True, timeout=10,
-                       json={"messages": [{"role": "user", "content": f"Talk. script:{sid}"}]}) as response:
+    with requests.post(
+        f"{model.url}/v1/agents/guide/turns",
+        headers=person.headers,
+        stream=True,
+        timeout=10,
+        json={"messages": [{"role": "user", "content": f"Talk. script:{sid}"}]},
+    ) as response:
         generation = response.headers["X-Generation-Id"]
         for line in response.iter_lines():
             if line == b"event: delta":

@@ -20,7 +20,7 @@ def test_an_answer_streams_out_of_its_json_in_any_chunking(answer, ascii_only, s
     reply = json.dumps({"answer": answer}, ensure_ascii=ascii_only)
     decoder, out = AnswerStream(), ""
     for i in range(0, len(reply), size):
-        out += decoder.feed(reply[i:i + size])
+        out += decoder.feed(reply[i : i + size])
     assert decoder.call({"x"}) is None
     if decoder.state == "late-answer":
         out += decoder.answer[-1]
@@ -32,7 +32,7 @@ def test_a_tool_call_comes_out_whole_at_the_end(size):
     reply = json.dumps({"tool": "platform_status", "arguments": {"service": "llm"}})
     decoder, out = AnswerStream(), ""
     for i in range(0, len(reply), size):
-        out += decoder.feed(reply[i:i + size])
+        out += decoder.feed(reply[i : i + size])
     request = decoder.call({"platform_status"})
     assert out == "" and request.name == "platform_status" and request.arguments == {"service": "llm"}
 
@@ -52,8 +52,18 @@ def test_an_engine_that_ignores_the_format_is_read_as_plain_text():
 
 
 def test_the_constrained_schema_offers_an_answer_or_one_call_of_each_tool():
-    tool = Tool("platform_status", "d", {"type": "object", "additionalProperties": False, "properties": {
-        "service": {"type": "string", "pattern": "^[a-z]+$", "description": "x"}}}, True, True, "function")
+    tool = Tool(
+        "platform_status",
+        "d",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"service": {"type": "string", "pattern": "^[a-z]+$", "description": "x"}},
+        },
+        True,
+        True,
+        "function",
+    )
     schema = constrained_schema([tool])
     assert [b["required"] for b in schema["anyOf"]] == [["answer"], ["tool", "arguments"]]
     arguments = schema["anyOf"][1]["properties"]["arguments"]
@@ -61,13 +71,24 @@ def test_the_constrained_schema_offers_an_answer_or_one_call_of_each_tool():
 
 
 def test_tiers_come_from_the_environment():
-    tiers = tiers_from_env({"AGENTFN_TIERS": "fast, deep", "AGENTFN_TIER_FAST_URL": "http://127.0.0.1:1/v1",
-                            "AGENTFN_TIER_FAST_TOOL_MODE": "constrained", "AGENTFN_TIER_DEEP_URL": "http://x:2/v1/",
-                            "AGENTFN_TIER_DEEP_DEADLINE_SECONDS": "120", "AGENTFN_TIER_DEEP_TEMPERATURE": "0"})
+    tiers = tiers_from_env(
+        {
+            "AGENTFN_TIERS": "fast, deep",
+            "AGENTFN_TIER_FAST_URL": "http://127.0.0.1:1/v1",
+            "AGENTFN_TIER_FAST_TOOL_MODE": "constrained",
+            "AGENTFN_TIER_DEEP_URL": "http://x:2/v1/",
+            "AGENTFN_TIER_DEEP_DEADLINE_SECONDS": "120",
+            "AGENTFN_TIER_DEEP_TEMPERATURE": "0",
+        }
+    )
     assert tiers["fast"].tool_mode == "constrained" and tiers["fast"].deadline == 60
     assert tiers["deep"].url == "http://x:2/v1" and tiers["deep"].deadline == 120 and tiers["deep"].temperature == 0
-    for env in ({"AGENTFN_TIERS": "fast"}, {"AGENTFN_TIER_FAST_URL": "http://a/v1", "AGENTFN_TIER_FAST_TOOL_MODE": "magic"},
-                {"AGENTFN_TIERS": "Fast!", "AGENTFN_TIER_FAST!_URL": "http://a"}, {"AGENTFN_TIERS": " , "}):
+    for env in (
+        {"AGENTFN_TIERS": "fast"},
+        {"AGENTFN_TIER_FAST_URL": "http://a/v1", "AGENTFN_TIER_FAST_TOOL_MODE": "magic"},
+        {"AGENTFN_TIERS": "Fast!", "AGENTFN_TIER_FAST!_URL": "http://a"},
+        {"AGENTFN_TIERS": " , "},
+    ):
         with pytest.raises(RuntimeError):
             tiers_from_env(env)
 
@@ -75,19 +96,25 @@ def test_tiers_come_from_the_environment():
 IDS = ["0b7c2d5e-1111-4222-8333-944455556666", "7f00aa11-2222-4333-8444-955566667777"]
 
 
-@pytest.mark.parametrize(("answer", "cited"), [
-    (f"Use spaces [{IDS[1]}] as you said [{IDS[0]}].", [IDS[1], IDS[0]]),
-    (f"See {IDS[0].upper()}.", [IDS[0]]),
-    ("Nothing cited [0b7c2d5e].", []),
-    ("Made up [11111111-2222-4333-8444-555566667777].", []),
-])
+@pytest.mark.parametrize(
+    ("answer", "cited"),
+    [
+        (f"Use spaces [{IDS[1]}] as you said [{IDS[0]}].", [IDS[1], IDS[0]]),
+        (f"See {IDS[0].upper()}.", [IDS[0]]),
+        ("Nothing cited [0b7c2d5e].", []),
+        ("Made up [11111111-2222-4333-8444-555566667777].", []),
+    ],
+)
 def test_only_recalled_ids_are_cited(answer, cited):
     assert prompt.cited(answer, IDS) == cited
 
 
 def test_fit_keeps_the_newest_messages_and_starts_with_the_person():
-    messages = [{"role": "user", "content": "a" * 300}, {"role": "assistant", "content": "b" * 300},
-                {"role": "user", "content": "c" * 30}]
+    messages = [
+        {"role": "user", "content": "a" * 300},
+        {"role": "assistant", "content": "b" * 300},
+        {"role": "user", "content": "c" * 30},
+    ]
     assert prompt.fit(messages, 10_000) == messages
     assert prompt.fit(messages, 150) == messages[2:]
     assert prompt.fit(messages, 1) == messages[2:]  # the last message always

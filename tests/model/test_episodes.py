@@ -9,19 +9,27 @@ from agentfn.model.episodes import faults, language
 
 GOOD = "The person asked how to rotate the ledger database password and decided to do it every ninety days."
 GOOD_HR = "Osoba je pitala kako promijeniti lozinku baze podataka i odlučila to raditi svakih devedeset dana."
-CHAT_EN = [{"role": "user", "content": "How do I rotate the ledger's database password?"},
-           {"role": "assistant", "content": "Rotate it in the vault, then restart the service."},
-           {"role": "user", "content": "Fine, I will do it every ninety days."}]
-CHAT_HR = [{"role": "user", "content": "Kako da promijenim lozinku baze podataka za knjigu?"},
-           {"role": "assistant", "content": "Promijenite je u trezoru i ponovno pokrenite servis."},
-           {"role": "user", "content": "Dobro, radit ću to svakih devedeset dana."}]
+CHAT_EN = [
+    {"role": "user", "content": "How do I rotate the ledger's database password?"},
+    {"role": "assistant", "content": "Rotate it in the vault, then restart the service."},
+    {"role": "user", "content": "Fine, I will do it every ninety days."},
+]
+CHAT_HR = [
+    {"role": "user", "content": "Kako da promijenim lozinku baze podataka za knjigu?"},
+    {"role": "assistant", "content": "Promijenite je u trezoru i ponovno pokrenite servis."},
+    {"role": "user", "content": "Dobro, radit ću to svakih devedeset dana."},
+]
 
 RULES = [
     ("fine", GOOD, "en", []),
     ("fine_croatian", GOOD_HR, "hr", []),
     ("too_many_words", "The person " + " ".join(["sat"] * 80) + ".", "en", ["more than 80 words"]),
-    ("too_many_characters", "The person discussed " + "extraordinarily " * 30 + "things.", "en",
-     ["more than 500 characters"]),
+    (
+        "too_many_characters",
+        "The person discussed " + "extraordinarily " * 30 + "things.",
+        "en",
+        ["more than 500 characters"],
+    ),
     ("code_backticks", "The person ran `make test` to check the change.", "en", ["code"]),
     ("code_call", "The person called rotate(password, days=90) on the ledger.", "en", ["code"]),
     ("command", "The person decided to run sudo systemctl restart ledger after rotating.", "en", ["command"]),
@@ -33,10 +41,18 @@ RULES = [
     ("api_key", "The person shared the key sk-live4f9a8b7c6d5e4f3a2b1c for the ledger.", "en", ["credential"]),
     ("password_value", "The person set the password: hunter2 for the ledger.", "en", ["credential"]),
     ("long_token", "The person pasted token ghx8A7f6E5d4C3b2A1z0Y9x8W7v6U5t4 into the chat.", "en", ["credential"]),
-    ("first_person", "I asked how to rotate the ledger password and decided on ninety days.", "en",
-     ["first or second person"]),
-    ("second_person", "You asked how to rotate the ledger password and decided on ninety days.", "en",
-     ["first or second person"]),
+    (
+        "first_person",
+        "I asked how to rotate the ledger password and decided on ninety days.",
+        "en",
+        ["first or second person"],
+    ),
+    (
+        "second_person",
+        "You asked how to rotate the ledger password and decided on ninety days.",
+        "en",
+        ["first or second person"],
+    ),
     ("wrong_language", GOOD, "hr", ["not in the person's language"]),
     ("empty", "   ", "en", ["empty"]),
 ]
@@ -53,8 +69,9 @@ def test_the_persons_language_is_told_apart():
 
 
 def end(model, who, agent, messages, **extra):
-    return requests.post(f"{model.url}/v1/agents/{agent}/sessions/end", json={"messages": messages, **extra},
-                         headers=who.headers, timeout=30)
+    return requests.post(
+        f"{model.url}/v1/agents/{agent}/sessions/end", json={"messages": messages, **extra}, headers=who.headers, timeout=30
+    )
 
 
 def with_script(messages, sid):
@@ -67,8 +84,9 @@ def episodes_of(memory, who):
 
 def rows(model_env, subject):
     with psycopg.connect(model_env["AGENTFN_DATABASE_URL"], options="-c search_path=model") as conn:
-        return conn.execute("SELECT kind, status, problem, tokens_in, tokens_out, rounds FROM generations "
-                            "WHERE subject = %s", (subject,)).fetchall()
+        return conn.execute(
+            "SELECT kind, status, problem, tokens_in, tokens_out, rounds FROM generations WHERE subject = %s", (subject,)
+        ).fetchall()
 
 
 @pytest.mark.parametrize(("chat", "summary"), [(CHAT_EN, GOOD), (CHAT_HR, GOOD_HR)], ids=["english", "croatian"])
@@ -82,15 +100,17 @@ def test_a_session_ends_as_an_episode_the_person_recalls(model, engine, memory, 
     sent = engine.requests(sid)
     assert len(sent) == 1 and "tools" not in sent[0] and "response_format" not in sent[0]
     assert ("Croatian" if chat is CHAT_HR else "English") in sent[0]["messages"][0]["content"]
-    (kind, status, problem, tokens_in, tokens_out, rounds), = rows(model_env, person.subject)
+    ((kind, status, problem, tokens_in, tokens_out, rounds),) = rows(model_env, person.subject)
     assert (kind, status, problem, rounds) == ("session_end", "ok", None, 1) and tokens_in > 0 and tokens_out > 0
 
 
-TOUR = [{"role": "user", "content": "Run this Python code in the sandbox: print(6 * 7)"},
-        {"role": "assistant", "content": "It printed 42."},
-        {"role": "user", "content": "Open the page https://example.com/docs and `grep` it; mail ops@example.org"},
-        {"role": "assistant", "content": "The page at www.example.com is about examples; see 10.0.0.1 and /etc/x/."},
-        {"role": "user", "content": "Thanks."}]
+TOUR = [
+    {"role": "user", "content": "Run this Python code in the sandbox: print(6 * 7)"},
+    {"role": "assistant", "content": "It printed 42."},
+    {"role": "user", "content": "Open the page https://example.com/docs and `grep` it; mail ops@example.org"},
+    {"role": "assistant", "content": "The page at www.example.com is about examples; see 10.0.0.1 and /etc/x/."},
+    {"role": "user", "content": "Thanks."},
+]
 
 
 def test_the_summariser_reads_code_and_addresses_in_plain_words(model, engine, memory, person):
@@ -113,16 +133,21 @@ def test_a_summary_that_breaks_a_rule_is_written_again_once(model, engine, memor
     assert "refused (address)" in second
 
 
-@pytest.mark.parametrize(("summary", "rule"), [
-    (" ".join(["The person talked"] * 30) + ".", "more than 80 words"),
-    ("The person ran `make rotate` on the ledger.", "code"),
-    ("The person read https://vault.example/rotate first.", "address"),
-    ("The person mailed ops@example.org about it.", "e-mail"),
-    ("The person shared the key sk-live4f9a8b7c6d5e4f3a2b1c with the team.", "credential"),
-    (GOOD, "not in the person's language"),
-], ids=["too_long", "code", "url", "e_mail", "key", "wrong_language"])
-def test_a_summary_that_breaks_the_rules_twice_is_refused_and_nothing_is_kept(model, engine, memory, person, model_env,
-                                                                              summary, rule):
+@pytest.mark.parametrize(
+    ("summary", "rule"),
+    [
+        (" ".join(["The person talked"] * 30) + ".", "more than 80 words"),
+        ("The person ran `make rotate` on the ledger.", "code"),
+        ("The person read https://vault.example/rotate first.", "address"),
+        ("The person mailed ops@example.org about it.", "e-mail"),
+        ("The person shared the key sk-live4f9a8b7c6d5e4f3a2b1c with the team.", "credential"),
+        (GOOD, "not in the person's language"),
+    ],
+    ids=["too_long", "code", "url", "e_mail", "key", "wrong_language"],
+)
+def test_a_summary_that_breaks_the_rules_twice_is_refused_and_nothing_is_kept(
+    model, engine, memory, person, model_env, summary, rule
+):
     chat = CHAT_HR if rule == "not in the person's language" else CHAT_EN
     sid = engine.script({"text": summary}, {"text": summary})
     response = end(model, person, "reviewer", with_script(chat, sid))
@@ -131,7 +156,7 @@ def test_a_summary_that_breaks_the_rules_twice_is_refused_and_nothing_is_kept(mo
     assert problem["type"].endswith("/episode-rules") and rule in problem["rules"]
     assert episodes_of(memory, person) == []
     assert len(engine.requests(sid)) == 2
-    (kind, status, code, tokens_in, _, rounds), = rows(model_env, person.subject)
+    ((kind, status, code, tokens_in, _, rounds),) = rows(model_env, person.subject)
     assert (kind, status, code, rounds) == ("session_end", "error", 422, 2) and tokens_in > 0  # still the person's spend
 
 
@@ -144,8 +169,9 @@ def test_the_site_guide_keeps_nothing(model, engine, person, memory):
 
 def test_write_episode_is_reached_only_with_the_service_identity(model, engine, memory, person, service_token_file):
     # A caller cannot write an episode at memory's door, even with its own subject.
-    direct = requests.post(memory.url + "/internal/v1/episodes", json={"subject": person.subject, "text": GOOD},
-                           headers=person.headers)
+    direct = requests.post(
+        memory.url + "/internal/v1/episodes", json={"subject": person.subject, "text": GOOD}, headers=person.headers
+    )
     assert direct.status_code in (401, 403)
     # With a caller's token in the model function's identity file, memory refuses the model function too.
     original = service_token_file.read_text()

@@ -23,29 +23,52 @@ CASES = [
     # (name, door, body, the field the detail names)
     ("one long message ending in NUL", "turns", {"messages": [user("a" * BIG + "\0")]}, "content"),
     ("one long message of spaces ending in NUL", "turns", {"messages": [user(" " * BIG + "\0")]}, "content"),
-    ("seven messages within their length ending in NUL", "turns", {"messages": [user("a" * WITHIN + "\0")] * 7},
-     "content"),
-    ("a good message, then one ending in NUL", "turns", {"messages": [user("Hello."), user("a b" * (BIG // 3) + "\0")]},
-     "content"),
-    ("a session's end ending in NUL", "sessions/end", {"messages": [user("a" * BIG + "\0")], "session_id": "s-1"},
-     "content"),
-    ("a session's end within its length ending in NUL", "sessions/end", {"messages": [user(" " * WITHIN + "\0")] * 7},
-     "content"),
-    ("a tool's argument ending in NUL, through the model function", "tool", {"arguments": {"service": "a" * BIG + "\0"}},
-     "service"),
-    ("a tool's argument ending in NUL, at the tool function", "tool function",
-     {"arguments": {"service": "a" * 16_000 + "\0"}}, "service"),
+    ("seven messages within their length ending in NUL", "turns", {"messages": [user("a" * WITHIN + "\0")] * 7}, "content"),
+    (
+        "a good message, then one ending in NUL",
+        "turns",
+        {"messages": [user("Hello."), user("a b" * (BIG // 3) + "\0")]},
+        "content",
+    ),
+    (
+        "a session's end ending in NUL",
+        "sessions/end",
+        {"messages": [user("a" * BIG + "\0")], "session_id": "s-1"},
+        "content",
+    ),
+    (
+        "a session's end within its length ending in NUL",
+        "sessions/end",
+        {"messages": [user(" " * WITHIN + "\0")] * 7},
+        "content",
+    ),
+    (
+        "a tool's argument ending in NUL, through the model function",
+        "tool",
+        {"arguments": {"service": "a" * BIG + "\0"}},
+        "service",
+    ),
+    (
+        "a tool's argument ending in NUL, at the tool function",
+        "tool function",
+        {"arguments": {"service": "a" * 16_000 + "\0"}},
+        "service",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("door", "body", "field"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_a_hostile_pattern_body_is_refused_at_once(model, tools, issuer, person, door, body, field):
-    url = {"turns": f"{model.url}/v1/agents/reviewer/turns", "sessions/end": f"{model.url}/v1/agents/reviewer/sessions/end",
-           "tool": f"{model.url}/v1/tools/platform_status/call",
-           "tool function": f"{tools['platform_status'].url}/v1/call"}[door]
+    url = {
+        "turns": f"{model.url}/v1/agents/reviewer/turns",
+        "sessions/end": f"{model.url}/v1/agents/reviewer/sessions/end",
+        "tool": f"{model.url}/v1/tools/platform_status/call",
+        "tool function": f"{tools['platform_status'].url}/v1/call",
+    }[door]
     # The tool function takes only a token exchanged for it (what the model function sends).
-    auth = issuer.tool_headers("platform_status", person.subject, person.groups) if door == "tool function" \
-        else person.headers
+    auth = (
+        issuer.tool_headers("platform_status", person.subject, person.groups) if door == "tool function" else person.headers
+    )
     headers = {**auth, "Content-Type": "application/json"}
     # Warm: the token's keys fetched and the schema compiled, so the bound times the check alone.
     assert requests.post(url, json={"nothing": True}, headers=auth, timeout=60).status_code == 422

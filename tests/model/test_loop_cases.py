@@ -43,52 +43,104 @@ CASES = [
     Case("plain_answer", [ANSWER], requests=1),
     Case("one_step", [call(), ANSWER], steps=[("ok", None)], requests=2),
     # The engine asks for a fifth and sixth call; the fifth round offers no tools, and its call is not run.
-    Case("four_call_bound", [call(service=f"s{i}") for i in range(6)] + [ANSWER], steps=[("ok", None)] * 4, requests=5,
-         answer=""),
-    Case("four_calls_then_answer", [call(service=f"s{i}") for i in range(4)] + [ANSWER], steps=[("ok", None)] * 4,
-         requests=5),
+    Case(
+        "four_call_bound",
+        [call(service=f"s{i}") for i in range(6)] + [ANSWER],
+        steps=[("ok", None)] * 4,
+        requests=5,
+        answer="",
+    ),
+    Case(
+        "four_calls_then_answer", [call(service=f"s{i}") for i in range(4)] + [ANSWER], steps=[("ok", None)] * 4, requests=5
+    ),
     # A call identical to one made in the turn is not made again: the model is given the earlier result, marked
     # as already done, the repeat is a step of its own (`repeat`), and the next round offers no tools.
-    Case("repeated_call_is_given_the_earlier_result", [call(), call(), ANSWER], steps=[("ok", None), ("repeat", None)],
-         requests=3),
-    Case("repeat_with_keys_in_another_order", [call(service="llm"), {"call": {"name": "platform_status",
-                                                                             "arguments": '{ "service" : "llm" }'}},
-                                               ANSWER], steps=[("ok", None), ("repeat", None)], requests=3),
+    Case(
+        "repeated_call_is_given_the_earlier_result",
+        [call(), call(), ANSWER],
+        steps=[("ok", None), ("repeat", None)],
+        requests=3,
+    ),
+    Case(
+        "repeat_with_keys_in_another_order",
+        [call(service="llm"), {"call": {"name": "platform_status", "arguments": '{ "service" : "llm" }'}}, ANSWER],
+        steps=[("ok", None), ("repeat", None)],
+        requests=3,
+    ),
     Case("invalid_argument", [call(service="NOT VALID!"), ANSWER], steps=[("error", 422)]),
     Case("unknown_argument", [call(colour="red"), ANSWER], steps=[("error", 422)]),
     # The same failed call asked again is not made (a repeat, given the earlier problem); the next round offers no
     # tools and the model answers.
-    Case("repeated_failed_call", [call(service="NOT VALID!")] * 3 + [ANSWER], steps=[("error", 422), ("repeat", None)],
-         requests=3, answer=""),
-    Case("failed_call_then_a_different_one", [call(service="NOT VALID!"), call(service="llm"), ANSWER],
-         steps=[("error", 422), ("ok", None)], requests=3),
-    Case("arguments_not_json", [{"call": {"name": "platform_status", "arguments": "{not json"}}, ANSWER],
-         steps=[("error", 422)], modes=("native",)),
-    Case("reply_not_json", [{"call": {"name": "platform_status", "arguments": "{not json"}}],
-         end=("error", 502), modes=("constrained",)),
+    Case(
+        "repeated_failed_call",
+        [call(service="NOT VALID!")] * 3 + [ANSWER],
+        steps=[("error", 422), ("repeat", None)],
+        requests=3,
+        answer="",
+    ),
+    Case(
+        "failed_call_then_a_different_one",
+        [call(service="NOT VALID!"), call(service="llm"), ANSWER],
+        steps=[("error", 422), ("ok", None)],
+        requests=3,
+    ),
+    Case(
+        "arguments_not_json",
+        [{"call": {"name": "platform_status", "arguments": "{not json"}}, ANSWER],
+        steps=[("error", 422)],
+        modes=("native",),
+    ),
+    Case(
+        "reply_not_json",
+        [{"call": {"name": "platform_status", "arguments": "{not json"}}],
+        end=("error", 502),
+        modes=("constrained",),
+    ),
     Case("unknown_tool", [call("delete_everything"), ANSWER], steps=[("error", 404)]),
-    Case("tool_not_granted_to_agent", [call("run_code", source="print(1)"), ANSWER], steps=[("error", 404)],
-         agent="guide"),
+    Case("tool_not_granted_to_agent", [call("run_code", source="print(1)"), ANSWER], steps=[("error", 404)], agent="guide"),
     Case("tool_error", [call(), ANSWER], steps=[("error", 502)], fault={"fail_status": 500}),
     Case("tool_timeout", [call(), ANSWER], steps=[("error", 504)], fault={"delay_seconds": TOOL_TIMEOUT + 1.5}),
     Case("tool_403", [call(), ANSWER], steps=[("error", 403)], caller="stranger"),
-    Case("engine_fails_mid_stream", [{"text": "This answer breaks off somewhere", "chunks": 8, "disconnect_after": 3}],
-         end=("error", 502)),
+    Case(
+        "engine_fails_mid_stream",
+        [{"text": "This answer breaks off somewhere", "chunks": 8, "disconnect_after": 3}],
+        end=("error", 502),
+    ),
     Case("engine_error_status", [{"status": 500}], end=("error", 502)),
     Case("engine_fails_after_a_step", [call(), {"status": 503}], steps=[("ok", None)], end=("error", 502)),
-    Case("deadline_in_tool", [call(), ANSWER], steps=[("error", 504)], end=("error", 504), agent="hasty",
-         fault={"delay_seconds": 4}, within=2.5),
+    Case(
+        "deadline_in_tool",
+        [call(), ANSWER],
+        steps=[("error", 504)],
+        end=("error", 504),
+        agent="hasty",
+        fault={"delay_seconds": 4},
+        within=2.5,
+    ),
     Case("deadline_in_engine", [{"text": "too late", "delay": 4}], end=("error", 504), agent="hasty", within=2.5),
-    Case("deadline_mid_answer", [{"text": "slow words one by one", "chunks": 6, "chunk_delay": 0.4}],
-         end=("error", 504), agent="hasty", within=2.5),
-    Case("turn_tokens_spent", [{**call(), "usage": {"prompt_tokens": 1400, "completion_tokens": 50}}, ANSWER],
-         steps=[("ok", None)], end=("error", 429), agent="frugal"),
+    Case(
+        "deadline_mid_answer",
+        [{"text": "slow words one by one", "chunks": 6, "chunk_delay": 0.4}],
+        end=("error", 504),
+        agent="hasty",
+        within=2.5,
+    ),
+    Case(
+        "turn_tokens_spent",
+        [{**call(), "usage": {"prompt_tokens": 1400, "completion_tokens": 50}}, ANSWER],
+        steps=[("ok", None)],
+        end=("error", 429),
+        agent="frugal",
+    ),
 ]
 
 
 def shape(events):
-    steps = [(d["status"], (d["result"] or {}).get("status") if d["status"] == "error" else None)
-             for name, d in events if name == "step" and d["status"] != "started"]
+    steps = [
+        (d["status"], (d["result"] or {}).get("status") if d["status"] == "error" else None)
+        for name, d in events
+        if name == "step" and d["status"] != "started"
+    ]
     last_name, last = events[-1]
     return steps, (last_name, last.get("status") if last_name == "error" else None)
 
@@ -115,8 +167,10 @@ def test_loop_case(case, mode, model, engine, upstreams, person, stranger, model
     # one event, naming the step whose result it was given.
     step_events = [d for name, d in events if name == "step"]
     assert [(d["n"], d["status"] == "started") for d in step_events] == [
-        (n, started_) for n, (status, _) in enumerate(case.steps, 1)
-        for started_ in ((False,) if status == "repeat" else (True, False))]
+        (n, started_)
+        for n, (status, _) in enumerate(case.steps, 1)
+        for started_ in ((False,) if status == "repeat" else (True, False))
+    ]
     for d in step_events:
         if d["status"] == "repeat":
             earlier = next(e for e in step_events if e["n"] == d["repeat_of"] and e["status"] != "started")
@@ -128,8 +182,10 @@ def test_loop_case(case, mode, model, engine, upstreams, person, stranger, model
     if case.requests is not None:
         assert len(sent) == case.requests
     # Tools are offered in every round but the one after the bound; a round without tools has no format either.
-    offered = ["tools" in r or len(r.get("response_format", {}).get("json_schema", {}).get("schema", {}).get("anyOf", []))
-               > 1 for r in sent]
+    offered = [
+        "tools" in r or len(r.get("response_format", {}).get("json_schema", {}).get("schema", {}).get("anyOf", [])) > 1
+        for r in sent
+    ]
     if case.id == "four_call_bound":
         assert offered == [True] * 4 + [False]
     if case.end[0] == "done":
@@ -150,8 +206,11 @@ def test_loop_case(case, mode, model, engine, upstreams, person, stranger, model
 def _record_matches(model_env, events, case):
     generation = events[-1][1]["generation_id"]
     with psycopg.connect(model_env["AGENTFN_DATABASE_URL"], options="-c search_path=model") as conn:
-        row = conn.execute("SELECT status, problem, steps, step_log, tokens_in, tokens_out, reserved, duration_ms "
-                           "FROM generations WHERE id = %s", (generation,)).fetchone()
+        row = conn.execute(
+            "SELECT status, problem, steps, step_log, tokens_in, tokens_out, reserved, duration_ms "
+            "FROM generations WHERE id = %s",
+            (generation,),
+        ).fetchone()
     status, problem, steps, step_log, tokens_in, tokens_out, reserved, duration = row
     expected = {"done": "ok"}.get(case.end[0]) or {504: "deadline", 429: "budget"}.get(case.end[1], "error")
     assert (status, problem) == (expected, case.end[1])

@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx2
 import psycopg
 import pytest
+from conftest import exchanged_for_upstream
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from conftest import exchanged_for_upstream
 from mcp.shared.exceptions import MCPError
 from support import MCP_RESOURCE
 
@@ -40,7 +40,9 @@ def test_the_sdk_client_lists_only_the_mcp_reads(model, person, stranger):
     assert [t.name for t in listed.tools] == ["list_models", "platform_status"]
     status = next(t for t in listed.tools if t.name == "platform_status")
     assert status.input_schema["properties"]["service"]["pattern"]
-    assert [t.name for t in run(model.url + "/mcp", stranger.mcp_token, lambda s: s.list_tools()).tools] == ["platform_status"]
+    assert [t.name for t in run(model.url + "/mcp", stranger.mcp_token, lambda s: s.list_tools()).tools] == [
+        "platform_status"
+    ]
 
 
 def test_the_sdk_client_calls_a_tool_as_the_caller(model, upstreams, person, model_env):
@@ -53,10 +55,14 @@ def test_the_sdk_client_calls_a_tool_as_the_caller(model, upstreams, person, mod
     invalid = run(model.url + "/mcp", person.mcp_token, lambda s: s.call_tool("platform_status", {"service": "NOT OK"}))
     assert invalid.is_error and json.loads(invalid.content[0].text)["status"] == 422
     with psycopg.connect(model_env["AGENTFN_DATABASE_URL"], options="-c search_path=model") as conn:
-        rows = conn.execute("SELECT kind, channel, status, step_log FROM generations WHERE subject = %s ORDER BY started_at",
-                            (person.subject,)).fetchall()
-    assert [(k, c, s, log[0]["tool"]) for k, c, s, log in rows] == [("tool_call", "mcp", "ok", "platform_status"),
-                                                                   ("tool_call", "mcp", "error", "platform_status")]
+        rows = conn.execute(
+            "SELECT kind, channel, status, step_log FROM generations WHERE subject = %s ORDER BY started_at",
+            (person.subject,),
+        ).fetchall()
+    assert [(k, c, s, log[0]["tool"]) for k, c, s, log in rows] == [
+        ("tool_call", "mcp", "ok", "platform_status"),
+        ("tool_call", "mcp", "error", "platform_status"),
+    ]
 
 
 @pytest.mark.parametrize("name", ["run_code", "forget", "remember", "open_page", "no_such_tool"])
@@ -87,13 +93,17 @@ def test_mcp_refuses_a_caller_without_a_token_for_it(model, issuer, forge):
     with pytest.raises(BaseExceptionGroup) as caught:
         run(model.url + "/mcp", token, lambda s: s.list_tools())
     assert [type(e) for e in leaves(caught.value)] == [MCPError]  # the server's refusal (the 401 below), not a crash
-    response = httpx2.post(model.url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                           headers={"Accept": "application/json, text/event-stream",
-                                    **({"Authorization": f"Bearer {token}"} if token else {})})
+    response = httpx2.post(
+        model.url + "/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={"Accept": "application/json, text/event-stream", **({"Authorization": f"Bearer {token}"} if token else {})},
+    )
     assert response.status_code == 401
     # RFC 9728 section 5.1: the 401 says where the resource's metadata is.
-    assert 'resource_metadata="https://agentfn.test/.well-known/oauth-protected-resource/mcp"' in \
-        response.headers["WWW-Authenticate"]
+    assert (
+        'resource_metadata="https://agentfn.test/.well-known/oauth-protected-resource/mcp"'
+        in response.headers["WWW-Authenticate"]
+    )
 
 
 @pytest.mark.parametrize("path", ["/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"])
@@ -101,17 +111,27 @@ def test_the_protected_resource_metadata_names_the_resource_and_its_issuer(model
     for base in (model.url, gateway.url):
         response = httpx2.get(base + path)
         assert response.status_code == 200, response.text
-        assert response.json() == {"resource": MCP_RESOURCE, "authorization_servers": [issuer.url],
-                                   "bearer_methods_supported": ["header"], "resource_name": "agentfn MCP tools"}
+        assert response.json() == {
+            "resource": MCP_RESOURCE,
+            "authorization_servers": [issuer.url],
+            "bearer_methods_supported": ["header"],
+            "resource_name": "agentfn MCP tools",
+        }
     # The issuer it names serves RFC 8414 metadata with the token endpoint.
     metadata = httpx2.get(issuer.url + "/.well-known/oauth-authorization-server").json()
     assert metadata["issuer"] == issuer.url and metadata["token_endpoint"] == issuer.url + "/token"
 
 
 def test_mcp_refuses_a_foreign_host_header(model, person):
-    response = httpx2.post(model.url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                           headers={"Accept": "application/json, text/event-stream", "Host": "attacker.example",
-                                    "Authorization": f"Bearer {person.mcp_token}"})
+    response = httpx2.post(
+        model.url + "/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={
+            "Accept": "application/json, text/event-stream",
+            "Host": "attacker.example",
+            "Authorization": f"Bearer {person.mcp_token}",
+        },
+    )
     assert response.status_code == 421
 
 
@@ -125,15 +145,31 @@ def inspector():
     binary = prefix / "node_modules" / ".bin" / "mcp-inspector"
     if not binary.exists():
         prefix.mkdir(parents=True, exist_ok=True)
-        subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), INSPECTOR], check=True,
-                       capture_output=True, timeout=300)
+        subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), INSPECTOR],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
     return binary
 
 
 def inspect(inspector, model, token, *args):
-    done = subprocess.run([str(inspector), "--cli", model.url + "/mcp", "--transport", "http",
-                           "--header", f"Authorization: Bearer {token}", *args],
-                          capture_output=True, text=True, timeout=90)
+    done = subprocess.run(
+        [
+            str(inspector),
+            "--cli",
+            model.url + "/mcp",
+            "--transport",
+            "http",
+            "--header",
+            f"Authorization: Bearer {token}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     return done
 
 
@@ -141,8 +177,17 @@ def test_the_inspector_cli_lists_and_calls_the_tools(inspector, model, person):
     listed = inspect(inspector, model, person.mcp_token, "--method", "tools/list")
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert sorted(t["name"] for t in json.loads(listed.stdout)["tools"]) == ["list_models", "platform_status"]
-    called = inspect(inspector, model, person.mcp_token, "--method", "tools/call", "--tool-name", "platform_status",
-                     "--tool-arg", "service=radar")
+    called = inspect(
+        inspector,
+        model,
+        person.mcp_token,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "platform_status",
+        "--tool-arg",
+        "service=radar",
+    )
     assert called.returncode == 0, called.stderr[-2000:]
     result = json.loads(called.stdout)
     assert not result.get("isError") and json.loads(result["content"][0]["text"])["text"].startswith("radar is degraded")

@@ -20,8 +20,11 @@ def notes(memory, issuer, person):
     mine = requests.Session()
     mine.headers.update(person.headers)
     note = mine.post(memory.url + "/v1/entries", json={"kind": "preference", "text": NOTE, "source": "test"}).json()
-    episode = requests.post(memory.url + "/internal/v1/episodes", json={"subject": person.subject, "text": EPISODE},
-                            headers={"Authorization": f"Bearer {issuer.service_token(MODEL_SERVICE)}"}).json()
+    episode = requests.post(
+        memory.url + "/internal/v1/episodes",
+        json={"subject": person.subject, "text": EPISODE},
+        headers={"Authorization": f"Bearer {issuer.service_token(MODEL_SERVICE)}"},
+    ).json()
     return mine, note, episode
 
 
@@ -74,9 +77,14 @@ def test_remember_and_forget_act_on_the_callers_own_entries(model, engine, memor
         {"call": {"name": "remember", "arguments": {"kind": "preference", "text": "Likes short answers."}}},
         {"call": {"name": "remember", "arguments": {"kind": "fact", "text": "Works on the ledger."}}},
         {"call": {"name": "forget", "arguments": {"id": note["id"]}}},
-        {"text": "Done."})
-    _, events = take_turn(model.url, person, "reviewer" + MODES[mode], f"{QUESTION} Keep that I like short answers, "
-                                                                     f"and forget the indentation note. script:{sid}")
+        {"text": "Done."},
+    )
+    _, events = take_turn(
+        model.url,
+        person,
+        "reviewer" + MODES[mode],
+        f"{QUESTION} Keep that I like short answers, and forget the indentation note. script:{sid}",
+    )
     ended = [d for n, d in events if n == "step" and d["status"] != "started"]
     assert [(d["tool"], d["status"]) for d in ended] == [("remember", "ok"), ("remember", "error"), ("forget", "ok")]
     assert ended[1]["result"]["status"] == 422  # this agent keeps preferences only
@@ -88,8 +96,9 @@ def test_remember_and_forget_act_on_the_callers_own_entries(model, engine, memor
 
 def test_forget_takes_only_an_id_shown_in_this_turn(model, engine, memory, person, notes, issuer):
     session, note, _ = notes
-    unrelated = session.post(memory.url + "/v1/entries", json={"kind": "preference", "text": "Drinks green tea at noon.",
-                                                                "source": "test"}).json()
+    unrelated = session.post(
+        memory.url + "/v1/entries", json={"kind": "preference", "text": "Drinks green tea at noon.", "source": "test"}
+    ).json()
     sid = engine.script({"call": {"name": "forget", "arguments": {"id": unrelated["id"]}}}, {"text": "ok"})
     _, events = take_turn(model.url, person, "reviewer", f"{QUESTION} script:{sid}")
     shown = {e["id"] for e in events[0][1]["entries"]}
@@ -101,8 +110,9 @@ def test_forget_takes_only_an_id_shown_in_this_turn(model, engine, memory, perso
 
 def test_an_agent_with_facts_may_keep_a_fact(model, engine, memory, person, notes):
     session, *_ = notes
-    sid = engine.script({"call": {"name": "remember", "arguments": {"kind": "fact", "text": "Works on the ledger."}}},
-                        {"text": "Kept."})
+    sid = engine.script(
+        {"call": {"name": "remember", "arguments": {"kind": "fact", "text": "Works on the ledger."}}}, {"text": "Kept."}
+    )
     _, events = take_turn(model.url, person, "keeper", f"Remember I work on the ledger. script:{sid}")
     assert [d["status"] for n, d in events if n == "step"] == ["started", "ok"]
     assert "Works on the ledger." in [e["text"] for e in entries(memory, session).values()]

@@ -57,11 +57,19 @@ def test_mcp_answers_post_only(model, person):
 
 def test_the_document_lists_every_door(model):
     document = requests.get(model.url + "/openapi.json", timeout=5).json()
-    assert set(document["paths"]) == {"/v1/agents", "/v1/agents/{agent}/turns", "/v1/agents/{agent}/sessions/end",
-                                      "/v1/tools", "/v1/tools/{name}/call", "/mcp", "/v1/admin/generations",
-                                      "/v1/admin/grants", "/v1/admin/calls",
-                                      "/.well-known/oauth-protected-resource",
-                                      "/.well-known/oauth-protected-resource/mcp"}
+    assert set(document["paths"]) == {
+        "/v1/agents",
+        "/v1/agents/{agent}/turns",
+        "/v1/agents/{agent}/sessions/end",
+        "/v1/tools",
+        "/v1/tools/{name}/call",
+        "/mcp",
+        "/v1/admin/generations",
+        "/v1/admin/grants",
+        "/v1/admin/calls",
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+    }
     turns = document["paths"]["/v1/agents/{agent}/turns"]["post"]["responses"]["200"]
     assert list(turns["content"]) == ["text/event-stream"]
     for event in ("recall", "step", "delta", "done", "error"):

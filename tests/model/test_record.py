@@ -17,26 +17,55 @@ from psycopg import sql
 
 def test_the_record_keeps_counts_and_never_the_conversation(model, engine, memory, person, postgres, logs, model_env):
     said, argument, answered = (f"canary{secrets.token_hex(6)}" for _ in range(3))
-    sid = engine.script({"call": {"name": "platform_status", "arguments": {"service": argument}}},
-                        {"call": {"name": "list_models", "arguments": {}}},
-                        {"text": f"The answer is {answered}."})
+    sid = engine.script(
+        {"call": {"name": "platform_status", "arguments": {"service": argument}}},
+        {"call": {"name": "list_models", "arguments": {}}},
+        {"text": f"The answer is {answered}."},
+    )
     _, events = take_turn(model.url, person, "reviewer", f"Tell me about {said}. script:{sid}")
     assert events[-1][0] == "done"
     assert argument in str(events)  # the caller sees the step's arguments and result ("No service named ...")
     generation = events[-1][1]["generation_id"]
     sid = engine.script({"text": "The person asked about a service and settled nothing."})
-    ended = requests.post(f"{model.url}/v1/agents/reviewer/sessions/end", headers=person.headers, timeout=30, json={
-        "messages": [{"role": "user", "content": f"About {said}, script:{sid}"}]})
+    ended = requests.post(
+        f"{model.url}/v1/agents/reviewer/sessions/end",
+        headers=person.headers,
+        timeout=30,
+        json={"messages": [{"role": "user", "content": f"About {said}, script:{sid}"}]},
+    )
     assert ended.status_code == 201
 
     with psycopg.connect(model_env["AGENTFN_DATABASE_URL"], options="-c search_path=model") as conn:
         conn.row_factory = psycopg.rows.dict_row
         row = conn.execute("SELECT * FROM generations WHERE id = %s", (generation,)).fetchone()
-    assert set(row) == {"id", "kind", "channel", "subject", "agent", "tier", "status", "problem", "tokens_in",
-                        "tokens_out", "rounds", "steps", "step_log", "reserved", "day", "started_at", "hold_until",
-                        "duration_ms"}
+    assert set(row) == {
+        "id",
+        "kind",
+        "channel",
+        "subject",
+        "agent",
+        "tier",
+        "status",
+        "problem",
+        "tokens_in",
+        "tokens_out",
+        "rounds",
+        "steps",
+        "step_log",
+        "reserved",
+        "day",
+        "started_at",
+        "hold_until",
+        "duration_ms",
+    }
     assert (row["kind"], row["channel"], row["subject"], row["agent"], row["tier"], row["status"]) == (
-        "turn", "agent", person.subject, "reviewer", "fast", "ok")
+        "turn",
+        "agent",
+        person.subject,
+        "reviewer",
+        "fast",
+        "ok",
+    )
     assert row["steps"] == 2 and row["rounds"] == 3 and row["tokens_in"] > 0 and row["tokens_out"] > 0
     assert [(s["tool"], s["status"]) for s in row["step_log"]] == [("platform_status", "ok"), ("list_models", "ok")]
     assert row["duration_ms"] >= sum(s["ms"] for s in row["step_log"]) * 0.9
@@ -54,10 +83,13 @@ def test_the_record_keeps_counts_and_never_the_conversation(model, engine, memor
 
 def every_table(dsn):
     with psycopg.connect(dsn) as conn:
-        tables = conn.execute("SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = "
-                              "'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema')").fetchall()
+        tables = conn.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = "
+            "'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema')"
+        ).fetchall()
         assert ("model", "generations") in tables and ("memory", "entries") in tables
         for schema, name in tables:
             query = sql.SQL("SELECT coalesce(string_agg(t::text, E'\\n'), '') FROM {}.{} t").format(
-                sql.Identifier(schema), sql.Identifier(name))
+                sql.Identifier(schema), sql.Identifier(name)
+            )
             yield f"{schema}.{name}", conn.execute(query).fetchone()[0]

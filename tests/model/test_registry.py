@@ -45,33 +45,53 @@ def broken(change):
     return document
 
 
-@pytest.mark.parametrize("document", [
-    broken(lambda d: d.update(apiVersion="agentfn.dev/v2")),
-    broken(lambda d: d.pop("alone")),
-    broken(lambda d: d["agents"]["guide"]["limits"].update(steps=5)),
-    broken(lambda d: d["agents"]["guide"].update(memory="everything")),
-    broken(lambda d: d["agents"]["guide"]["limits"].update(deadlineSeconds=True)),
-    broken(lambda d: d["agents"]["guide"]["tools"]["platform_status"].update(dailyLimit=0)),
-    broken(lambda d: d["agents"]["guide"]["tools"]["platform_status"].update(groups="everyone")),
-    broken(lambda d: d["alone"].update({"Bad-Name": d["alone"]["platform_status"]})),
-    [],
-], ids=["api_version", "no_alone", "five_steps", "memory_mode", "bool_deadline", "zero_limit", "groups_string",
-        "tool_name", "not_an_object"])
+@pytest.mark.parametrize(
+    "document",
+    [
+        broken(lambda d: d.update(apiVersion="agentfn.dev/v2")),
+        broken(lambda d: d.pop("alone")),
+        broken(lambda d: d["agents"]["guide"]["limits"].update(steps=5)),
+        broken(lambda d: d["agents"]["guide"].update(memory="everything")),
+        broken(lambda d: d["agents"]["guide"]["limits"].update(deadlineSeconds=True)),
+        broken(lambda d: d["agents"]["guide"]["tools"]["platform_status"].update(dailyLimit=0)),
+        broken(lambda d: d["agents"]["guide"]["tools"]["platform_status"].update(groups="everyone")),
+        broken(lambda d: d["alone"].update({"Bad-Name": d["alone"]["platform_status"]})),
+        [],
+    ],
+    ids=[
+        "api_version",
+        "no_alone",
+        "five_steps",
+        "memory_mode",
+        "bool_deadline",
+        "zero_limit",
+        "groups_string",
+        "tool_name",
+        "not_an_object",
+    ],
+)
 def test_a_document_outside_the_registrys_shape_is_refused_whole(document):
     with pytest.raises(Invalid):
         parse(document)
 
 
-@pytest.mark.parametrize(("subject", "groups", "admitted"), [
-    ("ana", (), True),  # by subject
-    ("bo", ("ops",), True),  # by group
-    ("cy", ("other",), False),
-    ("dee", (), False),
-])
+@pytest.mark.parametrize(
+    ("subject", "groups", "admitted"),
+    [
+        ("ana", (), True),  # by subject
+        ("bo", ("ops",), True),  # by group
+        ("cy", ("other",), False),
+        ("dee", (), False),
+    ],
+)
 def test_who_an_access_entry_admits(subject, groups, admitted):
     document = registry_document()
-    document["agents"]["guide"]["tools"]["platform_status"] = {"subjects": ["ana"], "groups": ["ops"], "dailyLimit": None,
-                                                               "grant": "g"}
+    document["agents"]["guide"]["tools"]["platform_status"] = {
+        "subjects": ["ana"],
+        "groups": ["ops"],
+        "dailyLimit": None,
+        "grant": "g",
+    }
     table = parse(document)
     assert (table.agent_for("guide", Caller(subject, groups, "t")) is not None) is admitted
 

@@ -37,22 +37,46 @@ def receiver():
 def traced(receiver, memory_env, model_env, upstreams, issuer, logs, page):
     """Memory, the page fetcher, the two read tools and the model function, exporting to the receiver (batches sent
     every 100 ms); the page fetcher on the database of the untraced one."""
-    otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "100",
-            "OTEL_METRIC_EXPORT_INTERVAL": "300"}
-    servers = {"memory": Gunicorn("agentfn.memory.app:create_app()", {**memory_env, **otel}, logs / "memory-traced.log"),
-               "page": Gunicorn("agentfn.page.app:create_app()", {**issuer.env(), **otel,
-                                "AGENTFN_DATABASE_URL": page.env["AGENTFN_DATABASE_URL"]}, logs / "page-traced.log")}
+    otel = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_METRIC_EXPORT_INTERVAL": "300",
+    }
+    servers = {
+        "memory": Gunicorn("agentfn.memory.app:create_app()", {**memory_env, **otel}, logs / "memory-traced.log"),
+        "page": Gunicorn(
+            "agentfn.page.app:create_app()",
+            {**issuer.env(), **otel, "AGENTFN_DATABASE_URL": page.env["AGENTFN_DATABASE_URL"]},
+            logs / "page-traced.log",
+        ),
+    }
     for tool, variable in READ_TOOLS.items():
-        servers[tool] = Gunicorn(f"agentfn.{tool}.app:create_app()", {
-            **issuer.env(), variable: upstreams[tool].url, "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": "5",
-            "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(logs, tool)), **otel}, logs / f"{tool}-traced.log")
+        servers[tool] = Gunicorn(
+            f"agentfn.{tool}.app:create_app()",
+            {
+                **issuer.env(),
+                variable: upstreams[tool].url,
+                "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": "5",
+                "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(logs, tool)),
+                **otel,
+            },
+            logs / f"{tool}-traced.log",
+        )
     try:
         for server in servers.values():
             server.start()
-        servers["model"] = Gunicorn("agentfn.model.app:create_app()", {
-            **model_env, "AGENTFN_MEMORY_URL": servers["memory"].url, "AGENTFN_PAGE_URL": servers["page"].url,
-            "AGENTFN_TOOL_PLATFORM_STATUS_URL": servers["platform_status"].url,
-            "AGENTFN_TOOL_LIST_MODELS_URL": servers["list_models"].url, **otel}, logs / "model-traced.log")
+        servers["model"] = Gunicorn(
+            "agentfn.model.app:create_app()",
+            {
+                **model_env,
+                "AGENTFN_MEMORY_URL": servers["memory"].url,
+                "AGENTFN_PAGE_URL": servers["page"].url,
+                "AGENTFN_TOOL_PLATFORM_STATUS_URL": servers["platform_status"].url,
+                "AGENTFN_TOOL_LIST_MODELS_URL": servers["list_models"].url,
+                **otel,
+            },
+            logs / "model-traced.log",
+        )
         servers["model"].start()
         yield servers
     finally:
@@ -67,29 +91,50 @@ def turn(traced, engine, upstreams, issuer, receiver):
     from conftest import Person
 
     person = Person(issuer)
-    note = requests.post(traced["memory"].url + "/v1/entries", headers=person.headers, timeout=30,
-                         json={"kind": "preference", "text": NOTE, "source": "test"}).json()
-    sid = engine.script({"calls": [{"name": "platform_status", "arguments": {"service": MARKERS["argument"]}},
-                                   {"name": "list_models", "arguments": {"embeds": True}}]},
-                        {"text": f"Use four spaces [{note['id']}], {MARKERS['answer']}."})
+    note = requests.post(
+        traced["memory"].url + "/v1/entries",
+        headers=person.headers,
+        timeout=30,
+        json={"kind": "preference", "text": NOTE, "source": "test"},
+    ).json()
+    sid = engine.script(
+        {
+            "calls": [
+                {"name": "platform_status", "arguments": {"service": MARKERS["argument"]}},
+                {"name": "list_models", "arguments": {"embeds": True}},
+            ]
+        },
+        {"text": f"Use four spaces [{note['id']}], {MARKERS['answer']}."},
+    )
     controls = upstreams["list_models"].app.extensions["agentfn.dev_upstream"]
     controls.fail_status = 503
     try:
-        response, events = take_turn(traced["model"].url, person, "reviewer",
-                                     f"{QUESTION} {MARKERS['message']} script:{sid}")
+        response, events = take_turn(
+            traced["model"].url, person, "reviewer", f"{QUESTION} {MARKERS['message']} script:{sid}"
+        )
     finally:
         controls.fail_status = 0
     assert response.status_code == 200 and events[-1][0] == "done", events
     generation = events[-1][1]["generation_id"]
-    root = receiver.wait_for(lambda: [s for s in receiver.spans() if s.name == "invoke_agent reviewer"
-                                      and s.attributes.get("agentfn.generation.id") == generation])[0]
+    root = receiver.wait_for(
+        lambda: [
+            s
+            for s in receiver.spans()
+            if s.name == "invoke_agent reviewer" and s.attributes.get("agentfn.generation.id") == generation
+        ]
+    )[0]
     # Every part's spans of the turn: the model's door and steps, memory's door and search, each tool function's.
-    expected = {("agentfn-model", "POST /v1/agents/<name>/turns"), ("agentfn-model", "execute_tool list_models"),
-                ("agentfn-model", "execute_tool platform_status"), ("agentfn-memory", "search_memory"),
-                ("agentfn-platform_status", "execute_tool platform_status"),
-                ("agentfn-list_models", "execute_tool list_models")}
-    spans = receiver.wait_for(lambda: expected <= {(s.service, s.name) for s in receiver.spans(root.trace_id)}
-                              and receiver.spans(root.trace_id))
+    expected = {
+        ("agentfn-model", "POST /v1/agents/<name>/turns"),
+        ("agentfn-model", "execute_tool list_models"),
+        ("agentfn-model", "execute_tool platform_status"),
+        ("agentfn-memory", "search_memory"),
+        ("agentfn-platform_status", "execute_tool platform_status"),
+        ("agentfn-list_models", "execute_tool list_models"),
+    }
+    spans = receiver.wait_for(
+        lambda: expected <= {(s.service, s.name) for s in receiver.spans(root.trace_id)} and receiver.spans(root.trace_id)
+    )
     return {"person": person, "note": note, "events": events, "root": root, "spans": spans}
 
 
@@ -102,18 +147,33 @@ def one(spans, name, service=None):
 def test_a_turn_is_one_trace_across_the_parts_with_genai_names_and_parents(turn):
     spans, root, person = turn["spans"], turn["root"], turn["person"]
     by_id = {s.span_id: s for s in spans}
-    assert {s.service for s in spans} == {"agentfn-model", "agentfn-memory", "agentfn-platform_status",
-                                          "agentfn-list_models"}
+    assert {s.service for s in spans} == {
+        "agentfn-model",
+        "agentfn-memory",
+        "agentfn-platform_status",
+        "agentfn-list_models",
+    }
     door = one(spans, "POST /v1/agents/<name>/turns", "agentfn-model")
     assert door.kind == SERVER and door.parent_id == "" and door.attributes["http.route"] == "/v1/agents/<name>/turns"
     assert root.parent_id == door.span_id and root.schema_url.endswith("/1.41.0")
-    assert root.attributes == {**root.attributes, "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "reviewer",
-                               "gen_ai.request.model": "scripted", "agentfn.outcome": "ok", "agentfn.steps": 2,
-                               "agentfn.rounds": 2, "user.hash": subject_hash(person.subject)}
+    assert root.attributes == {
+        **root.attributes,
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "reviewer",
+        "gen_ai.request.model": "scripted",
+        "agentfn.outcome": "ok",
+        "agentfn.steps": 2,
+        "agentfn.rounds": 2,
+        "user.hash": subject_hash(person.subject),
+    }
     assert root.attributes["gen_ai.usage.input_tokens"] > 0 and root.attributes["gen_ai.usage.output_tokens"] > 0
     chats = [s for s in spans if s.name == "chat scripted"]
-    assert len(chats) == 2 and all(c.parent_id == root.span_id and c.attributes["gen_ai.operation.name"] == "chat"
-                                   and c.attributes["gen_ai.usage.input_tokens"] > 0 for c in chats)
+    assert len(chats) == 2 and all(
+        c.parent_id == root.span_id
+        and c.attributes["gen_ai.operation.name"] == "chat"
+        and c.attributes["gen_ai.usage.input_tokens"] > 0
+        for c in chats
+    )
     # The recall: memory's door and its search, children of the turn.
     recall = one(spans, "POST /v1/recall", "agentfn-memory")
     search = one(spans, "search_memory", "agentfn-memory")
@@ -124,8 +184,13 @@ def test_a_turn_is_one_trace_across_the_parts_with_genai_names_and_parents(turn)
     for tool, status in (("platform_status", "ok"), ("list_models", "error")):
         step = one(spans, f"execute_tool {tool}", "agentfn-model")
         assert step.parent_id == root.span_id
-        assert step.attributes == {**step.attributes, "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
-                                   "agentfn.channel": "agent", "agentfn.status": status}
+        assert step.attributes == {
+            **step.attributes,
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "agentfn.channel": "agent",
+            "agentfn.status": status,
+        }
         served = one(spans, "POST /v1/call", f"agentfn-{tool}")
         inner = one(spans, f"execute_tool {tool}", f"agentfn-{tool}")
         assert served.parent_id == step.span_id and inner.parent_id == served.span_id
@@ -148,9 +213,11 @@ def test_nothing_said_asked_answered_or_kept_is_exported(turn, receiver):
         for marker in MARKERS.values():
             assert marker not in text
         assert not span.events  # no exception (its message may quote data) is recorded
-        assert not any(k.startswith(("gen_ai.input", "gen_ai.output", "gen_ai.prompt", "gen_ai.completion", "url."))
-                       or k in ("gen_ai.tool.call.arguments", "gen_ai.tool.call.result", "http.target", "url.path")
-                       for k in span.attributes)
+        assert not any(
+            k.startswith(("gen_ai.input", "gen_ai.output", "gen_ai.prompt", "gen_ai.completion", "url."))
+            or k in ("gen_ai.tool.call.arguments", "gen_ai.tool.call.result", "http.target", "url.path")
+            for k in span.attributes
+        )
 
 
 def test_metrics_arrive_with_the_conventions_names_and_the_platforms_counts(turn, traced, receiver):
@@ -159,23 +226,29 @@ def test_metrics_arrive_with_the_conventions_names_and_the_platforms_counts(turn
     assert refused.status_code == 429, refused.text
 
     def latest(metric, service, **attrs):
-        points = [p for p in receiver.points() if p.metric == metric and p.service == service
-                  and all(p.attributes.get(k) == v for k, v in attrs.items())]
+        points = [
+            p
+            for p in receiver.points()
+            if p.metric == metric and p.service == service and all(p.attributes.get(k) == v for k, v in attrs.items())
+        ]
         return points[-1] if points else None
 
     def arrived():
         return all(latest(*key[:2], **key[2]) for key in wanted)
 
-    wanted = [("gen_ai.client.operation.duration", "agentfn-model", {"gen_ai.operation.name": "chat"}),
-              ("gen_ai.client.token.usage", "agentfn-model", {"gen_ai.token.type": "input"}),
-              ("gen_ai.client.token.usage", "agentfn-model", {"gen_ai.token.type": "output"}),
-              ("gen_ai.client.operation.duration", "agentfn-model", {"gen_ai.tool.name": "list_models"}),
-              ("agentfn.turns", "agentfn-model", {"agentfn.outcome": "ok"}),
-              ("agentfn.steps", "agentfn-model", {"gen_ai.tool.name": "platform_status", "agentfn.status": "ok"}),
-              ("agentfn.steps", "agentfn-model", {"gen_ai.tool.name": "list_models", "agentfn.status": "error"}),
-              ("agentfn.recall.duration", "agentfn-memory", {}), ("agentfn.recall.entries", "agentfn-memory", {}),
-              ("agentfn.budget.refusals", "agentfn-model", {"agentfn.limit": "turn-tokens"}),
-              ("agentfn.turns", "agentfn-model", {"agentfn.outcome": "budget"})]
+    wanted = [
+        ("gen_ai.client.operation.duration", "agentfn-model", {"gen_ai.operation.name": "chat"}),
+        ("gen_ai.client.token.usage", "agentfn-model", {"gen_ai.token.type": "input"}),
+        ("gen_ai.client.token.usage", "agentfn-model", {"gen_ai.token.type": "output"}),
+        ("gen_ai.client.operation.duration", "agentfn-model", {"gen_ai.tool.name": "list_models"}),
+        ("agentfn.turns", "agentfn-model", {"agentfn.outcome": "ok"}),
+        ("agentfn.steps", "agentfn-model", {"gen_ai.tool.name": "platform_status", "agentfn.status": "ok"}),
+        ("agentfn.steps", "agentfn-model", {"gen_ai.tool.name": "list_models", "agentfn.status": "error"}),
+        ("agentfn.recall.duration", "agentfn-memory", {}),
+        ("agentfn.recall.entries", "agentfn-memory", {}),
+        ("agentfn.budget.refusals", "agentfn-model", {"agentfn.limit": "turn-tokens"}),
+        ("agentfn.turns", "agentfn-model", {"agentfn.outcome": "budget"}),
+    ]
     receiver.wait_for(arrived)
     assert latest("gen_ai.client.operation.duration", "agentfn-model", **{"gen_ai.operation.name": "chat"}).value == 2
     assert latest("gen_ai.client.operation.duration", "agentfn-model", **{"gen_ai.operation.name": "chat"}).unit == "s"
@@ -187,23 +260,32 @@ def test_metrics_arrive_with_the_conventions_names_and_the_platforms_counts(turn
     assert latest("agentfn.steps", "agentfn-model", **{"gen_ai.tool.name": "platform_status"}).value == 1
     assert latest("agentfn.steps", "agentfn-model", **{"gen_ai.tool.name": "list_models"}).value == 1
     assert latest("agentfn.budget.refusals", "agentfn-model", **{"agentfn.limit": "turn-tokens"}).value == 1
-    assert latest("agentfn.turns", "agentfn-model", **{"agentfn.outcome": "budget"}).attributes["gen_ai.agent.name"] == "frugal"
+    assert (
+        latest("agentfn.turns", "agentfn-model", **{"agentfn.outcome": "budget"}).attributes["gen_ai.agent.name"] == "frugal"
+    )
     assert latest("agentfn.recall.entries", "agentfn-memory").value == 1  # one recall, its count of entries
     assert latest("agentfn.recall.entries", "agentfn-memory").total >= 1
     names = {p.metric for p in receiver.points()}
     assert not {n for n in names if not n.startswith(("gen_ai.", "agentfn."))}
 
 
-@pytest.mark.parametrize(("env", "on"), [({}, False), ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, True),
-                                         ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9/v1/traces"}, True),
-                                         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_SDK_DISABLED": "true"},
-                                          False)])
+@pytest.mark.parametrize(
+    ("env", "on"),
+    [
+        ({}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9/v1/traces"}, True),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_SDK_DISABLED": "true"}, False),
+    ],
+)
 def test_without_a_collector_nothing_of_opentelemetry_is_loaded(env, on):
     """Off costs nothing: no SDK, no exporter, no processor thread; on, the SDK is set up by the app's skeleton."""
-    code = ("import sys, threading; from agentfn.shared import app, telemetry; "
-            "app.create_app('agentfn.probe', openapi={}, readiness={}, identity=None); "
-            "print(telemetry.enabled(), any(m.startswith('opentelemetry') for m in sys.modules), "
-            "any(t.name.startswith('Otel') for t in threading.enumerate()))")
+    code = (
+        "import sys, threading; from agentfn.shared import app, telemetry; "
+        "app.create_app('agentfn.probe', openapi={}, readiness={}, identity=None); "
+        "print(telemetry.enabled(), any(m.startswith('opentelemetry') for m in sys.modules), "
+        "any(t.name.startswith('Otel') for t in threading.enumerate()))"
+    )
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     done = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -219,10 +301,16 @@ def test_an_opened_page_is_a_child_span_with_its_outcome_and_never_its_url(trace
     assert events[-1][0] == "done", events
     # The fetcher refuses a loopback address (its guard, as shipped): a page fetched with an outcome, not a page read.
     step = next(d for n, d in events if n == "step" and d["status"] == "error")
-    root = receiver.wait_for(lambda: [s for s in receiver.spans() if s.name == "invoke_agent reviewer"
-                                      and s.attributes["agentfn.generation.id"] == events[-1][1]["generation_id"]])[0]
-    spans = receiver.wait_for(lambda: (found := receiver.spans(root.trace_id)) and any(
-        s.name == "fetch_page" for s in found) and found)
+    root = receiver.wait_for(
+        lambda: [
+            s
+            for s in receiver.spans()
+            if s.name == "invoke_agent reviewer" and s.attributes["agentfn.generation.id"] == events[-1][1]["generation_id"]
+        ]
+    )[0]
+    spans = receiver.wait_for(
+        lambda: (found := receiver.spans(root.trace_id)) and any(s.name == "fetch_page" for s in found) and found
+    )
     tool = one(spans, "execute_tool open_page", "agentfn-model")
     door = one(spans, "POST /v1/open", "agentfn-page")
     fetch = one(spans, "fetch_page", "agentfn-page")
@@ -231,8 +319,9 @@ def test_an_opened_page_is_a_child_span_with_its_outcome_and_never_its_url(trace
     assert step["result"]["type"].endswith(kind.replace("_", "-")) or kind in step["result"]["type"]
     assert fetch.status == 2 and fetch.attributes["error.type"] == kind
     assert door.attributes["agentfn.page.cached"] is False
-    pages = receiver.wait_for(lambda: [p for p in receiver.points() if p.metric == "agentfn.pages"
-                                       and p.attributes.get("agentfn.outcome") == kind])
+    pages = receiver.wait_for(
+        lambda: [p for p in receiver.points() if p.metric == "agentfn.pages" and p.attributes.get("agentfn.outcome") == kind]
+    )
     assert pages[-1].value == 1 and pages[-1].service == "agentfn-page"
     for marker in (b"pathmarkerzz", b"querymarkerzz", b"127.0.0.1/"):
         assert marker not in receiver.raw()
@@ -242,13 +331,27 @@ def test_a_call_alone_is_an_execute_tool_span_on_its_channel_with_the_tool_funct
     from conftest import Person
 
     person = Person(issuer)
-    answer = requests.post(traced["model"].url + "/v1/tools/platform_status/call", headers=person.headers, timeout=30,
-                           json={"arguments": {"service": MARKERS["argument"]}})
+    answer = requests.post(
+        traced["model"].url + "/v1/tools/platform_status/call",
+        headers=person.headers,
+        timeout=30,
+        json={"arguments": {"service": MARKERS["argument"]}},
+    )
     assert answer.status_code == 200, answer.text
-    door = receiver.wait_for(lambda: [s for s in receiver.spans() if s.name == "POST /v1/tools/<name>/call"
-                                      and s.attributes.get("user.hash") == subject_hash(person.subject)])[0]
-    spans = receiver.wait_for(lambda: (found := receiver.spans(door.trace_id)) and any(
-        s.service == "agentfn-platform_status" and s.name.startswith("execute_tool") for s in found) and found)
+    door = receiver.wait_for(
+        lambda: [
+            s
+            for s in receiver.spans()
+            if s.name == "POST /v1/tools/<name>/call" and s.attributes.get("user.hash") == subject_hash(person.subject)
+        ]
+    )[0]
+    spans = receiver.wait_for(
+        lambda: (
+            (found := receiver.spans(door.trace_id))
+            and any(s.service == "agentfn-platform_status" and s.name.startswith("execute_tool") for s in found)
+            and found
+        )
+    )
     step = one(spans, "execute_tool platform_status", "agentfn-model")
     served = one(spans, "POST /v1/call", "agentfn-platform_status")
     assert step.parent_id == door.span_id and served.parent_id == step.span_id
@@ -261,23 +364,45 @@ def test_memorys_writes_are_spans_with_their_operation_and_counts_and_never_the_
 
     person, marker = Person(issuer), "notemarkerzz"
     base, headers = traced["memory"].url, person.headers
-    kept = requests.post(base + "/v1/entries", headers=headers, timeout=30,
-                         json={"kind": "fact", "text": f"Keeps a {marker} on the desk.", "source": "sourcemarkerzz"})
+    kept = requests.post(
+        base + "/v1/entries",
+        headers=headers,
+        timeout=30,
+        json={"kind": "fact", "text": f"Keeps a {marker} on the desk.", "source": "sourcemarkerzz"},
+    )
     assert kept.status_code == 201, kept.text
     entry = kept.json()["id"]
-    assert requests.patch(base + f"/v1/entries/{entry}", headers=headers, timeout=30,
-                          json={"text": f"Keeps two {marker} on the desk."}).status_code == 200
+    assert (
+        requests.patch(
+            base + f"/v1/entries/{entry}", headers=headers, timeout=30, json={"text": f"Keeps two {marker} on the desk."}
+        ).status_code
+        == 200
+    )
     assert requests.delete(base + f"/v1/entries/{entry}", headers=headers, timeout=30).status_code == 204
-    assert requests.delete(base + "/v1/entries", headers=headers, timeout=30,
-                           json={"confirm": "forget everything"}).status_code == 200
+    assert (
+        requests.delete(base + "/v1/entries", headers=headers, timeout=30, json={"confirm": "forget everything"}).status_code
+        == 200
+    )
     hashed = subject_hash(person.subject)
-    doors = receiver.wait_for(lambda: (found := [s for s in receiver.spans() if s.service == "agentfn-memory"
-                                                 and s.attributes.get("user.hash") == hashed]) and len(found) >= 4
-                              and found)
+    doors = receiver.wait_for(
+        lambda: (
+            (
+                found := [
+                    s for s in receiver.spans() if s.service == "agentfn-memory" and s.attributes.get("user.hash") == hashed
+                ]
+            )
+            and len(found) >= 4
+            and found
+        )
+    )
     inner = {d.name: [s for s in receiver.spans(d.trace_id) if s.parent_id == d.span_id] for d in doors}
     names = sorted((d.name, [s.name for s in inner[d.name]]) for d in doors)
-    assert names == [("DELETE /v1/entries", ["delete_memory"]), ("DELETE /v1/entries/<entry_id>", ["delete_memory"]),
-                     ("PATCH /v1/entries/<entry_id>", ["update_memory"]), ("POST /v1/entries", ["update_memory"])]
+    assert names == [
+        ("DELETE /v1/entries", ["delete_memory"]),
+        ("DELETE /v1/entries/<entry_id>", ["delete_memory"]),
+        ("PATCH /v1/entries/<entry_id>", ["update_memory"]),
+        ("POST /v1/entries", ["update_memory"]),
+    ]
     assert inner["POST /v1/entries"][0].attributes["agentfn.memory.kind"] == "fact"
     assert inner["DELETE /v1/entries/<entry_id>"][0].attributes["agentfn.memory.entries"] == 1
     for secret in (marker, "sourcemarkerzz", entry, person.subject):

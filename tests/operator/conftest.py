@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 import yaml
 from agentfn_operator import catalog
-
 from apiserver import KubeAPI
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -36,8 +36,11 @@ def test_a_page_descriptor_replaces_the_built_in_one(tmp_path):
     folder.mkdir()
     builtin = json.loads((ROOT / "operator" / "agentfn_operator" / "catalog" / "page.json").read_text())["tools"][0]
     (folder / "tool.json").write_text(json.dumps({**builtin, "description": "the page fetcher's own descriptor"}))
-    shutil.copytree(ROOT / "functions" / "platform_status", tmp_path / "platform_status",
-                    ignore=lambda d, names: [n for n in names if n != "tool.json"])
+    shutil.copytree(
+        ROOT / "functions" / "platform_status",
+        tmp_path / "platform_status",
+        ignore=lambda d, names: [n for n in names if n != "tool.json"],
+    )
     loaded = catalog.load({"AGENTFN_TOOL_CATALOG_DIR": str(tmp_path)})
     assert set(loaded) == {"open_page", "platform_status", "remember", "forget"}
     assert loaded["open_page"].function == "page"

@@ -38,8 +38,11 @@ GRANT_ROWS = [
     ("remember alone", {"tool": "remember", "agents": ["code-reviewer"], "callableAlone": True}, FORBIDDEN),
     ("forget over MCP", {"tool": "forget", "agents": ["code-reviewer"], "mcp": True}, FORBIDDEN),
     ("open_page for the site guide", {"tool": "open_page"}, REVIEWER_ONLY),
-    ("open_page for the reviewer and another", {"tool": "open_page", "agents": ["code-reviewer", "site-guide"]},
-     REVIEWER_ONLY),
+    (
+        "open_page for the reviewer and another",
+        {"tool": "open_page", "agents": ["code-reviewer", "site-guide"]},
+        REVIEWER_ONLY,
+    ),
     ("run_code for the site guide", {"tool": "run_code"}, REVIEWER_ONLY),
     ("no subjects and no groups", {"groups": None}, NO_CALLERS),
     ("empty subjects and groups", {"groups": [], "subjects": []}, NO_CALLERS),
@@ -49,8 +52,11 @@ GRANT_ROWS = [
 
 AGENT_ROWS = [
     ("the base agent is valid", {}, None),
-    ("remembering preferences with both memory tools",
-     {"memory": "preferences", "tools": ["platform_status", "remember", "forget"]}, None),
+    (
+        "remembering preferences with both memory tools",
+        {"memory": "preferences", "tools": ["platform_status", "remember", "forget"]},
+        None,
+    ),
     ("no tools at all", {"tools": None}, None),
     ("remember without memory", {"tools": ["remember"]}, MEMORY_OFF),
     ("forget with memory none said aloud", {"memory": "none", "tools": ["forget"]}, MEMORY_OFF),
@@ -101,8 +107,10 @@ def test_agent_rules(desc, patch, message):
 
 def _agents() -> list[dict]:
     every = ["platform_status", "run_code", "open_page", "remember", "forget"]
-    return [{"metadata": {"name": name, "namespace": "agentfn"},
-             "spec": {"brief": "b", "tools": every, "memory": "preferences"}} for name in ("code-reviewer", "site-guide")]
+    return [
+        {"metadata": {"name": name, "namespace": "agentfn"}, "spec": {"brief": "b", "tools": every, "memory": "preferences"}}
+        for name in ("code-reviewer", "site-guide")
+    ]
 
 
 @pytest.mark.parametrize(("desc", "patch", "message"), GRANT_ROWS, ids=[r[0] for r in GRANT_ROWS])

@@ -44,8 +44,9 @@ def operator(kube, tmp_path_factory):
         with pytest.MonkeyPatch.context() as env:
             env.setenv("KUBECONFIG", str(kubeconfig))
             env.setenv("AGENTFN_NAMESPACE", NAMESPACE)
-            with KopfRunner(["run", "-m", "agentfn_operator", "--namespace", NAMESPACE,
-                             f"--liveness=http://127.0.0.1:{port}/healthz"]) as runner:
+            with KopfRunner(
+                ["run", "-m", "agentfn_operator", "--namespace", NAMESPACE, f"--liveness=http://127.0.0.1:{port}/healthz"]
+            ) as runner:
                 runner.liveness_url, runner.log = f"http://127.0.0.1:{port}/healthz", log
                 yield runner
     finally:
@@ -101,8 +102,9 @@ def rows_from_columns(text: str) -> list[audit.Row]:
         who = (row["SUBJECTS"] or "-", row["GROUPS"] or "-")
         grant, limit = f"{NAMESPACE}/{row['NAME']}", row["DAILY"] or "-"
         channels = row["CHANNELS"].split(",")
-        found += [(agent, row["TOOL"], *who, "step", limit, row["APPROVAL"], grant)
-                  for agent in row["AGENTS"].split(",") if agent]
+        found += [
+            (agent, row["TOOL"], *who, "step", limit, row["APPROVAL"], grant) for agent in row["AGENTS"].split(",") if agent
+        ]
         found += [("-", row["TOOL"], *who, c, limit, "-", grant) for c in channels if c != "step"]
     return sorted(found)
 
@@ -129,15 +131,22 @@ def test_every_object_is_ready_with_its_generation_and_columns(kube, operator):
     reviewer = next(r for r in shown["agent"] if r["NAME"] == "code-reviewer")
     assert reviewer["TOOLS"] == "run_code,platform_status,open_page,remember,forget" and reviewer["MEMORY"] == "preferences"
     everyone = next(r for r in shown["toolgrant"] if r["NAME"] == "platform-status-for-everyone")
-    assert (everyone["AGENTS"], everyone["CHANNELS"], everyone["DAILY"]) == \
-        ("code-reviewer,site-guide", "step,alone,mcp", "500")
+    assert (everyone["AGENTS"], everyone["CHANNELS"], everyone["DAILY"]) == (
+        "code-reviewer,site-guide",
+        "step,alone,mcp",
+        "500",
+    )
 
 
 def test_each_object_gets_an_event(kube, operator):
     def reasons():
         return {(e["involvedObject"]["name"], e["reason"]) for e in get(kube, "events")["items"]}
-    wait_for(lambda: {("code-reviewer", "Ready"), ("site-guide", "Ready"), ("code-reviewer-runs-code", "Granted")}
-             <= reasons(), timeout=20, what="events")
+
+    wait_for(
+        lambda: {("code-reviewer", "Ready"), ("site-guide", "Ready"), ("code-reviewer-runs-code", "Granted")} <= reasons(),
+        timeout=20,
+        what="events",
+    )
 
 
 def test_the_network_policy_lets_the_model_function_reach_the_tools_in_use(kube, operator):
@@ -146,17 +155,32 @@ def test_the_network_policy_lets_the_model_function_reach_the_tools_in_use(kube,
     assert policy["spec"]["podSelector"] == {"matchLabels": {"serving.knative.dev/service": "model"}}
     assert policy["spec"]["policyTypes"] == ["Egress"]
     (rule,) = policy["spec"]["egress"]
-    assert rule == {"to": [{"podSelector": {"matchExpressions": [{
-        "key": "serving.knative.dev/service", "operator": "In",
-        "values": ["memory", "page", "platform-status", "run-code"]}]}}]}
+    assert rule == {
+        "to": [
+            {
+                "podSelector": {
+                    "matchExpressions": [
+                        {
+                            "key": "serving.knative.dev/service",
+                            "operator": "In",
+                            "values": ["memory", "page", "platform-status", "run-code"],
+                        }
+                    ]
+                }
+            }
+        ]
+    }
 
 
 def test_the_liveness_probe_answers_with_the_revision(kube, operator):
     revision = registry_of(kube)["revision"]
     response = requests.get(operator.liveness_url, timeout=5)
     assert response.status_code == 200
-    assert response.json()["registry"] == {"writing": True, "revision": revision,
-                                           "published_at": response.json()["registry"]["published_at"]}
+    assert response.json()["registry"] == {
+        "writing": True,
+        "revision": revision,
+        "published_at": response.json()["registry"]["published_at"],
+    }
 
 
 def test_the_audit_and_kubectl_columns_give_the_same_answer(kube, operator):
@@ -176,8 +200,12 @@ BAD_BY_SCHEMA = [
 
 @pytest.mark.parametrize(("kind", "spec", "field"), BAD_BY_SCHEMA, ids=[f"{k} {f}" for k, _, f in BAD_BY_SCHEMA])
 def test_the_api_refuses_what_the_schema_can_refuse(kube, operator, kind, spec, field):
-    doc = {"apiVersion": "agentfn.dev/v1alpha1", "kind": kind, "metadata": {"name": "refused", "namespace": NAMESPACE},
-           "spec": spec}
+    doc = {
+        "apiVersion": "agentfn.dev/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": "refused", "namespace": NAMESPACE},
+        "spec": spec,
+    }
     done = kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc), check=False)
     assert done.returncode != 0 and field in done.stderr, done.stderr
     assert kube.kubectl("get", *NS, kind.lower(), "refused", check=False).returncode != 0
@@ -194,19 +222,30 @@ BAD_GRANTS = [
 
 def test_bad_objects_the_schema_lets_through_are_marked_invalid_and_give_nothing(kube, operator):
     before = wait_for(lambda: registry_of(kube), what="a registry")
-    docs = [{"apiVersion": "agentfn.dev/v1alpha1", "kind": "ToolGrant", "metadata": {"name": name, "namespace": NAMESPACE},
-             "spec": {"groups": ["developers"], **spec}} for name, spec, _ in BAD_GRANTS]
+    docs = [
+        {
+            "apiVersion": "agentfn.dev/v1alpha1",
+            "kind": "ToolGrant",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"groups": ["developers"], **spec},
+        }
+        for name, spec, _ in BAD_GRANTS
+    ]
     kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
     try:
         for name, _, reason in BAD_GRANTS:
-            wait_for(lambda name=name, reason=reason: ready(get(kube, "toolgrant", name)) == ("False", reason), timeout=20,
-                     what=f"{name} marked {reason}")
+            wait_for(
+                lambda name=name, reason=reason: ready(get(kube, "toolgrant", name)) == ("False", reason),
+                timeout=20,
+                what=f"{name} marked {reason}",
+            )
             obj = get(kube, "toolgrant", name)
             invalid = next(c for c in obj["status"]["conditions"] if c["type"] == "Invalid")
             assert invalid["status"] == "True" and invalid["reason"] == reason and invalid["message"]
             assert not {"agents", "subjects", "groups", "channels"} & set(obj["status"]), "an invalid grant shows no access"
-        warnings = {(e["involvedObject"]["name"], e["reason"]) for e in get(kube, "events")["items"]
-                    if e["type"] == "Warning"}
+        warnings = {
+            (e["involvedObject"]["name"], e["reason"]) for e in get(kube, "events")["items"] if e["type"] == "Warning"
+        }
         assert {(name, reason) for name, _, reason in BAD_GRANTS} <= warnings
         assert registry_of(kube) == before
     finally:
@@ -218,14 +257,21 @@ def test_bad_objects_the_schema_lets_through_are_marked_invalid_and_give_nothing
 def test_an_edit_is_published_with_its_new_generation(kube, operator):
     kube.kubectl("patch", *NS, "toolgrant", "code-reviewer-runs-code", "--type=merge", "-p", '{"spec":{"dailyLimit":7}}')
     try:
-        wait_for(lambda: registry_of(kube)["agents"]["code-reviewer"]["tools"]["run_code"]["dailyLimit"] == 7,
-                 timeout=10, what="the new daily limit")
-        obj = wait_for(lambda: (o := get(kube, "toolgrant", "code-reviewer-runs-code"))["status"]["observedGeneration"] == 2
-                       and o, timeout=10, what="observedGeneration 2")
+        wait_for(
+            lambda: registry_of(kube)["agents"]["code-reviewer"]["tools"]["run_code"]["dailyLimit"] == 7,
+            timeout=10,
+            what="the new daily limit",
+        )
+        obj = wait_for(
+            lambda: (o := get(kube, "toolgrant", "code-reviewer-runs-code"))["status"]["observedGeneration"] == 2 and o,
+            timeout=10,
+            what="observedGeneration 2",
+        )
         assert obj["metadata"]["generation"] == 2 and ready(obj) == ("True", "Granted")
     finally:
-        kube.kubectl("patch", *NS, "toolgrant", "code-reviewer-runs-code", "--type=merge",
-                     "-p", '{"spec":{"dailyLimit":50}}')
+        kube.kubectl(
+            "patch", *NS, "toolgrant", "code-reviewer-runs-code", "--type=merge", "-p", '{"spec":{"dailyLimit":50}}'
+        )
 
 
 def test_deleting_a_grant_removes_the_access_at_once(kube, operator):
@@ -233,14 +279,28 @@ def test_deleting_a_grant_removes_the_access_at_once(kube, operator):
     started = time.monotonic()
     kube.kubectl("delete", *NS, "toolgrant", "code-reviewer-runs-code")
     try:
-        wait_for(lambda: "run_code" not in registry_of(kube)["agents"]["code-reviewer"]["tools"], timeout=5,
-                 what="run_code gone from the registry")
+        wait_for(
+            lambda: "run_code" not in registry_of(kube)["agents"]["code-reviewer"]["tools"],
+            timeout=5,
+            what="run_code gone from the registry",
+        )
         elapsed = time.monotonic() - started
         assert elapsed < 3, f"the registry took {elapsed:.2f} s"
-        wait_for(lambda: "run-code" not in get(kube, "networkpolicy", "agentfn-model-to-tools")["spec"]["egress"][0]["to"][0]
-                 ["podSelector"]["matchExpressions"][0]["values"], timeout=5, what="run-code gone from the policy")
-        wait_for(lambda: ready(get(kube, "agent", "code-reviewer")) == ("True", "Ungranted"), timeout=5,
-                 what="the reviewer Ungranted")
+        wait_for(
+            lambda: (
+                "run-code"
+                not in get(kube, "networkpolicy", "agentfn-model-to-tools")["spec"]["egress"][0]["to"][0]["podSelector"][
+                    "matchExpressions"
+                ][0]["values"]
+            ),
+            timeout=5,
+            what="run-code gone from the policy",
+        )
+        wait_for(
+            lambda: ready(get(kube, "agent", "code-reviewer")) == ("True", "Ungranted"),
+            timeout=5,
+            what="the reviewer Ungranted",
+        )
         assert "run_code" not in get(kube, "agent", "code-reviewer")["status"]["tools"].split(",")
     finally:
         kube.kubectl("apply", "-f", str(EXAMPLES / "grants.yaml"))

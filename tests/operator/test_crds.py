@@ -79,16 +79,19 @@ def test_every_example_fits_its_crd(kind):
         assert obj["metadata"]["namespace"] == "agentfn"
 
 
-@pytest.mark.parametrize(("kind", "spec", "field"), [
-    ("Agent", {"brief": "x", "memory": "sometimes"}, "memory"),
-    ("Agent", {"brief": "x", "limits": {"steps": 9}}, "steps"),
-    ("Agent", {"brief": ""}, "brief"),
-    ("Agent", {"brief": "x", "tools": ["Run Code"]}, "tools"),
-    ("ToolGrant", {"tool": "run_code", "dailyLimit": 0}, "dailyLimit"),
-    ("ToolGrant", {"tool": "run_code", "approval": "never"}, "approval"),
-    ("ToolGrant", {"tool": "run_code", "agents": ["Code_Reviewer"]}, "agents"),
-    ("ToolGrant", {"agents": ["code-reviewer"]}, "tool"),
-])
+@pytest.mark.parametrize(
+    ("kind", "spec", "field"),
+    [
+        ("Agent", {"brief": "x", "memory": "sometimes"}, "memory"),
+        ("Agent", {"brief": "x", "limits": {"steps": 9}}, "steps"),
+        ("Agent", {"brief": ""}, "brief"),
+        ("Agent", {"brief": "x", "tools": ["Run Code"]}, "tools"),
+        ("ToolGrant", {"tool": "run_code", "dailyLimit": 0}, "dailyLimit"),
+        ("ToolGrant", {"tool": "run_code", "approval": "never"}, "approval"),
+        ("ToolGrant", {"tool": "run_code", "agents": ["Code_Reviewer"]}, "agents"),
+        ("ToolGrant", {"agents": ["code-reviewer"]}, "tool"),
+    ],
+)
 def test_the_schema_refuses_what_a_schema_can_say(kind, spec, field):
     errors = list(Draft7Validator(schema_of(kind)).iter_errors({"spec": spec}))
     assert errors and any(field in ("/".join(map(str, e.absolute_path)) + e.message) for e in errors), errors

@@ -71,11 +71,18 @@ async def test_the_operator_publishes_the_examples_and_follows_changes(kmock, tm
     for obj in grants:
         kmock.objects[GRANTS, NS, obj["metadata"]["name"]] = obj
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": str(kmock.url).rstrip("/")}}],
-        "users": [{"name": "kmock", "user": {}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock"}}]}))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "kmock",
+                "clusters": [{"name": "kmock", "cluster": {"server": str(kmock.url).rstrip("/")}}],
+                "users": [{"name": "kmock", "user": {}}],
+                "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock"}}],
+            }
+        )
+    )
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.setenv("AGENTFN_NAMESPACE", NS)
     caplog.set_level(logging.INFO)
@@ -85,44 +92,63 @@ async def test_the_operator_publishes_the_examples_and_follows_changes(kmock, tm
     try:
         published = await eventually(lambda: registry(kmock), what="the registry ConfigMap")
         # The same bytes as local mode writes: one reconcile for both.
-        assert kmock.objects[CONFIGMAPS, NS, "agentfn-registry"]["data"]["registry.json"] == \
-            dumps(reconcile(tools, agents, grants).registry)
+        assert kmock.objects[CONFIGMAPS, NS, "agentfn-registry"]["data"]["registry.json"] == dumps(
+            reconcile(tools, agents, grants).registry
+        )
         assert kmock.objects[CONFIGMAPS, NS, "agentfn-registry"]["metadata"]["annotations"] == {
-            "agentfn.dev/registry-revision": published["revision"]}
+            "agentfn.dev/registry-revision": published["revision"]
+        }
 
         policy = await eventually(lambda: kmock.objects[POLICIES, NS, "agentfn-model-to-tools"], what="the policy")
         assert policy["spec"]["podSelector"] == {"matchLabels": {"serving.knative.dev/service": "model"}}
         (rule,) = policy["spec"]["egress"]
-        assert rule["to"][0]["podSelector"]["matchExpressions"][0]["values"] == \
-            ["memory", "page", "platform-status", "run-code"]
+        assert rule["to"][0]["podSelector"]["matchExpressions"][0]["values"] == [
+            "memory",
+            "page",
+            "platform-status",
+            "run-code",
+        ]
 
-        await eventually(lambda: ready_of(kmock, GRANTS, "platform-status-for-everyone") == ("True", "Granted"),
-                         what="the grants' status")
+        await eventually(
+            lambda: ready_of(kmock, GRANTS, "platform-status-for-everyone") == ("True", "Granted"), what="the grants' status"
+        )
         status = kmock.objects[GRANTS, NS, "platform-status-for-everyone"]["status"]
         assert status["agents"] == "code-reviewer,site-guide" and status["channels"] == "step,alone,mcp"
         await eventually(lambda: ready_of(kmock, AGENTS, "code-reviewer") == ("True", "Ready"), what="the agents' status")
         assert kmock.objects[LEASES, NS, "agentfn-operator"]["spec"]["holderIdentity"]
-        await eventually(lambda: {"Granted", "Ready"} <= {e["reason"] for key, e in kmock.objects.items()
-                                                          if key[0] == kmock.resource(EVENTS) and not e.deleted},
-                         what="events")
+        await eventually(
+            lambda: (
+                {"Granted", "Ready"}
+                <= {e["reason"] for key, e in kmock.objects.items() if key[0] == kmock.resource(EVENTS) and not e.deleted}
+            ),
+            what="events",
+        )
 
         # Deleting a grant removes its access from the registry.
         async with kmock.delete(f"/apis/agentfn.dev/v1alpha1/namespaces/{NS}/toolgrants/code-reviewer-runs-code") as r:
             assert r.status == 200
-        after = await eventually(lambda: (r := registry(kmock)) and "run_code" not in r["agents"]["code-reviewer"]["tools"]
-                                 and r, what="run_code gone from the registry")
+        after = await eventually(
+            lambda: (r := registry(kmock)) and "run_code" not in r["agents"]["code-reviewer"]["tools"] and r,
+            what="run_code gone from the registry",
+        )
         assert after["revision"] != published["revision"]
-        await eventually(lambda: ready_of(kmock, AGENTS, "code-reviewer") == ("True", "Ungranted"),
-                         what="the reviewer marked Ungranted")
+        await eventually(
+            lambda: ready_of(kmock, AGENTS, "code-reviewer") == ("True", "Ungranted"), what="the reviewer marked Ungranted"
+        )
 
         # A grant no schema refused here (KMock runs no CEL) is marked Invalid and gives nothing.
-        bad = {"apiVersion": "agentfn.dev/v1alpha1", "kind": "ToolGrant", "metadata": {"name": "run-code-over-mcp",
-                                                                                       "namespace": NS},
-               "spec": {"tool": "run_code", "agents": ["code-reviewer"], "groups": ["developers"], "mcp": True}}
+        bad = {
+            "apiVersion": "agentfn.dev/v1alpha1",
+            "kind": "ToolGrant",
+            "metadata": {"name": "run-code-over-mcp", "namespace": NS},
+            "spec": {"tool": "run_code", "agents": ["code-reviewer"], "groups": ["developers"], "mcp": True},
+        }
         async with kmock.post(f"/apis/agentfn.dev/v1alpha1/namespaces/{NS}/toolgrants", json=bad) as r:
             assert r.status in (200, 201)
-        await eventually(lambda: ready_of(kmock, GRANTS, "run-code-over-mcp") == ("False", "ForbiddenChannel"),
-                         what="the bad grant marked Invalid")
+        await eventually(
+            lambda: ready_of(kmock, GRANTS, "run-code-over-mcp") == ("False", "ForbiddenChannel"),
+            what="the bad grant marked Invalid",
+        )
         assert registry(kmock)["mcp"].keys() == {"platform_status"}
         assert "run_code" not in registry(kmock)["agents"]["code-reviewer"]["tools"]
     finally:

@@ -22,8 +22,13 @@ pytestmark = pytest.mark.timeout(CLUSTER_TIMEOUT)
 def elector(kube, identity: str, acquired: list[str]) -> Elector:
     config = dataclasses.replace(Config(namespace=NAMESPACE), lease="guard-test", lease_seconds=3, identity=identity)
     info = kopf.ConnectionInfo(server=kube.url, ca_path=str(kube.ca_file), token=kube.admin_token)
-    return Elector(Api(lambda: info), config, logging.getLogger(f"test.{identity}"),
-                   on_acquired=lambda: acquired.append(identity), on_tick=lambda resync: None)
+    return Elector(
+        Api(lambda: info),
+        config,
+        logging.getLogger(f"test.{identity}"),
+        on_acquired=lambda: acquired.append(identity),
+        on_tick=lambda resync: None,
+    )
 
 
 def holder(kube) -> str | None:

@@ -21,8 +21,14 @@ SCHEMA = json.loads((ROOT / "operator" / "registry.schema.json").read_text())
 
 
 def run(module, *args, **kw):
-    return subprocess.run([sys.executable, "-m", f"agentfn_operator.{module}", *map(str, args)], capture_output=True,
-                          text=True, timeout=60, cwd=ROOT, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", f"agentfn_operator.{module}", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        **kw,
+    )
 
 
 def test_local_mode_writes_the_registry_once_and_only_when_it_changes(tools, tmp_path):
@@ -39,9 +45,16 @@ def test_local_mode_writes_the_registry_once_and_only_when_it_changes(tools, tmp
 
 def test_local_mode_leaves_out_an_invalid_object_and_says_so(tmp_path):
     shutil.copytree(EXAMPLES, tmp_path / "agents")
-    (tmp_path / "agents" / "bad.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "agentfn.dev/v1alpha1", "kind": "ToolGrant", "metadata": {"name": "guide-opens-pages"},
-        "spec": {"tool": "open_page", "agents": ["site-guide"], "groups": ["visitors"]}}))
+    (tmp_path / "agents" / "bad.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "agentfn.dev/v1alpha1",
+                "kind": "ToolGrant",
+                "metadata": {"name": "guide-opens-pages"},
+                "spec": {"tool": "open_page", "agents": ["site-guide"], "groups": ["visitors"]},
+            }
+        )
+    )
     out = tmp_path / "registry.json"
     done = run("local", tmp_path / "agents", "--out", out)
     assert done.returncode == 1
@@ -52,17 +65,33 @@ def test_local_mode_leaves_out_an_invalid_object_and_says_so(tmp_path):
 def test_watch_mode_rewrites_the_registry_when_a_file_changes(tmp_path):
     shutil.copytree(EXAMPLES, tmp_path / "agents")
     out = tmp_path / "registry.json"
-    process = subprocess.Popen([sys.executable, "-m", "agentfn_operator.local", str(tmp_path / "agents"), "--out",
-                                str(out), "--watch", "--interval", "0.1"], cwd=ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agentfn_operator.local",
+            str(tmp_path / "agents"),
+            "--out",
+            str(out),
+            "--watch",
+            "--interval",
+            "0.1",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         first = wait_for(lambda: out.exists() and json.loads(out.read_text()), timeout=30, what="the first registry")
         grants = tmp_path / "agents" / "grants.yaml"
         docs = [d for d in yaml.safe_load_all(grants.read_text()) if d["metadata"]["name"] != "code-reviewer-runs-code"]
         grants.write_text(yaml.safe_dump_all(docs))
         os.utime(grants, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))  # a coarse clock still sees it
-        second = wait_for(lambda: (r := json.loads(out.read_text()))["revision"] != first["revision"] and r,
-                          timeout=15, what="a rewritten registry")
+        second = wait_for(
+            lambda: (r := json.loads(out.read_text()))["revision"] != first["revision"] and r,
+            timeout=15,
+            what="a rewritten registry",
+        )
         assert "run_code" in first["agents"]["code-reviewer"]["tools"]
         assert "run_code" not in second["agents"]["code-reviewer"]["tools"]
     finally:
@@ -78,11 +107,27 @@ def test_audit_prints_who_may_call_what(tmp_path):
     lines = printed.stdout.splitlines()
     assert lines[0].split() == list(audit.HEADER)
     rows = {tuple(line.split()) for line in lines[1:]}
-    assert ("code-reviewer", "run_code", "-", "developers", "step", "50", "required",
-            "agentfn/code-reviewer-runs-code") in rows
+    assert (
+        "code-reviewer",
+        "run_code",
+        "-",
+        "developers",
+        "step",
+        "50",
+        "required",
+        "agentfn/code-reviewer-runs-code",
+    ) in rows
     assert ("code-reviewer", "forget", "-", "developers", "step", "-", "required", "agentfn/code-reviewer-forgets") in rows
-    assert ("-", "platform_status", "-", "system:authenticated", "mcp", "500", "-",
-            "agentfn/platform-status-for-everyone") in rows
+    assert (
+        "-",
+        "platform_status",
+        "-",
+        "system:authenticated",
+        "mcp",
+        "500",
+        "-",
+        "agentfn/platform-status-for-everyone",
+    ) in rows
     assert not any(r[1] in ("run_code", "open_page", "remember", "forget") and r[4] != "step" for r in rows)
     assert not any(r[0] == "site-guide" and r[1] != "platform_status" for r in rows)
     assert len(rows) == 8

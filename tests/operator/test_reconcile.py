@@ -19,8 +19,11 @@ SCHEMA = json.loads((ROOT / "operator" / "registry.schema.json").read_text())
 
 
 def agent(name, tools, memory="none", **spec):
-    return {"kind": "Agent", "metadata": {"name": name, "namespace": "agentfn"},
-            "spec": {"brief": f"{name} helps.", "tools": tools, "memory": memory, **spec}}
+    return {
+        "kind": "Agent",
+        "metadata": {"name": name, "namespace": "agentfn"},
+        "spec": {"brief": f"{name} helps.", "tools": tools, "memory": memory, **spec},
+    }
 
 
 def grant(name, tool, agents=("code-reviewer",), created="", **spec):
@@ -50,52 +53,133 @@ def table(registry):
 
 
 CASES = [
-    ("valid: one grant per tool", [REVIEWER, GUIDE, grant("g-code", "run_code"),
-                                   grant("g-status", "platform_status", ["code-reviewer", "site-guide"], mcp=True)],
-     {"g-code": "Granted", "g-status": "Granted", "code-reviewer": "Ungranted", "site-guide": "Ready"},
-     {"code-reviewer": ["platform_status", "run_code"], "site-guide": ["platform_status"], "alone": [],
-      "mcp": ["platform_status"]}),
-    ("unknown tool in a grant", [REVIEWER, grant("g", "launch_rockets")],
-     {"g": "UnknownTool", "code-reviewer": "Ungranted"}, {"code-reviewer": [], "alone": [], "mcp": []}),
-    ("unknown tool in an agent: the agent and its grants are out", [
-        agent("code-reviewer", ["run_code", "launch_rockets"]), grant("g", "run_code")],
-     {"code-reviewer": "UnknownTool", "g": "AgentInvalid"}, {"alone": [], "mcp": []}),
-    ("forbidden channel: run_code alone", [REVIEWER, grant("g", "run_code", callableAlone=True)],
-     {"g": "ForbiddenChannel"}, {"code-reviewer": [], "alone": [], "mcp": []}),
-    ("forbidden channel: open_page over MCP", [REVIEWER, grant("g", "open_page", mcp=True)],
-     {"g": "ForbiddenChannel"}, {"code-reviewer": [], "alone": [], "mcp": []}),
-    ("forbidden channel: a memory tool over MCP", [REVIEWER, grant("g", "remember", mcp=True)],
-     {"g": "ForbiddenChannel"}, {"code-reviewer": [], "alone": [], "mcp": []}),
-    ("forbidden agent: open_page for the site guide", [
-        REVIEWER, agent("site-guide", ["platform_status", "open_page"]), grant("g", "open_page", ["site-guide"])],
-     {"g": "ForbiddenAgent", "site-guide": "Ungranted"}, {"code-reviewer": [], "site-guide": [], "alone": [], "mcp": []}),
-    ("unknown agent", [REVIEWER, grant("g", "platform_status", ["code-reviewer", "ghost"])],
-     {"g": "UnknownAgent"}, {"code-reviewer": [], "alone": [], "mcp": []}),
-    ("an agent that does not name the tool", [GUIDE, grant("g", "list_models", ["site-guide"])],
-     {"g": "NotNamedByAgent", "site-guide": "Ungranted"}, {"site-guide": [], "alone": [], "mcp": []}),
-    ("duplicate grants: the older wins, whatever the order", [
-        REVIEWER, grant("newer", "run_code", created="2026-12-02T10:00:00Z"),
-        grant("older", "run_code", created="2026-12-01T10:00:00Z", subjects=["ana"])],
-     {"older": "Granted", "newer": "Conflict"}, {"code-reviewer": ["run_code"], "alone": [], "mcp": []}),
-    ("duplicate grants of one channel: two grants make a tool callable alone", [
-        REVIEWER, GUIDE, grant("first", "platform_status", ["code-reviewer"], callableAlone=True),
-        grant("second", "platform_status", ["site-guide"], callableAlone=True)],
-     {"first": "Granted", "second": "Conflict"},
-     {"code-reviewer": ["platform_status"], "site-guide": [], "alone": ["platform_status"], "mcp": []}),
-    ("an agent that remembers nothing with a memory tool", [agent("code-reviewer", ["remember"]), grant("g", "remember")],
-     {"code-reviewer": "MemoryOff", "g": "AgentInvalid"}, {"alone": [], "mcp": []}),
-    ("a grant with no callers", [REVIEWER, grant("g", "run_code", groups=[])],
-     {"g": "NoCallers"}, {"code-reviewer": [], "alone": [], "mcp": []}),
-    ("a grant with no channel", [REVIEWER, grant("g", "platform_status", agents=())],
-     {"g": "NoChannel"}, {"code-reviewer": [], "alone": [], "mcp": []}),
-    ("a typo in a spec is not taken for a default", [agent("site-guide", ["platform_status"], limits={"step": 9})],
-     {"site-guide": "InvalidSpec"}, {"alone": [], "mcp": []}),
-    ("limits out of bounds", [agent("site-guide", [], limits={"steps": 5})], {"site-guide": "InvalidSpec"},
-     {"alone": [], "mcp": []}),
-    ("two agents of one name", [GUIDE, agent("site-guide", [])], {"site-guide": "Conflict"},
-     {"site-guide": [], "alone": [], "mcp": []}),
-    ("an approval that is neither required nor waived", [REVIEWER, grant("g", "run_code", approval="sometimes")],
-     {"g": "InvalidSpec"}, {"code-reviewer": [], "alone": [], "mcp": []}),
+    (
+        "valid: one grant per tool",
+        [
+            REVIEWER,
+            GUIDE,
+            grant("g-code", "run_code"),
+            grant("g-status", "platform_status", ["code-reviewer", "site-guide"], mcp=True),
+        ],
+        {"g-code": "Granted", "g-status": "Granted", "code-reviewer": "Ungranted", "site-guide": "Ready"},
+        {
+            "code-reviewer": ["platform_status", "run_code"],
+            "site-guide": ["platform_status"],
+            "alone": [],
+            "mcp": ["platform_status"],
+        },
+    ),
+    (
+        "unknown tool in a grant",
+        [REVIEWER, grant("g", "launch_rockets")],
+        {"g": "UnknownTool", "code-reviewer": "Ungranted"},
+        {"code-reviewer": [], "alone": [], "mcp": []},
+    ),
+    (
+        "unknown tool in an agent: the agent and its grants are out",
+        [agent("code-reviewer", ["run_code", "launch_rockets"]), grant("g", "run_code")],
+        {"code-reviewer": "UnknownTool", "g": "AgentInvalid"},
+        {"alone": [], "mcp": []},
+    ),
+    (
+        "forbidden channel: run_code alone",
+        [REVIEWER, grant("g", "run_code", callableAlone=True)],
+        {"g": "ForbiddenChannel"},
+        {"code-reviewer": [], "alone": [], "mcp": []},
+    ),
+    (
+        "forbidden channel: open_page over MCP",
+        [REVIEWER, grant("g", "open_page", mcp=True)],
+        {"g": "ForbiddenChannel"},
+        {"code-reviewer": [], "alone": [], "mcp": []},
+    ),
+    (
+        "forbidden channel: a memory tool over MCP",
+        [REVIEWER, grant("g", "remember", mcp=True)],
+        {"g": "ForbiddenChannel"},
+        {"code-reviewer": [], "alone": [], "mcp": []},
+    ),
+    (
+        "forbidden agent: open_page for the site guide",
+        [REVIEWER, agent("site-guide", ["platform_status", "open_page"]), grant("g", "open_page", ["site-guide"])],
+        {"g": "ForbiddenAgent", "site-guide": "Ungranted"},
+        {"code-reviewer": [], "site-guide": [], "alone": [], "mcp": []},
+    ),
+    (
+        "unknown agent",
+        [REVIEWER, grant("g", "platform_status", ["code-reviewer", "ghost"])],
+        {"g": "UnknownAgent"},
+        {"code-reviewer": [], "alone": [], "mcp": []},
+    ),
+    (
+        "an agent that does not name the tool",
+        [GUIDE, grant("g", "list_models", ["site-guide"])],
+        {"g": "NotNamedByAgent", "site-guide": "Ungranted"},
+        {"site-guide": [], "alone": [], "mcp": []},
+    ),
+    (
+        "duplicate grants: the older wins, whatever the order",
+        [
+            REVIEWER,
+            grant("newer", "run_code", created="2026-12-02T10:00:00Z"),
+            grant("older", "run_code", created="2026-12-01T10:00:00Z", subjects=["ana"]),
+        ],
+        {"older": "Granted", "newer": "Conflict"},
+        {"code-reviewer": ["run_code"], "alone": [], "mcp": []},
+    ),
+    (
+        "duplicate grants of one channel: two grants make a tool callable alone",
+        [
+            REVIEWER,
+            GUIDE,
+            grant("first", "platform_status", ["code-reviewer"], callableAlone=True),
+            grant("second", "platform_status", ["site-guide"], callableAlone=True),
+        ],
+        {"first": "Granted", "second": "Conflict"},
+        {"code-reviewer": ["platform_status"], "site-guide": [], "alone": ["platform_status"], "mcp": []},
+    ),
+    (
+        "an agent that remembers nothing with a memory tool",
+        [agent("code-reviewer", ["remember"]), grant("g", "remember")],
+        {"code-reviewer": "MemoryOff", "g": "AgentInvalid"},
+        {"alone": [], "mcp": []},
+    ),
+    (
+        "a grant with no callers",
+        [REVIEWER, grant("g", "run_code", groups=[])],
+        {"g": "NoCallers"},
+        {"code-reviewer": [], "alone": [], "mcp": []},
+    ),
+    (
+        "a grant with no channel",
+        [REVIEWER, grant("g", "platform_status", agents=())],
+        {"g": "NoChannel"},
+        {"code-reviewer": [], "alone": [], "mcp": []},
+    ),
+    (
+        "a typo in a spec is not taken for a default",
+        [agent("site-guide", ["platform_status"], limits={"step": 9})],
+        {"site-guide": "InvalidSpec"},
+        {"alone": [], "mcp": []},
+    ),
+    (
+        "limits out of bounds",
+        [agent("site-guide", [], limits={"steps": 5})],
+        {"site-guide": "InvalidSpec"},
+        {"alone": [], "mcp": []},
+    ),
+    (
+        "two agents of one name",
+        [GUIDE, agent("site-guide", [])],
+        {"site-guide": "Conflict"},
+        {"site-guide": [], "alone": [], "mcp": []},
+    ),
+    (
+        "an approval that is neither required nor waived",
+        [REVIEWER, grant("g", "run_code", approval="sometimes")],
+        {"g": "InvalidSpec"},
+        {"code-reviewer": [], "alone": [], "mcp": []},
+    ),
 ]
 
 
@@ -112,11 +196,15 @@ def test_reconcile(tools, desc, objects, expected, registry):
             assert set(verdict.columns.values()) == {""}, "an invalid object shows no access"
 
 
-@pytest.mark.parametrize(("spec", "approval"), [({}, "required"), ({"approval": "required"}, "required"),
-                                              ({"approval": "waived"}, "waived")], ids=["absent", "required", "waived"])
+@pytest.mark.parametrize(
+    ("spec", "approval"),
+    [({}, "required"), ({"approval": "required"}, "required"), ({"approval": "waived"}, "waived")],
+    ids=["absent", "required", "waived"],
+)
 def test_a_grants_approval_reaches_every_access_it_gives(tools, spec, approval):
-    outcome = outcome_of(tools, [REVIEWER, grant("g-code", "run_code", **spec),
-                                 grant("g-status", "platform_status", mcp=True, **spec)])
+    outcome = outcome_of(
+        tools, [REVIEWER, grant("g-code", "run_code", **spec), grant("g-status", "platform_status", mcp=True, **spec)]
+    )
     Draft202012Validator(SCHEMA).validate(outcome.registry)
     assert outcome.registry["agents"]["code-reviewer"]["tools"]["run_code"]["approval"] == approval
     assert outcome.registry["mcp"]["platform_status"]["approval"] == approval
@@ -128,11 +216,19 @@ def test_the_examples_give_the_seed_agents_their_tools(tools):
     assert all(v.ready for v in outcome.verdicts), [v for v in outcome.verdicts if not v.ready]
     assert table(outcome.registry) == {
         "code-reviewer": ["forget", "open_page", "platform_status", "remember", "run_code"],
-        "site-guide": ["platform_status"], "alone": ["platform_status"], "mcp": ["platform_status"]}
+        "site-guide": ["platform_status"],
+        "alone": ["platform_status"],
+        "mcp": ["platform_status"],
+    }
     reviewer, guide = outcome.registry["agents"]["code-reviewer"], outcome.registry["agents"]["site-guide"]
     assert reviewer["memory"] == "preferences" and guide["memory"] == "none"
-    assert reviewer["tools"]["run_code"] == {"subjects": [], "groups": ["developers"], "dailyLimit": 50,
-                                             "grant": "agentfn/code-reviewer-runs-code", "approval": "required"}
+    assert reviewer["tools"]["run_code"] == {
+        "subjects": [],
+        "groups": ["developers"],
+        "dailyLimit": 50,
+        "grant": "agentfn/code-reviewer-runs-code",
+        "approval": "required",
+    }
     assert functions_in_use(outcome.registry, tools) == ["memory", "page", "platform_status", "run_code"]
     Draft202012Validator(SCHEMA).validate(outcome.registry)
 
@@ -145,8 +241,9 @@ def test_deleting_a_grant_removes_its_access_and_only_its(tools):
     assert "run_code" not in after.registry["agents"]["code-reviewer"]["tools"]
     assert "run_code" not in functions_in_use(after.registry, tools)
     before["agents"]["code-reviewer"]["tools"].pop("run_code")
-    assert {k: v for k, v in after.registry.items() if k != "revision"} == \
-        {k: v for k, v in before.items() if k != "revision"}
+    assert {k: v for k, v in after.registry.items() if k != "revision"} == {
+        k: v for k, v in before.items() if k != "revision"
+    }
     assert reasons(after)["code-reviewer"] == "Ungranted"
 
 
@@ -181,13 +278,23 @@ def test_the_revision_follows_the_content_only(tools):
 NAMES = ["code-reviewer", "site-guide", "ghost"]
 TOOLS = ["platform_status", "list_models", "run_code", "open_page", "remember", "launch_rockets"]
 grants_strategy = st.builds(
-    lambda tool, agents, subjects, groups, alone, mcp, limit: {"tool": tool, "agents": agents, "subjects": subjects,
-                                                              "groups": groups, "callableAlone": alone, "mcp": mcp,
-                                                              **({"dailyLimit": limit} if limit else {})},
-    st.sampled_from(TOOLS), st.lists(st.sampled_from(NAMES), max_size=2, unique=True),
+    lambda tool, agents, subjects, groups, alone, mcp, limit: {
+        "tool": tool,
+        "agents": agents,
+        "subjects": subjects,
+        "groups": groups,
+        "callableAlone": alone,
+        "mcp": mcp,
+        **({"dailyLimit": limit} if limit else {}),
+    },
+    st.sampled_from(TOOLS),
+    st.lists(st.sampled_from(NAMES), max_size=2, unique=True),
     st.lists(st.sampled_from(["ana", "ivo"]), max_size=2, unique=True),
     st.lists(st.sampled_from(["developers", "system:authenticated"]), max_size=1, unique=True),
-    st.booleans(), st.booleans(), st.sampled_from([None, 0, 10]))
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from([None, 0, 10]),
+)
 
 
 def access(registry):
@@ -206,11 +313,19 @@ def access(registry):
 @given(existing=st.lists(grants_strategy, max_size=5), new=grants_strategy)
 def test_a_new_grant_never_widens_access_unless_it_is_valid_and_adds_only_what_it_says(tools, existing, new):
     agents = [REVIEWER, agent("site-guide", ["platform_status", "list_models", "open_page"])]
-    old = [{"kind": "ToolGrant", "metadata": {"name": f"g{i}", "namespace": "agentfn",
-                                              "creationTimestamp": f"2026-12-01T00:00:0{i}Z"}, "spec": s}
-           for i, s in enumerate(existing)]
-    added = {"kind": "ToolGrant", "metadata": {"name": "new", "namespace": "agentfn",
-                                               "creationTimestamp": "2026-12-02T00:00:00Z"}, "spec": new}
+    old = [
+        {
+            "kind": "ToolGrant",
+            "metadata": {"name": f"g{i}", "namespace": "agentfn", "creationTimestamp": f"2026-12-01T00:00:0{i}Z"},
+            "spec": s,
+        }
+        for i, s in enumerate(existing)
+    ]
+    added = {
+        "kind": "ToolGrant",
+        "metadata": {"name": "new", "namespace": "agentfn", "creationTimestamp": "2026-12-02T00:00:00Z"},
+        "spec": new,
+    }
     before = access(reconcile(tools, agents, old).registry)
     outcome = reconcile(tools, agents, [*old, added])
     after = access(outcome.registry)
@@ -220,7 +335,10 @@ def test_a_new_grant_never_widens_access_unless_it_is_valid_and_adds_only_what_i
         assert after == before
     else:
         callers = set(new["subjects"]) | set(new["groups"])
-        said = {("step", a, new["tool"], c) for a in new["agents"] for c in callers} | \
-            {(ch, "", new["tool"], c) for ch, on in (("alone", new["callableAlone"]), ("mcp", new["mcp"])) if on
-             for c in callers}
+        said = {("step", a, new["tool"], c) for a in new["agents"] for c in callers} | {
+            (ch, "", new["tool"], c)
+            for ch, on in (("alone", new["callableAlone"]), ("mcp", new["mcp"]))
+            if on
+            for c in callers
+        }
         assert after - before == said

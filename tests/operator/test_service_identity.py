@@ -31,9 +31,15 @@ def cluster_memory(kube, memory_env, tmp_path_factory):
     directory = tmp_path_factory.mktemp("memory")
     jwks_token = directory / "token"  # memory's own token: every ServiceAccount may read the issuer's keys
     jwks_token.write_text(token(kube, "agentfn-memory"))
-    env = {**memory_env, "AGENTFN_SERVICE_JWT_ISSUER": kube.issuer, "AGENTFN_SERVICE_JWT_AUDIENCE": "agentfn-memory",
-           "AGENTFN_SERVICE_JWKS_URL": kube.url + "/openid/v1/jwks", "AGENTFN_SERVICE_JWKS_CA_FILE": str(kube.ca_file),
-           "AGENTFN_SERVICE_JWKS_TOKEN_FILE": str(jwks_token), "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": MODEL}
+    env = {
+        **memory_env,
+        "AGENTFN_SERVICE_JWT_ISSUER": kube.issuer,
+        "AGENTFN_SERVICE_JWT_AUDIENCE": "agentfn-memory",
+        "AGENTFN_SERVICE_JWKS_URL": kube.url + "/openid/v1/jwks",
+        "AGENTFN_SERVICE_JWKS_CA_FILE": str(kube.ca_file),
+        "AGENTFN_SERVICE_JWKS_TOKEN_FILE": str(jwks_token),
+        "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": MODEL,
+    }
     server = Gunicorn("agentfn.memory.app:create_app()", env, directory / "memory.log")
     server.start()
     yield server
@@ -41,8 +47,12 @@ def cluster_memory(kube, memory_env, tmp_path_factory):
 
 
 def write_episode(memory, bearer: str, subject: str):
-    return requests.post(memory.url + "/internal/v1/episodes", json={"subject": subject, "text": SUMMARY},
-                         headers={"Authorization": f"Bearer {bearer}"}, timeout=30)
+    return requests.post(
+        memory.url + "/internal/v1/episodes",
+        json={"subject": subject, "text": SUMMARY},
+        headers={"Authorization": f"Bearer {bearer}"},
+        timeout=30,
+    )
 
 
 def test_the_model_functions_token_request_is_accepted(kube, cluster_memory, issuer):
@@ -53,11 +63,14 @@ def test_the_model_functions_token_request_is_accepted(kube, cluster_memory, iss
     assert [e["id"] for e in entries] == [written.json()["id"]] and entries[0]["kind"] == "episode"
 
 
-@pytest.mark.parametrize(("account", "audiences", "status", "detail"), [
-    ("agentfn-intruder", ["agentfn-memory"], 403, "not trusted"),
-    ("agentfn-model", [], 401, "not meant for this service"),  # the apiserver's own audience
-    ("agentfn-model", ["agentfn"], 401, "not meant for this service"),  # the callers' audience
-])
+@pytest.mark.parametrize(
+    ("account", "audiences", "status", "detail"),
+    [
+        ("agentfn-intruder", ["agentfn-memory"], 403, "not trusted"),
+        ("agentfn-model", [], 401, "not meant for this service"),  # the apiserver's own audience
+        ("agentfn-model", ["agentfn"], 401, "not meant for this service"),  # the callers' audience
+    ],
+)
 def test_another_account_or_audience_is_refused(kube, cluster_memory, issuer, account, audiences, status, detail):
     subject = f"ana-{secrets.token_hex(3)}"
     refused = write_episode(cluster_memory, token(kube, account, *audiences), subject)

@@ -53,8 +53,12 @@ class Lab:
 
     def inside(self, code: str, timeout: float = 20) -> subprocess.CompletedProcess:
         """Run Python code inside the lab's namespace (for probes of the lab itself)."""
-        return subprocess.run(["nsenter", f"--net={self.netns}", "--", sys.executable, "-c", code],
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            ["nsenter", f"--net={self.netns}", "--", sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -69,10 +73,19 @@ def lab(postgres, issuer, tmp_path_factory):
         pytest.skip("the lab is a network namespace of the tests' own: run as root")
     directory = tmp_path_factory.mktemp("lab")
     log = open(directory / "lab.log", "wb")
-    command = [sys.executable, str(HERE / "lab.py"), "--dir", str(directory),
-               "--forward", str(postgres.port), "--forward", str(urlsplit(issuer.url).port)]
-    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                               preexec_fn=_die_with_parent)
+    command = [
+        sys.executable,
+        str(HERE / "lab.py"),
+        "--dir",
+        str(directory),
+        "--forward",
+        str(postgres.port),
+        "--forward",
+        str(urlsplit(issuer.url).port),
+    ]
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, preexec_fn=_die_with_parent
+    )
     ready, _, _ = select.select([process.stdout], [], [], 30)
     line = process.stdout.readline() if ready else b""
     if not line:
@@ -103,10 +116,24 @@ class PageFunction:
         self._out = open(self.log, "ab")
         fd = self.listener.fileno()
         self.process = subprocess.Popen(
-            ["nsenter", f"--net={self.lab.netns}", "--", str(BIN / "gunicorn"), "-c",
-             "python:agentfn.shared.gunicorn_conf", "-b", f"fd://{fd}", "agentfn.page.app:create_app()"],
-            env=self.env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT, pass_fds=[fd],
-            preexec_fn=_die_with_parent)
+            [
+                "nsenter",
+                f"--net={self.lab.netns}",
+                "--",
+                str(BIN / "gunicorn"),
+                "-c",
+                "python:agentfn.shared.gunicorn_conf",
+                "-b",
+                f"fd://{fd}",
+                "agentfn.page.app:create_app()",
+            ],
+            env=self.env,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            pass_fds=[fd],
+            preexec_fn=_die_with_parent,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -133,14 +160,27 @@ def page_dsn(postgres):
 
 
 def page_env(lab: Lab, issuer, dsn: str, **overrides: str) -> dict[str, str]:
-    env = {**issuer.env(), "AGENTFN_DATABASE_URL": dsn, "AGENTFN_DNS_SERVERS": "127.0.0.1:53",
-           "AGENTFN_PAGE_CA_FILE": str(lab.dir / "ca.pem"), "AGENTFN_PAGE_DEADLINE_SECONDS": "2",
-           "AGENTFN_PAGE_MAX_BYTES": str(1 << 20), "AGENTFN_LOG_LEVEL": "INFO", "AGENTFN_THREADS": "8",
-           # Proxies in the environment must change nothing: each points at an internal recorder. Loopback
-           # is exempt only for the token issuer's keys (fetched by the shared identity code, which honours
-           # proxies); the fetcher never goes to loopback, so every page it opens would meet the proxy.
-           "HTTP_PROXY": PROXY, "HTTPS_PROXY": PROXY, "ALL_PROXY": PROXY, "http_proxy": PROXY,
-           "https_proxy": PROXY, "all_proxy": PROXY, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+    env = {
+        **issuer.env(),
+        "AGENTFN_DATABASE_URL": dsn,
+        "AGENTFN_DNS_SERVERS": "127.0.0.1:53",
+        "AGENTFN_PAGE_CA_FILE": str(lab.dir / "ca.pem"),
+        "AGENTFN_PAGE_DEADLINE_SECONDS": "2",
+        "AGENTFN_PAGE_MAX_BYTES": str(1 << 20),
+        "AGENTFN_LOG_LEVEL": "INFO",
+        "AGENTFN_THREADS": "8",
+        # Proxies in the environment must change nothing: each points at an internal recorder. Loopback
+        # is exempt only for the token issuer's keys (fetched by the shared identity code, which honours
+        # proxies); the fetcher never goes to loopback, so every page it opens would meet the proxy.
+        "HTTP_PROXY": PROXY,
+        "HTTPS_PROXY": PROXY,
+        "ALL_PROXY": PROXY,
+        "http_proxy": PROXY,
+        "https_proxy": PROXY,
+        "all_proxy": PROXY,
+        "NO_PROXY": "127.0.0.1",
+        "no_proxy": "127.0.0.1",
+    }
     env.update(overrides)
     return env
 
@@ -157,9 +197,11 @@ def page(lab, issuer, page_dsn, tmp_path_factory):
 @pytest.fixture(scope="session")
 def tight_page(lab, issuer, page_dsn, tmp_path_factory):
     """A second instance whose callers have only 4 pages a day, and whose cache forgets after 4 seconds."""
-    server = PageFunction(lab, page_env(lab, issuer, page_dsn, AGENTFN_PAGE_DAILY_PAGES="4",
-                                        AGENTFN_PAGE_CACHE_SECONDS="4"),
-                          tmp_path_factory.mktemp("logs") / "tight.log")
+    server = PageFunction(
+        lab,
+        page_env(lab, issuer, page_dsn, AGENTFN_PAGE_DAILY_PAGES="4", AGENTFN_PAGE_CACHE_SECONDS="4"),
+        tmp_path_factory.mktemp("logs") / "tight.log",
+    )
     server.start()
     yield server
     server.stop()
@@ -172,11 +214,16 @@ class Opener:
         self.base, self.issuer, self.session = base, issuer, requests.Session()
         self.session.trust_env = False
 
-    def __call__(self, url: str, *, subject: str | None = None, headers: dict[str, str] | None = None,
-                 **body) -> requests.Response:
+    def __call__(
+        self, url: str, *, subject: str | None = None, headers: dict[str, str] | None = None, **body
+    ) -> requests.Response:
         token = self.issuer.exchanged("agentfn:page", subject or fresh_subject())
-        return self.session.post(self.base + "/v1/open", json={"url": url, **body},
-                                 headers={**(headers or {}), "Authorization": f"Bearer {token}"}, timeout=30)
+        return self.session.post(
+            self.base + "/v1/open",
+            json={"url": url, **body},
+            headers={**(headers or {}), "Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
 
 
 def fresh_subject() -> str:

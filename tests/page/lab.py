@@ -48,17 +48,41 @@ from public_web import PublicWeb  # noqa: E402
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 
-PUBLIC = "44.0.0.10"          # ipaddress calls 44.0.0.0/8 global: a "public" server, inside the namespace only
-REBOUND = "44.0.0.11"         # where the rebinding name answers first
+PUBLIC = "44.0.0.10"  # ipaddress calls 44.0.0.0/8 global: a "public" server, inside the namespace only
+REBOUND = "44.0.0.11"  # where the rebinding name answers first
 PUBLIC6 = "2600:44::10"
 TEREDO_LOOPBACK = "2001:0:4136:e378:8000:63bf:80ff:fffe"  # Teredo, client 127.0.0.1 (stored inverted)
 # Internal addresses put on the namespace's loopback, so that a bypass would really land on a recorder.
 WIRESERVER = "168.63.129.16"  # Azure's platform address: public, answers only inside the cloud
-INTERNAL = ["10.0.0.5", "172.16.0.5", "192.168.0.5", "100.64.0.5", "100.100.100.200", "169.254.169.254",
-            "169.254.170.2", "198.18.0.5", "192.0.2.5", "192.0.0.170", "240.0.0.5", WIRESERVER,
-            "64:ff9b::a83f:8110", "2002:a83f:8110::1",
-            "fd00:ec2::254", "fc00::5", "fec0::5", "64:ff9b::7f00:1", "64:ff9b::a00:5", "64:ff9b:1:7f00:0:100::",
-            "2002:7f00:1::1", "2002:a00:5::1", TEREDO_LOOPBACK, "::7f00:1", "2001:db8::5", "100::5", "3fff::5"]
+INTERNAL = [
+    "10.0.0.5",
+    "172.16.0.5",
+    "192.168.0.5",
+    "100.64.0.5",
+    "100.100.100.200",
+    "169.254.169.254",
+    "169.254.170.2",
+    "198.18.0.5",
+    "192.0.2.5",
+    "192.0.0.170",
+    "240.0.0.5",
+    WIRESERVER,
+    "64:ff9b::a83f:8110",
+    "2002:a83f:8110::1",
+    "fd00:ec2::254",
+    "fc00::5",
+    "fec0::5",
+    "64:ff9b::7f00:1",
+    "64:ff9b::a00:5",
+    "64:ff9b:1:7f00:0:100::",
+    "2002:7f00:1::1",
+    "2002:a00:5::1",
+    TEREDO_LOOPBACK,
+    "::7f00:1",
+    "2001:db8::5",
+    "100::5",
+    "3fff::5",
+]
 INTERNAL_PORTS = [80, 443, 8080, 8443, 22, 25, 3128, 6379, 11211, 2375, 9200]
 CERT_NAMES = ["www.pub.test", "secure.pub.test", "alias.pub.test", "v6.pub.test", "dual.pub.test"]
 
@@ -90,7 +114,7 @@ ZONE: dict[str, list[tuple[str, str]]] = {
     "hop2.pub.test": [("CNAME", "loop.evil.test")],
     "cname-meta.evil.test": [("CNAME", "meta.evil.test")],
 }
-REBIND = "rebind.evil.test"   # first A answer REBOUND, every later one 127.0.0.1, TTL 0
+REBIND = "rebind.evil.test"  # first A answer REBOUND, every later one 127.0.0.1, TTL 0
 BLACKHOLE = "blackhole.test"  # never answered
 # A slow resolver: these names' answers wait this long (TTL 0, so every lookup waits); an AAAA of a name
 # in SILENT_AAAA is never answered.
@@ -126,8 +150,13 @@ def start(directory: Path, forward: list[int], connector: Connector | None) -> N
     PublicWeb.hits_path = str(directory / "public.jsonl")
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     tls.load_cert_chain(leaf[0], leaf[1])
-    for address, port, context in [(PUBLIC, 80, None), (REBOUND, 80, None), (PUBLIC6, 80, None),
-                                   (PUBLIC, 443, tls), (PUBLIC6, 443, tls)]:
+    for address, port, context in [
+        (PUBLIC, 80, None),
+        (REBOUND, 80, None),
+        (PUBLIC6, 80, None),
+        (PUBLIC, 443, tls),
+        (PUBLIC6, 443, tls),
+    ]:
         serve_public(address, port, context)
     record_internal(directory / "internal.jsonl")
     for port in forward:
@@ -135,8 +164,9 @@ def start(directory: Path, forward: list[int], connector: Connector | None) -> N
 
 
 def network() -> None:
-    commands = ["link set lo up"] + [f"addr add {a}/{32 if ':' not in a else 128} dev lo"
-                                     for a in [PUBLIC, REBOUND, PUBLIC6, *INTERNAL]]
+    commands = ["link set lo up"] + [
+        f"addr add {a}/{32 if ':' not in a else 128} dev lo" for a in [PUBLIC, REBOUND, PUBLIC6, *INTERNAL]
+    ]
     subprocess.run(["ip", "-batch", "-"], input="\n".join(commands) + "\n", text=True, check=True)
 
 
@@ -145,27 +175,40 @@ def certificates(directory: Path) -> tuple[Path, tuple[Path, Path]]:
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "agentfn page lab CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(hours=1))
-          .not_valid_after(now + dt.timedelta(days=2))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     key = ec.generate_private_key(ec.SECP256R1())
     names = [x509.DNSName(n) for n in CERT_NAMES] + [x509.IPAddress(ipaddress.ip_address(a)) for a in (PUBLIC, PUBLIC6)]
-    leaf = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CERT_NAMES[0])]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=2))
-            .add_extension(x509.SubjectAlternativeName(names), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CERT_NAMES[0])]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     pem = serialization.Encoding.PEM
     (directory / "ca.pem").write_bytes(ca.public_bytes(pem))
     (directory / "leaf.pem").write_bytes(leaf.public_bytes(pem))
-    (directory / "leaf.key").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                                           serialization.NoEncryption()))
+    (directory / "leaf.key").write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return directory / "ca.pem", (directory / "leaf.pem", directory / "leaf.key")
 
 
@@ -211,8 +254,10 @@ def record_internal(path: Path) -> None:
         with lock, open(path, "a") as f:
             f.write(json.dumps({"address": where[0], "port": where[1], "request": first.decode("latin-1")}) + "\n")
         try:
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 22\r\nConnection: close"
-                         b"\r\n\r\n<p>internal secret</p>")
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 22\r\nConnection: close"
+                b"\r\n\r\n<p>internal secret</p>"
+            )
         except OSError:
             pass
         conn.close()

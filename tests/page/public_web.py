@@ -36,23 +36,28 @@ def long_article(paragraphs: int = 60) -> str:
         f"<p>Paragraph {i} of the long page talks about topic {i} in plain words, one sentence after another, so "
         f"that a window of text ends somewhere inside it and the next window carries on. It points to "
         f"<a href='/topic/{i}'>topic {i}</a> and then goes on for a while longer about nothing much at all, "
-        f"repeating itself the way long pages do, until the paragraph is done.</p>" for i in range(paragraphs))
-    return f"<!doctype html><html><head><title>The long page</title></head><body><article>{body}</article>" \
-           f"</body></html>"
+        f"repeating itself the way long pages do, until the paragraph is done.</p>"
+        for i in range(paragraphs)
+    )
+    return f"<!doctype html><html><head><title>The long page</title></head><body><article>{body}</article></body></html>"
 
 
 def bench_page(size: int) -> str:
     """An article-like page of about `size` bytes: paragraphs with a link each, as a real page has."""
-    paragraph = ("<p>Paragraph {i} of the benchmark page carries ordinary prose about engineering, with a "
-                 "<a href='/bench/link/{i}'>link number {i}</a> in it, and then enough words after the link "
-                 "to make the paragraph look like a real one in a real article.</p>")
+    paragraph = (
+        "<p>Paragraph {i} of the benchmark page carries ordinary prose about engineering, with a "
+        "<a href='/bench/link/{i}'>link number {i}</a> in it, and then enough words after the link "
+        "to make the paragraph look like a real one in a real article.</p>"
+    )
     parts, total, i = [], 0, 0
     while total < size:
         parts.append(paragraph.format(i=i))
         total += len(parts[-1])
         i += 1
-    return f"<!doctype html><html><head><title>Benchmark page</title></head><body><article>{''.join(parts)}" \
-           f"</article></body></html>"
+    return (
+        f"<!doctype html><html><head><title>Benchmark page</title></head><body><article>{''.join(parts)}"
+        f"</article></body></html>"
+    )
 
 
 BOMB = b"<html><body><p>" + b"a" * (32 * 1024 * 1024)
@@ -77,18 +82,32 @@ class PublicWeb(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
         with self._lock, open(self.hits_path, "a") as f:
-            f.write(json.dumps({"server": self.server.server_address[0], "port": self.server.server_address[1],
-                                "host": self.headers.get("Host"), "path": self.path,
-                                "headers": {k.lower(): v for k, v in self.headers.items()}}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "server": self.server.server_address[0],
+                        "port": self.server.server_address[1],
+                        "host": self.headers.get("Host"),
+                        "path": self.path,
+                        "headers": {k.lower(): v for k, v in self.headers.items()},
+                    }
+                )
+                + "\n"
+            )
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         path = parts.path
         for prefix, route in ROUTES:
             if path == prefix or (prefix.endswith("/") and path.startswith(prefix)):
-                return route(self, path[len(prefix):], query)
+                return route(self, path[len(prefix) :], query)
         self.send(404, b"<html><body><p>not here</p></body></html>")
 
-    def send(self, status: int, body: bytes | str, content_type: str | None = "text/html; charset=utf-8",
-             headers: dict[str, str] | None = None) -> None:
+    def send(
+        self,
+        status: int,
+        body: bytes | str,
+        content_type: str | None = "text/html; charset=utf-8",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         body = body.encode() if isinstance(body, str) else body
         self.send_response(status)
         if content_type:
@@ -187,35 +206,54 @@ def _cookie(h, rest, q):
     h.send(302, b"", headers={"Location": "/echo", "Set-Cookie": "session=s3cr3t; Path=/"})
 
 
-LATIN1 = ("<html><head><title>Caf\xe9</title></head><body><article><p>Un caf\xe9 cr\xe8me, s'il vous pla\xeet: "
-          "this paragraph is written in Latin-1 and declares it only in the Content-Type header, so the "
-          "fetcher has to honour the header to get the accents right.</p></article></body></html>").encode("latin-1")
-META_1252 = (b"<html><head><meta charset=\"windows-1252\"><title>Quotes</title></head><body><article><p>"
-             b"\x93Curly quotes\x94 come from windows-1252, declared only in a meta tag, and this paragraph goes on "
-             b"long enough to be the main text of the page it is on.</p></article></body></html>")
-BASE = ("<html><head><title>Based</title><base href=\"/other/place/\"></head><body><article><p>This page sets a "
-        "base for its links, so <a href=\"x.html\">a relative link</a> resolves against the base, not against "
-        "the page's own URL, the way a browser would resolve it for a reader.</p></article></body></html>")
+LATIN1 = (
+    "<html><head><title>Caf\xe9</title></head><body><article><p>Un caf\xe9 cr\xe8me, s'il vous pla\xeet: "
+    "this paragraph is written in Latin-1 and declares it only in the Content-Type header, so the "
+    "fetcher has to honour the header to get the accents right.</p></article></body></html>"
+).encode("latin-1")
+META_1252 = (
+    b'<html><head><meta charset="windows-1252"><title>Quotes</title></head><body><article><p>'
+    b"\x93Curly quotes\x94 come from windows-1252, declared only in a meta tag, and this paragraph goes on "
+    b"long enough to be the main text of the page it is on.</p></article></body></html>"
+)
+BASE = (
+    '<html><head><title>Based</title><base href="/other/place/"></head><body><article><p>This page sets a '
+    'base for its links, so <a href="x.html">a relative link</a> resolves against the base, not against '
+    "the page's own URL, the way a browser would resolve it for a reader.</p></article></body></html>"
+)
 PLAIN = "Plain text page.\nIt has two lines and no markup at all, which is fine.\n"
 
 ROUTES = [
-    ("/article", _article), ("/deep/dir/article", _article), ("/echo", _article), ("/deep/dir/rel/", _article),
+    ("/article", _article),
+    ("/deep/dir/article", _article),
+    ("/echo", _article),
+    ("/deep/dir/rel/", _article),
     ("/deep/dir/second%20page.html", _article),
     ("/go/article", lambda h, r, q: h.send(302, b"", headers={"Location": "/deep/dir/article"})),
     ("/long", lambda h, r, q: h.send(200, long_article())),
     ("/bench/", lambda h, r, q: h.send(200, bench_page(int(r)) if r.isdigit() else ARTICLE)),
-    ("/redirect", _redirect), ("/hops/", _hops),
+    ("/redirect", _redirect),
+    ("/hops/", _hops),
     ("/loop", lambda h, r, q: h.send(302, b"", headers={"Location": "/loop"})),
-    ("/bomb/gzip", _encoded(GZIP_BOMB, "gzip")), ("/bomb/deflate", _encoded(DEFLATE_BOMB, "deflate")),
+    ("/bomb/gzip", _encoded(GZIP_BOMB, "gzip")),
+    ("/bomb/deflate", _encoded(DEFLATE_BOMB, "deflate")),
     ("/bomb/raw-deflate", _encoded(RAW_DEFLATE_BOMB, "deflate")),
     ("/gzip/article", _encoded(gzip.compress(ARTICLE.encode()), "gzip")),
-    ("/big/", _big), ("/slow/", _slow), ("/silent", _silent), ("/headers/", _headers),
-    ("/pdf", _typed(PDF, "application/pdf")), ("/png", _typed(PNG, "image/png")),
-    ("/pdf-as-html", _typed(PDF, "text/html")), ("/png-untyped", _typed(PNG, None)),
+    ("/big/", _big),
+    ("/slow/", _slow),
+    ("/silent", _silent),
+    ("/headers/", _headers),
+    ("/pdf", _typed(PDF, "application/pdf")),
+    ("/png", _typed(PNG, "image/png")),
+    ("/pdf-as-html", _typed(PDF, "text/html")),
+    ("/png-untyped", _typed(PNG, None)),
     ("/zip-as-text", _typed(b"PK\x03\x04" + b"\x00" * 600, "text/plain")),
     ("/binary-as-html", _typed(b"<html>" + bytes(range(32)) * 40, "text/html")),
-    ("/latin1", _typed(LATIN1, "text/html; charset=iso-8859-1")), ("/meta-charset", _typed(META_1252, "text/html")),
-    ("/base", _typed(BASE.encode(), "text/html")), ("/text", _typed(PLAIN.encode(), "text/plain; charset=utf-8")),
+    ("/latin1", _typed(LATIN1, "text/html; charset=iso-8859-1")),
+    ("/meta-charset", _typed(META_1252, "text/html")),
+    ("/base", _typed(BASE.encode(), "text/html")),
+    ("/text", _typed(PLAIN.encode(), "text/plain; charset=utf-8")),
     ("/untyped-html", _typed(ARTICLE.encode(), None)),
-    ("/status/", _status), ("/cookie", _cookie),
+    ("/status/", _status),
+    ("/cookie", _cookie),
 ]

@@ -17,8 +17,9 @@ SECRET_WORD = "marmalade-velvet"  # in the article's text (public_web.py)
 def call(base, issuer, subject, url, **body):
     """One call of a page fetcher's door as `subject`."""
     token = issuer.exchanged("agentfn:page", subject)
-    return requests.post(base + "/v1/open", json={"url": url, **body}, headers={"Authorization": f"Bearer {token}"},
-                         timeout=30)
+    return requests.post(
+        base + "/v1/open", json={"url": url, **body}, headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
 
 
 def test_the_budget_is_atomic_under_concurrent_calls(tight_page, issuer, page_dsn, subject):
@@ -60,8 +61,7 @@ def test_budgets_are_per_caller(tight_page, issuer, subject):
     for i in range(4):
         assert call(tight_page.url, issuer, subject, f"{PUB}/article?per-caller={i}").status_code == 200
     assert call(tight_page.url, issuer, subject, f"{PUB}/article?per-caller=x").status_code == 429
-    assert call(tight_page.url, issuer, f"other-{secrets.token_hex(4)}", f"{PUB}/article?per-caller=x").status_code \
-        == 200
+    assert call(tight_page.url, issuer, f"other-{secrets.token_hex(4)}", f"{PUB}/article?per-caller=x").status_code == 200
 
 
 def test_the_audit_records_host_status_bytes_never_path_query_or_text(opener, page_dsn, subject):
@@ -69,8 +69,11 @@ def test_the_audit_records_host_status_bytes_never_path_query_or_text(opener, pa
     assert opener("http://127.0.0.1/private-path?token=hunter2-q", subject=subject).status_code == 403
     assert opener(f"{PUB}/bomb/gzip?token=hunter2-q", subject=subject).status_code == 422
     with psycopg.connect(page_dsn) as conn:
-        rows = conn.execute("SELECT host, final_host, status, bytes, ms, redirects, outcome, audit::text AS whole "
-                            "FROM page.audit WHERE subject = %s ORDER BY id", (subject,)).fetchall()
+        rows = conn.execute(
+            "SELECT host, final_host, status, bytes, ms, redirects, outcome, audit::text AS whole "
+            "FROM page.audit WHERE subject = %s ORDER BY id",
+            (subject,),
+        ).fetchall()
     assert [(r[0], r[1], r[2], r[5], r[6]) for r in rows] == [
         ("www.pub.test", "www.pub.test", 200, 1, "ok"),
         ("127.0.0.1", None, None, 0, "blocked_address"),
@@ -106,35 +109,48 @@ def test_the_page_role_reaches_only_its_own_schema(postgres, page_dsn):
 
 def audit_of(base, issuer, generations, groups=("platform-admins",), subject="page-admin"):
     token = issuer.exchanged("agentfn:page", subject, list(groups))
-    return requests.get(base + "/v1/audit", params=[("generation_id", g) for g in generations],
-                        headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    return requests.get(
+        base + "/v1/audit",
+        params=[("generation_id", g) for g in generations],
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
 
 
 def test_an_admin_reads_the_fetches_of_a_generation_by_step_and_never_a_path(page, opener, issuer, subject):
     generation, other = str(uuid.uuid4()), str(uuid.uuid4())
-    assert opener(f"{PUB}/go/article?token=hunter2-q", subject=subject,
-                  step={"generation_id": generation, "n": 2}).status_code == 200
-    assert opener("http://127.0.0.1/private-path", subject=subject,
-                  step={"generation_id": generation, "n": 3}).status_code == 403
+    assert (
+        opener(f"{PUB}/go/article?token=hunter2-q", subject=subject, step={"generation_id": generation, "n": 2}).status_code
+        == 200
+    )
+    assert (
+        opener("http://127.0.0.1/private-path", subject=subject, step={"generation_id": generation, "n": 3}).status_code
+        == 403
+    )
     assert opener(f"{PUB}/go/article", subject=subject, step={"generation_id": other, "n": 1}).status_code == 200
     answer = audit_of(page.url, issuer, [generation])
     assert answer.status_code == 200, answer.text
     found = answer.json()["fetches"]
     assert [(f["generation_id"], f["n"], f["host"], f["status"], f["outcome"]) for f in found] == [
-        (generation, 2, "www.pub.test", 200, "ok"), (generation, 3, "127.0.0.1", None, "blocked_address")]
+        (generation, 2, "www.pub.test", 200, "ok"),
+        (generation, 3, "127.0.0.1", None, "blocked_address"),
+    ]
     assert found[0]["bytes"] > 1000
     for secret in ("hunter2", "/article", "private-path", SECRET_WORD, subject):
         assert secret not in answer.text
 
 
-@pytest.mark.parametrize(("groups", "params", "status"), [
-    (("platform-users",), [("generation_id", "00000000-0000-0000-0000-000000000000")], 403),
-    (("platform-admin",), [("generation_id", "00000000-0000-0000-0000-000000000000")], 403),
-    (("platform-admins",), [], 400),
-    (("platform-admins",), [("generation_id", "not-a-uuid")], 400),
-    (("platform-admins",), [("generation_id", "00000000-0000-0000-0000-000000000000"), ("subject", "x")], 400),
-    (("platform-admins",), [("generation_id", "00000000-0000-0000-0000-000000000000")] * 65, 400),
-])
+@pytest.mark.parametrize(
+    ("groups", "params", "status"),
+    [
+        (("platform-users",), [("generation_id", "00000000-0000-0000-0000-000000000000")], 403),
+        (("platform-admin",), [("generation_id", "00000000-0000-0000-0000-000000000000")], 403),
+        (("platform-admins",), [], 400),
+        (("platform-admins",), [("generation_id", "not-a-uuid")], 400),
+        (("platform-admins",), [("generation_id", "00000000-0000-0000-0000-000000000000"), ("subject", "x")], 400),
+        (("platform-admins",), [("generation_id", "00000000-0000-0000-0000-000000000000")] * 65, 400),
+    ],
+)
 def test_the_fetch_audit_is_for_admins_and_checks_its_query(page, issuer, groups, params, status):
     token = issuer.exchanged("agentfn:page", "page-someone", list(groups))
     answer = requests.get(page.url + "/v1/audit", params=params, headers={"Authorization": f"Bearer {token}"}, timeout=30)
@@ -144,6 +160,10 @@ def test_the_fetch_audit_is_for_admins_and_checks_its_query(page, issuer, groups
 
 def test_the_fetch_audit_takes_no_token_the_model_function_did_not_exchange(page, issuer):
     raw = issuer.caller_token("page-admin", ["platform-admins"])  # the caller's own token, not exchanged
-    answer = requests.get(page.url + "/v1/audit", params={"generation_id": str(uuid.uuid4())},
-                          headers={"Authorization": f"Bearer {raw}"}, timeout=30)
+    answer = requests.get(
+        page.url + "/v1/audit",
+        params={"generation_id": str(uuid.uuid4())},
+        headers={"Authorization": f"Bearer {raw}"},
+        timeout=30,
+    )
     assert answer.status_code == 401

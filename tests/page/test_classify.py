@@ -97,8 +97,9 @@ ADDRESSES = [
 ]
 
 
-@pytest.mark.parametrize(("address", "verdict"), [row[:2] for row in ADDRESSES],
-                         ids=[f"{row[0]} ({row[2]})" for row in ADDRESSES])
+@pytest.mark.parametrize(
+    ("address", "verdict"), [row[:2] for row in ADDRESSES], ids=[f"{row[0]} ({row[2]})" for row in ADDRESSES]
+)
 def test_classify(address, verdict):
     assert classify(address) is verdict
     assert classify(ipaddress.ip_address(address)) is verdict
@@ -132,10 +133,23 @@ def test_parse_url_reads_hosts_as_a_browser_does(given, fetched):
 
 
 REFUSED = [
-    "http://user@www.pub.test/", "http://www.pub.test\\@x/", "http://127%2e0%2e0%2e1/", "http://[fe80::1%25lo]/",
-    "http://256.0.0.1/", "http://1.2.3.4.5/", "http://www.pub.test:8080/", "http://www.pub.test:0/",
-    "http://www.pub.test:99999/", "ftp://www.pub.test/", "http:www.pub.test", "http://a..b/", "http://-a.test/",
-    "http://www.pub.test/a b", "http://" + "a" * 64 + ".test/", "http://www.pub.test/" + "a" * 2048, "",
+    "http://user@www.pub.test/",
+    "http://www.pub.test\\@x/",
+    "http://127%2e0%2e0%2e1/",
+    "http://[fe80::1%25lo]/",
+    "http://256.0.0.1/",
+    "http://1.2.3.4.5/",
+    "http://www.pub.test:8080/",
+    "http://www.pub.test:0/",
+    "http://www.pub.test:99999/",
+    "ftp://www.pub.test/",
+    "http:www.pub.test",
+    "http://a..b/",
+    "http://-a.test/",
+    "http://www.pub.test/a b",
+    "http://" + "a" * 64 + ".test/",
+    "http://www.pub.test/" + "a" * 2048,
+    "",
 ]
 
 

@@ -25,13 +25,15 @@ FORGED = {
     "no token": lambda i: None,
     "not a JWT": lambda i: "not.a.jwt",
     "alg none": lambda i: jwt.encode(claims(i), None, algorithm="none", headers={"kid": i.kid}),
-    "expired": lambda i: i.sign(claims(i, exp=int(time.time()) - 120, iat=int(time.time()) - 900,
-                                       nbf=int(time.time()) - 900)),
+    "expired": lambda i: i.sign(
+        claims(i, exp=int(time.time()) - 120, iat=int(time.time()) - 900, nbf=int(time.time()) - 900)
+    ),
     "wrong audience": lambda i: i.sign(claims(i, aud="someone-else")),
     "a service token": lambda i: i.sign(claims(i, aud=SERVICE_AUDIENCE, sub="system:serviceaccount:agentfn:agentfn-model")),
     "wrong issuer": lambda i: i.sign(claims(i, iss="https://evil.example")),
-    "issuer's kid, another key": lambda i: jwt.encode(claims(i), ec.generate_private_key(ec.SECP256R1()),
-                                                      algorithm="ES256", headers={"kid": i.kid}),
+    "issuer's kid, another key": lambda i: jwt.encode(
+        claims(i), ec.generate_private_key(ec.SECP256R1()), algorithm="ES256", headers={"kid": i.kid}
+    ),
 }
 
 
@@ -40,8 +42,7 @@ def test_forged_tokens_are_refused_and_fetch_nothing(page, issuer, lab, forge):
     token = forge(issuer)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     before = len(lab.public_hits())
-    response = requests.post(page.url + "/v1/open", json={"url": f"{PUB}/article?forged"}, headers=headers,
-                             timeout=10)
+    response = requests.post(page.url + "/v1/open", json={"url": f"{PUB}/article?forged"}, headers=headers, timeout=10)
     assert response.status_code == 401, response.text
     assert response.headers["Content-Type"] == "application/problem+json"
     assert response.headers["WWW-Authenticate"].startswith("Bearer")
@@ -56,7 +57,7 @@ BAD = [
     ("url too long", {"url": f"{PUB}/" + "a" * 3000}, None, 422, "url: must be at most 2048"),
     ("negative offset", {"url": f"{PUB}/article", "offset": -1}, None, 422, "offset: must be >= 0"),
     ("window too small", {"url": f"{PUB}/article", "window": 10}, None, 422, "window: must be >= 100"),
-    ("window too large", {"url": f"{PUB}/article", "window": 10 ** 6}, None, 422, "window: must be <= 40000"),
+    ("window too large", {"url": f"{PUB}/article", "window": 10**6}, None, 422, "window: must be <= 40000"),
     ("offset not an integer", {"url": f"{PUB}/article", "offset": 1.5}, None, 422, "offset: must be of type integer"),
     ("unknown field", {"url": f"{PUB}/article", "headers": {"Cookie": "x"}}, None, 422, "unknown field 'headers'"),
     ("body not an object", [f"{PUB}/article"], None, 422, "must be of type object"),
@@ -70,8 +71,7 @@ BAD = [
 @pytest.mark.parametrize(("body", "ctype", "status", "words"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
 def test_bad_input_is_a_problem_and_fetches_nothing(page, issuer, lab, body, ctype, status, words):
     headers = {"Authorization": f"Bearer {issuer.exchanged('agentfn:page', 'bad-input')}"}
-    kwargs = {"data": body, "headers": {**headers, "Content-Type": ctype}} if ctype else {"json": body,
-                                                                                          "headers": headers}
+    kwargs = {"data": body, "headers": {**headers, "Content-Type": ctype}} if ctype else {"json": body, "headers": headers}
     before = len(lab.public_hits())
     response = requests.post(page.url + "/v1/open", timeout=10, **kwargs)
     assert response.status_code == status, response.text
@@ -92,7 +92,18 @@ def test_the_document_lists_the_door_and_the_admins_audit(page):
     assert set(document["paths"]) == {"/v1/open", "/v1/audit"}
     assert set(document["paths"]["/v1/audit"]["get"]["responses"]) == {"200", "400", "401", "403", "503"}
     assert set(document["paths"]["/v1/open"]["post"]["responses"]) == {
-        "200", "400", "401", "403", "413", "415", "422", "429", "502", "503", "504"}
+        "200",
+        "400",
+        "401",
+        "403",
+        "413",
+        "415",
+        "422",
+        "429",
+        "502",
+        "503",
+        "504",
+    }
 
 
 def test_start_to_ready_under_gunicorn(page):
@@ -121,15 +132,22 @@ def test_the_door_answers_as_documented(case, issuer):
     case.validate_response(response)
 
 
-@pytest.mark.parametrize("token", [
-    pytest.param(lambda i: i.caller_token("a-caller"), id="the caller's own gateway token"),
-    pytest.param(lambda i: i.exchanged("agentfn:tool:platform_status", "a-caller"), id="exchanged for a tool"),
-    pytest.param(lambda i: i.exchanged("agentfn:memory", "a-caller"), id="exchanged for memory"),
-])
+@pytest.mark.parametrize(
+    "token",
+    [
+        pytest.param(lambda i: i.caller_token("a-caller"), id="the caller's own gateway token"),
+        pytest.param(lambda i: i.exchanged("agentfn:tool:platform_status", "a-caller"), id="exchanged for a tool"),
+        pytest.param(lambda i: i.exchanged("agentfn:memory", "a-caller"), id="exchanged for memory"),
+    ],
+)
 def test_the_fetcher_takes_only_a_token_exchanged_for_it(page, issuer, lab, token):
     """Never callable on its own: by signature, not only because no route leads here."""
     before = len(lab.public_hits())
-    response = requests.post(page.url + "/v1/open", json={"url": f"{PUB}/article"}, timeout=10,
-                             headers={"Authorization": f"Bearer {token(issuer)}"})
+    response = requests.post(
+        page.url + "/v1/open",
+        json={"url": f"{PUB}/article"},
+        timeout=10,
+        headers={"Authorization": f"Bearer {token(issuer)}"},
+    )
     assert response.status_code == 401, response.text
     assert lab.public_hits()[before:] == []

@@ -13,8 +13,16 @@ from urllib.parse import quote
 import pytest
 
 PROBLEMS = "https://agentfn.dev/problems/"
-STATUS = {"bad_url": 422, "blocked_address": 403, "dns_failure": 422, "too_many_redirects": 422, "too_large": 422,
-          "timeout": 504, "unsupported_type": 422, "upstream_error": 502}
+STATUS = {
+    "bad_url": 422,
+    "blocked_address": 403,
+    "dns_failure": 422,
+    "too_many_redirects": 422,
+    "too_large": 422,
+    "timeout": 504,
+    "unsupported_type": 422,
+    "upstream_error": 502,
+}
 PUB = "http://www.pub.test"
 TLS = "https://secure.pub.test"
 
@@ -93,8 +101,7 @@ ATTACKS = [
     ("name to private", "http://private.evil.test/", "blocked_address"),
     ("name to metadata", "http://meta.evil.test/latest/meta-data/", "blocked_address"),
     ("name to the Azure WireServer", "http://wireserver.evil.test/machine/", "blocked_address"),
-    ("GCP's metadata name, whatever DNS answers", "http://metadata.google.internal/computeMetadata/v1/",
-     "blocked_address"),
+    ("GCP's metadata name, whatever DNS answers", "http://metadata.google.internal/computeMetadata/v1/", "blocked_address"),
     ("name to CGNAT", "http://cgnat.evil.test/", "blocked_address"),
     ("name to 0.0.0.0", "http://zero.evil.test/", "blocked_address"),
     ("one good A, one bad A", "http://mixed.evil.test/article", "blocked_address"),
@@ -174,8 +181,27 @@ ATTACKS = [
     ("TLS to a plain HTTP port", "https://www.pub.test:80/article", "upstream_error"),
     ("an error page", f"{PUB}/status/500", "upstream_error"),
 ]
-INTERNAL_MARKS = ["127.0", "169.254", "10.0.0", "172.16", "192.168", "100.64", "100.100", "::1", "ffff", "fd00",
-                  "fc00", "fe80", "fec0", "64:ff9b", "2002:", "0.0.0.0", "evil.test", "168.63", "a83f"]
+INTERNAL_MARKS = [
+    "127.0",
+    "169.254",
+    "10.0.0",
+    "172.16",
+    "192.168",
+    "100.64",
+    "100.100",
+    "::1",
+    "ffff",
+    "fd00",
+    "fc00",
+    "fe80",
+    "fec0",
+    "64:ff9b",
+    "2002:",
+    "0.0.0.0",
+    "evil.test",
+    "168.63",
+    "a83f",
+]
 
 
 def test_the_table_is_large():
@@ -272,8 +298,13 @@ def test_proxies_in_the_environment_are_ignored(page, opener, lab):
 
 def test_nothing_of_the_caller_is_sent(opener, lab):
     before = len(lab.public_hits())
-    door_headers = {"Cookie": "door=1", "Referer": "https://caller.example/", "X-Forwarded-For": "10.0.0.9",
-                    "Accept-Language": "hr", "X-Request-Id": "from-the-caller"}
+    door_headers = {
+        "Cookie": "door=1",
+        "Referer": "https://caller.example/",
+        "X-Forwarded-For": "10.0.0.9",
+        "Accept-Language": "hr",
+        "X-Request-Id": "from-the-caller",
+    }
     response = opener(f"{PUB}/echo?who", headers=door_headers)
     assert response.status_code == 200
     (hit,) = [h for h in lab.public_hits()[before:] if h["path"] == "/echo?who"]
@@ -294,15 +325,18 @@ def test_cookies_are_not_kept_across_redirects(opener, lab):
 def test_the_internal_targets_do_record_hits(lab):
     """The proof above is only as good as the recorders: a connection from inside the namespace is seen."""
     before = len(lab.internal_hits())
-    probe = ("import urllib.request\n"
-             "for url in ('http://127.0.0.1/lab-probe', 'http://169.254.169.254/lab-probe', 'http://[::1]/lab-probe',"
-             " 'http://[64:ff9b::7f00:1]/lab-probe', 'http://0.0.0.0/lab-probe'):\n"
-             "    print(urllib.request.urlopen(url, timeout=5).read())\n")
+    probe = (
+        "import urllib.request\n"
+        "for url in ('http://127.0.0.1/lab-probe', 'http://169.254.169.254/lab-probe', 'http://[::1]/lab-probe',"
+        " 'http://[64:ff9b::7f00:1]/lab-probe', 'http://0.0.0.0/lab-probe'):\n"
+        "    print(urllib.request.urlopen(url, timeout=5).read())\n"
+    )
     result = lab.inside(probe)
     assert result.returncode == 0, result.stderr
     hits = lab.internal_hits()[before:]
-    assert sorted(h["address"] for h in hits) == sorted(["127.0.0.1", "169.254.169.254", "::1", "64:ff9b::7f00:1",
-                                                         "127.0.0.1"])
+    assert sorted(h["address"] for h in hits) == sorted(
+        ["127.0.0.1", "169.254.169.254", "::1", "64:ff9b::7f00:1", "127.0.0.1"]
+    )
     assert all(h["request"] == "GET /lab-probe HTTP/1.1" for h in hits)
 
 

@@ -49,20 +49,50 @@ def engine():
 @pytest.fixture(scope="module")
 def model(page, issuer, model_dsn, engine, tmp_path_factory):
     where = tmp_path_factory.mktemp("links")
-    everyone = {"subjects": [], "groups": ["system:authenticated"], "dailyLimit": None, "grant": "t/pages",
-                "approval": "required"}
-    reader = {"object": "t/reader", "brief": "Reads pages.", "tier": "fast", "memory": "none",
-              "tools": {"open_page": everyone},
-              "limits": {"steps": 4, "tokensPerTurn": 60000, "deadlineSeconds": 30}}
-    (where / "registry.json").write_text(json.dumps({"apiVersion": "agentfn.dev/v1alpha1", "kind": "Registry",
-                                                     "revision": "sha256:" + "0" * 64, "agents": {"reader": reader},
-                                                     "alone": {}, "mcp": {}}))
-    server = Gunicorn("agentfn.model.app:create_app()", {
-        **issuer.env(), "AGENTFN_DATABASE_URL": model_dsn, "AGENTFN_REGISTRY_FILE": str(where / "registry.json"),
-        "AGENTFN_PAGE_URL": page.url, "AGENTFN_TIERS": "fast", "AGENTFN_TIER_FAST_URL": engine.url + "/v1",
-        "AGENTFN_TIER_FAST_MODEL": "scripted", "AGENTFN_TOOL_TIMEOUT_SECONDS": "5", "NO_PROXY": "127.0.0.1",
-        "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(where, "model")),
-        "no_proxy": "127.0.0.1"}, where / "model.log")
+    everyone = {
+        "subjects": [],
+        "groups": ["system:authenticated"],
+        "dailyLimit": None,
+        "grant": "t/pages",
+        "approval": "required",
+    }
+    reader = {
+        "object": "t/reader",
+        "brief": "Reads pages.",
+        "tier": "fast",
+        "memory": "none",
+        "tools": {"open_page": everyone},
+        "limits": {"steps": 4, "tokensPerTurn": 60000, "deadlineSeconds": 30},
+    }
+    (where / "registry.json").write_text(
+        json.dumps(
+            {
+                "apiVersion": "agentfn.dev/v1alpha1",
+                "kind": "Registry",
+                "revision": "sha256:" + "0" * 64,
+                "agents": {"reader": reader},
+                "alone": {},
+                "mcp": {},
+            }
+        )
+    )
+    server = Gunicorn(
+        "agentfn.model.app:create_app()",
+        {
+            **issuer.env(),
+            "AGENTFN_DATABASE_URL": model_dsn,
+            "AGENTFN_REGISTRY_FILE": str(where / "registry.json"),
+            "AGENTFN_PAGE_URL": page.url,
+            "AGENTFN_TIERS": "fast",
+            "AGENTFN_TIER_FAST_URL": engine.url + "/v1",
+            "AGENTFN_TIER_FAST_MODEL": "scripted",
+            "AGENTFN_TOOL_TIMEOUT_SECONDS": "5",
+            "NO_PROXY": "127.0.0.1",
+            "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(where, "model")),
+            "no_proxy": "127.0.0.1",
+        },
+        where / "model.log",
+    )
     server.start()
     yield server
     server.stop()
@@ -78,8 +108,7 @@ LINK_CASES = [  # (case, the second call, what it opens: the URL or the refusal'
     ("a_link_by_its_exact_href", opened(url=NEXT), NEXT, 2),
     ("the_same_page_read_on", opened(url=ARTICLE, offset=100), ARTICLE, 1),  # from the caller's cache
     ("a_number_the_page_does_not_have", opened(url="99"), "url-not-offered", 1),
-    ("an_address_on_the_page_host_but_not_a_link", opened(url=f"{PUB}/deep/dir/secret?q=marmalade"), "url-not-offered",
-     1),
+    ("an_address_on_the_page_host_but_not_a_link", opened(url=f"{PUB}/deep/dir/secret?q=marmalade"), "url-not-offered", 1),
 ]
 
 
@@ -88,11 +117,18 @@ def test_a_turn_follows_only_the_links_of_a_page_it_opened(model, engine, page, 
     subject = f"reader-{case}"
     headers = issuer.headers(subject, ["readers"])
     sid = engine.script(opened(url=ARTICLE), second, {"text": "Read."})
-    response = requests.post(f"{model.url}/v1/agents/reader/turns", headers=headers, timeout=60, json={
-        "messages": [{"role": "user", "content": f"Read {ARTICLE} and its first link. script:{sid}"}]})
+    response = requests.post(
+        f"{model.url}/v1/agents/reader/turns",
+        headers=headers,
+        timeout=60,
+        json={"messages": [{"role": "user", "content": f"Read {ARTICLE} and its first link. script:{sid}"}]},
+    )
     assert response.status_code == 200, response.text
-    ended = [json.loads(block.split("data: ", 1)[1]) for block in response.text.split("\n\n")
-             if block.startswith("event: step") and '"status":"started"' not in block]
+    ended = [
+        json.loads(block.split("data: ", 1)[1])
+        for block in response.text.split("\n\n")
+        if block.startswith("event: step") and '"status":"started"' not in block
+    ]
     assert ended[0]["status"] == "ok" and ended[0]["result"]["final_url"] == ARTICLE
     if outcome.startswith("http://"):
         assert ended[1]["status"] == "ok", ended[1]
@@ -111,14 +147,30 @@ def test_a_link_of_a_page_opened_in_an_earlier_turn_is_refused(model, engine, pa
     subject = "reader-earlier-turn"
     headers = issuer.headers(subject, ["readers"])
     first = engine.script(opened(url=ARTICLE), {"text": "Read."})
-    requests.post(f"{model.url}/v1/agents/reader/turns", headers=headers, timeout=60,
-                  json={"messages": [{"role": "user", "content": f"Read {ARTICLE}. script:{first}"}]})
+    requests.post(
+        f"{model.url}/v1/agents/reader/turns",
+        headers=headers,
+        timeout=60,
+        json={"messages": [{"role": "user", "content": f"Read {ARTICLE}. script:{first}"}]},
+    )
     history = [{"role": "user", "content": f"Read {ARTICLE}."}]  # (the engine plays the first script id it sees)
     sid = engine.script(opened(url=NEXT), {"text": "No."})
-    response = requests.post(f"{model.url}/v1/agents/reader/turns", headers=headers, timeout=60, json={
-        "messages": [*history, {"role": "assistant", "content": "Read."},
-                     {"role": "user", "content": f"Now its first link. script:{sid}"}]})
-    steps = [json.loads(block.split("data: ", 1)[1]) for block in response.text.split("\n\n")
-             if block.startswith("event: step") and '"status":"started"' not in block]
+    response = requests.post(
+        f"{model.url}/v1/agents/reader/turns",
+        headers=headers,
+        timeout=60,
+        json={
+            "messages": [
+                *history,
+                {"role": "assistant", "content": "Read."},
+                {"role": "user", "content": f"Now its first link. script:{sid}"},
+            ]
+        },
+    )
+    steps = [
+        json.loads(block.split("data: ", 1)[1])
+        for block in response.text.split("\n\n")
+        if block.startswith("event: step") and '"status":"started"' not in block
+    ]
     assert [(s["status"], s["result"]["type"].rsplit("/", 1)[-1]) for s in steps] == [("error", "url-not-offered")]
     assert fetched(page, subject) == 1

@@ -94,12 +94,16 @@ def test_an_offset_past_the_end_is_a_problem(opener, subject):
     assert response.json()["total_chars"] == total
 
 
-@pytest.mark.parametrize(("path", "title", "words"), [
-    ("/latin1", "Café", "Un café crème, s'il vous plaît"),
-    ("/meta-charset", "Quotes", "\u201cCurly quotes\u201d"),
-    ("/untyped-html", "A public article", "The first paragraph"),
-    ("/gzip/article", "A public article", "The secret word"),
-], ids=["charset from the header", "charset from a meta tag", "no content type", "gzip"])
+@pytest.mark.parametrize(
+    ("path", "title", "words"),
+    [
+        ("/latin1", "Café", "Un café crème, s'il vous plaît"),
+        ("/meta-charset", "Quotes", "\u201cCurly quotes\u201d"),
+        ("/untyped-html", "A public article", "The first paragraph"),
+        ("/gzip/article", "A public article", "The secret word"),
+    ],
+    ids=["charset from the header", "charset from a meta tag", "no content type", "gzip"],
+)
 def test_charsets_and_encodings_are_honoured(opener, path, title, words):
     page = opener(PUB + path).json()
     assert page["title"] == title and words in page["text"]
@@ -107,6 +111,13 @@ def test_charsets_and_encodings_are_honoured(opener, path, title, words):
 
 def test_plain_text_is_kept_as_it_is(opener):
     page = opener(f"{PUB}/text").json()
-    assert page == {"url": f"{PUB}/text", "final_url": f"{PUB}/text", "title": "", "offset": 0, "next_offset": None,
-                    "text": "Plain text page.\nIt has two lines and no markup at all, which is fine.\n",
-                    "total_chars": 71, "links": []}
+    assert page == {
+        "url": f"{PUB}/text",
+        "final_url": f"{PUB}/text",
+        "title": "",
+        "offset": 0,
+        "next_offset": None,
+        "text": "Plain text page.\nIt has two lines and no markup at all, which is fine.\n",
+        "total_chars": 71,
+        "links": [],
+    }

@@ -26,8 +26,12 @@ def load(path: Path) -> list[dict[str, Any]]:
 
 
 def policies() -> dict[str, dict[str, Any]]:
-    return {p["metadata"]["name"]: p for f in sorted(POLICIES.glob("*.yaml")) for p in load(f)
-            if p["kind"] == "ValidatingAdmissionPolicy"}
+    return {
+        p["metadata"]["name"]: p
+        for f in sorted(POLICIES.glob("*.yaml"))
+        for p in load(f)
+        if p["kind"] == "ValidatingAdmissionPolicy"
+    }
 
 
 ENV = celpy.Environment()
@@ -40,8 +44,10 @@ def evaluate(expression: str, activation: dict[str, Any]) -> Any:
 def matches(policy: dict, obj: dict, operation: str) -> bool:
     group = obj["apiVersion"].rpartition("/")[0]
     resource = RESOURCES[(group, obj["kind"])]
-    return any(group in rule["apiGroups"] and resource in rule["resources"] and operation in rule["operations"]
-               for rule in policy["spec"]["matchConstraints"]["resourceRules"])
+    return any(
+        group in rule["apiGroups"] and resource in rule["resources"] and operation in rule["operations"]
+        for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+    )
 
 
 def denials(obj: dict, operation: str = "CREATE") -> list[str]:
@@ -86,23 +92,35 @@ def patched(base: dict, patch: dict) -> dict:
 
 def test_every_policy_has_a_binding_and_the_chart_carries_them():
     names = set(policies())
-    assert names == {"agentfn-toolgrant-channels", "agentfn-knative-min-scale", "agentfn-knative-limits",
-                     "agentfn-run-code-gvisor"}
+    assert names == {
+        "agentfn-toolgrant-channels",
+        "agentfn-knative-min-scale",
+        "agentfn-knative-limits",
+        "agentfn-run-code-gvisor",
+    }
     bound = {b["spec"]["policyName"] for b in load(POLICIES / "bindings.yaml")}
     assert bound == names
     chart_files = ROOT / "charts" / "agentfn" / "files" / "policies"
     assert chart_files.resolve() == POLICIES.resolve()
 
 
-GRANT = {"apiVersion": "agentfn.dev/v1alpha1", "kind": "ToolGrant", "metadata": {"name": "g", "namespace": "agentfn"},
-         "spec": {"tool": "platform_status", "agents": ["site-guide"], "groups": ["visitors"]}}
+GRANT = {
+    "apiVersion": "agentfn.dev/v1alpha1",
+    "kind": "ToolGrant",
+    "metadata": {"name": "g", "namespace": "agentfn"},
+    "spec": {"tool": "platform_status", "agents": ["site-guide"], "groups": ["visitors"]},
+}
 ALONE = "run_code, open_page, remember and forget are never callable alone"
 MCP = "run_code, open_page, remember and forget are never callable over MCP"
 GRANT_ROWS = [
     ("a read tool as a step", {}, None),
     ("a read tool alone and over MCP", {"spec.callableAlone": True, "spec.mcp": True}, None),
     ("run_code as the reviewer's step", {"spec.tool": "run_code", "spec.agents": ["code-reviewer"]}, None),
-    ("run_code with both channels said false", {"spec.tool": "run_code", "spec.callableAlone": False, "spec.mcp": False}, None),
+    (
+        "run_code with both channels said false",
+        {"spec.tool": "run_code", "spec.callableAlone": False, "spec.mcp": False},
+        None,
+    ),
     ("run_code alone", {"spec.tool": "run_code", "spec.callableAlone": True}, [ALONE]),
     ("run_code over MCP", {"spec.tool": "run_code", "spec.mcp": True}, [MCP]),
     ("open_page alone", {"spec.tool": "open_page", "spec.callableAlone": True}, [ALONE]),
@@ -125,11 +143,17 @@ def test_the_grant_rule_is_also_checked_on_update_but_not_on_delete():
 
 
 KSVC = {
-    "apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": {"name": "agentfn-memory", "namespace": "agentfn"},
-    "spec": {"template": {
-        "metadata": {"annotations": {"autoscaling.knative.dev/min-scale": "0"}},
-        "spec": {"containers": [{"image": "agentfn/memory:0.1.0",
-                                 "resources": {"limits": {"cpu": "2", "memory": "2Gi"}}}]}}},
+    "apiVersion": "serving.knative.dev/v1",
+    "kind": "Service",
+    "metadata": {"name": "agentfn-memory", "namespace": "agentfn"},
+    "spec": {
+        "template": {
+            "metadata": {"annotations": {"autoscaling.knative.dev/min-scale": "0"}},
+            "spec": {
+                "containers": [{"image": "agentfn/memory:0.1.0", "resources": {"limits": {"cpu": "2", "memory": "2Gi"}}}]
+            },
+        }
+    },
 }
 MIN_SCALE = 'a Knative Service here needs autoscaling.knative.dev/min-scale "0" on spec.template'
 OLD_SPELLING = 'autoscaling.knative.dev/minScale must be "0" too when it is set'
@@ -141,14 +165,30 @@ KSVC_ROWS = [
     ("no min-scale", {"spec.template.metadata.annotations": {"autoscaling.knative.dev/max-scale": "3"}}, [MIN_SCALE]),
     ("no annotations", {"spec.template.metadata": {}}, [MIN_SCALE]),
     ("no template metadata", {"spec.template.metadata": None}, [MIN_SCALE]),
-    ("min-scale zero but minScale two", {"spec.template.metadata.annotations": {
-        "autoscaling.knative.dev/min-scale": "0", "autoscaling.knative.dev/minScale": "2"}}, [OLD_SPELLING]),
+    (
+        "min-scale zero but minScale two",
+        {
+            "spec.template.metadata.annotations": {
+                "autoscaling.knative.dev/min-scale": "0",
+                "autoscaling.knative.dev/minScale": "2",
+            }
+        },
+        [OLD_SPELLING],
+    ),
     ("no cpu limit", {"spec.template.spec.containers.0.resources.limits": {"memory": "2Gi"}}, [LIMITS]),
     ("no memory limit", {"spec.template.spec.containers.0.resources.limits": {"cpu": "1"}}, [LIMITS]),
     ("requests only", {"spec.template.spec.containers.0.resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}, [LIMITS]),
     ("no resources", {"spec.template.spec.containers.0": {"image": "x"}}, [LIMITS]),
-    ("a sidecar without limits", {"spec.template.spec.containers": [
-        {"image": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}, {"image": "b"}]}, [LIMITS]),
+    (
+        "a sidecar without limits",
+        {
+            "spec.template.spec.containers": [
+                {"image": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}},
+                {"image": "b"},
+            ]
+        },
+        [LIMITS],
+    ),
     ("neither", {"spec.template.metadata": None, "spec.template.spec.containers.0": {"image": "x"}}, [MIN_SCALE, LIMITS]),
 ]
 
@@ -176,20 +216,32 @@ def test_the_charts_own_services_are_admitted():
             assert denials(service) == [], (values_set, fn)
 
 
-POD = {"apiVersion": "v1", "kind": "Pod",
-       "metadata": {"name": "agentfn-run-code-00001-deployment-abc", "namespace": "agentfn",
-                    "labels": {"serving.knative.dev/service": "agentfn-run-code", "serving.knative.dev/revision": "r"}},
-       "spec": {"runtimeClassName": "gvisor", "containers": [{"name": "run-code", "image": "agentfn/run-code:0.1.0"}]}}
+POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {
+        "name": "agentfn-run-code-00001-deployment-abc",
+        "namespace": "agentfn",
+        "labels": {"serving.knative.dev/service": "agentfn-run-code", "serving.knative.dev/revision": "r"},
+    },
+    "spec": {"runtimeClassName": "gvisor", "containers": [{"name": "run-code", "image": "agentfn/run-code:0.1.0"}]},
+}
 GVISOR = "run_code's pods must run under the gVisor RuntimeClass (runtimeClassName gvisor)"
 POD_ROWS = [
     ("run_code under gVisor", {}, None),
     ("run_code without a runtime class", {"spec.runtimeClassName": None}, [GVISOR]),
     ("run_code under runc", {"spec.runtimeClassName": "runc"}, [GVISOR]),
     ("run_code under kata", {"spec.runtimeClassName": "kata"}, [GVISOR]),
-    ("run_code of a release without a prefix", {"metadata.labels": {"serving.knative.dev/service": "run-code"},
-                                               "spec.runtimeClassName": None}, [GVISOR]),
-    ("memory needs no gVisor", {"metadata.labels": {"serving.knative.dev/service": "agentfn-memory"},
-                                "spec.runtimeClassName": None}, None),
+    (
+        "run_code of a release without a prefix",
+        {"metadata.labels": {"serving.knative.dev/service": "run-code"}, "spec.runtimeClassName": None},
+        [GVISOR],
+    ),
+    (
+        "memory needs no gVisor",
+        {"metadata.labels": {"serving.knative.dev/service": "agentfn-memory"}, "spec.runtimeClassName": None},
+        None,
+    ),
     ("a pod of no function", {"metadata.labels": None, "spec.runtimeClassName": None}, None),
     ("a pod with other labels only", {"metadata.labels": {"app": "run-code"}, "spec.runtimeClassName": None}, None),
 ]
@@ -204,9 +256,15 @@ def test_the_pod_knative_makes_from_the_charts_run_code_is_admitted():
     from chart.conftest import knative_services
 
     template = knative_services("default")["run_code"]["spec"]["template"]
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "p", "namespace": "agentfn", "labels": {
-               **template["metadata"]["labels"], "serving.knative.dev/service": "agentfn-run-code"}},
-           "spec": template["spec"]}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "p",
+            "namespace": "agentfn",
+            "labels": {**template["metadata"]["labels"], "serving.knative.dev/service": "agentfn-run-code"},
+        },
+        "spec": template["spec"],
+    }
     assert denials(pod) == []
     assert denials(patched(pod, {"spec.runtimeClassName": None})) == [GVISOR]

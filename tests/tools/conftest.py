@@ -24,9 +24,15 @@ TOOLS = [*READ_TOOLS, "run_code"]
 UPSTREAM_TIMEOUT = 1.0
 # Limits small enough that every escape attempt ends fast on two shared cores.
 RUN_LIMITS = {
-    "AGENTFN_RUN_CODE_WALL_SECONDS": "2", "AGENTFN_RUN_CODE_CPU_SECONDS": "1", "AGENTFN_RUN_CODE_MEMORY_MB": "128",
-    "AGENTFN_RUN_CODE_PROCESSES": "16", "AGENTFN_RUN_CODE_FILE_MB": "1", "AGENTFN_RUN_CODE_OUTPUT_BYTES": "4096",
-    "AGENTFN_RUN_CODE_TMPFS_MB": "8", "AGENTFN_RUN_CODE_DAILY_RUNS": "5", "AGENTFN_RUN_CODE_UID_BASE": "3100000",
+    "AGENTFN_RUN_CODE_WALL_SECONDS": "2",
+    "AGENTFN_RUN_CODE_CPU_SECONDS": "1",
+    "AGENTFN_RUN_CODE_MEMORY_MB": "128",
+    "AGENTFN_RUN_CODE_PROCESSES": "16",
+    "AGENTFN_RUN_CODE_FILE_MB": "1",
+    "AGENTFN_RUN_CODE_OUTPUT_BYTES": "4096",
+    "AGENTFN_RUN_CODE_TMPFS_MB": "8",
+    "AGENTFN_RUN_CODE_DAILY_RUNS": "5",
+    "AGENTFN_RUN_CODE_UID_BASE": "3100000",
 }
 CANARY = f"canary-{secrets.token_hex(8)}"  # in run_code's environment; a program must never see it
 
@@ -65,8 +71,12 @@ def upstreams(issuer):
 def tool_env(issuer, tool: str, upstream_url: str) -> dict[str, str]:
     """A read tool's settings: its upstream, and its own workload token to exchange the caller's for the upstream's."""
     assertion = issuer.assertion_file(Path(tempfile.mkdtemp(prefix="agentfn-tool-")), tool)
-    return {**issuer.env(), READ_TOOLS[tool]: upstream_url, "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": str(UPSTREAM_TIMEOUT),
-            "AGENTFN_EXCHANGE_TOKEN_FILE": str(assertion)}
+    return {
+        **issuer.env(),
+        READ_TOOLS[tool]: upstream_url,
+        "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": str(UPSTREAM_TIMEOUT),
+        "AGENTFN_EXCHANGE_TOKEN_FILE": str(assertion),
+    }
 
 
 @pytest.fixture(scope="session")
@@ -76,8 +86,9 @@ def tools(upstreams, issuer, tmp_path_factory):
     servers = {}
     try:
         for tool in READ_TOOLS:
-            server = Gunicorn(f"agentfn.{tool}.app:create_app()", tool_env(issuer, tool, upstreams[tool].url),
-                              logs / f"{tool}.log")
+            server = Gunicorn(
+                f"agentfn.{tool}.app:create_app()", tool_env(issuer, tool, upstreams[tool].url), logs / f"{tool}.log"
+            )
             server.started_in = server.start()
             servers[tool] = server
         yield servers
@@ -97,14 +108,21 @@ def calm_upstreams(request):
 
 @pytest.fixture(scope="session")
 def run_code_env(postgres, issuer):
-    return {**issuer.env(), "AGENTFN_DATABASE_URL": postgres.provision("run_code", "agentfn_run_code"),
-            **RUN_LIMITS, "AGENTFN_WORKERS": "2", "AGENTFN_THREADS": "4", "AGENTFN_TEST_CANARY": CANARY}
+    return {
+        **issuer.env(),
+        "AGENTFN_DATABASE_URL": postgres.provision("run_code", "agentfn_run_code"),
+        **RUN_LIMITS,
+        "AGENTFN_WORKERS": "2",
+        "AGENTFN_THREADS": "4",
+        "AGENTFN_TEST_CANARY": CANARY,
+    }
 
 
 @pytest.fixture(scope="session")
 def run_code(run_code_env, tmp_path_factory):
-    server = Gunicorn("agentfn.run_code.app:create_app()", run_code_env,
-                      tmp_path_factory.mktemp("run-code-logs") / "run_code.log")
+    server = Gunicorn(
+        "agentfn.run_code.app:create_app()", run_code_env, tmp_path_factory.mktemp("run-code-logs") / "run_code.log"
+    )
     server.started_in = server.start()
     yield server
     server.stop()

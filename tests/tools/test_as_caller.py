@@ -18,8 +18,10 @@ from .conftest import READ_TOOLS, UPSTREAM_TIMEOUT, Served, call, dev_upstream, 
 READERS = {"platform_status": ["platform-users"], "list_models": ["platform-users"], "radar_latest": ["platform-users"]}
 # Each tool's privileged group, and what only that group's members see.
 PRIVILEGED = {
-    "platform_status": ("platform-ops", lambda c: {a["name"] for a in c["attention"]} >= {"operator"}
-                        and c["figures"]["open_incidents"] == 1),
+    "platform_status": (
+        "platform-ops",
+        lambda c: {a["name"] for a in c["attention"]} >= {"operator"} and c["figures"]["open_incidents"] == 1,
+    ),
     "list_models": ("research", lambda c: "deep" in {t["name"] for t in c["tiers"]}),
     "radar_latest": ("staff", lambda c: any(d["title"].startswith("Internal:") for d in c["digests"])),
 }
@@ -64,31 +66,63 @@ def test_two_callers_with_different_groups_see_different_things(tools, issuer, t
 def test_what_each_read_says(tools, issuer):
     ops = issuer.tool_headers("platform_status", "olga", ["platform-ops"])
     status = call(tools["platform_status"].url, ops).json()["content"]
-    assert status["figures"] == {"services": 6, "up": 4, "degraded": 1, "down": 1, "queue_waiting": 3,
-                                 "queue_running": 2, "open_incidents": 1}
+    assert status["figures"] == {
+        "services": 6,
+        "up": 4,
+        "degraded": 1,
+        "down": 1,
+        "queue_waiting": 3,
+        "queue_running": 2,
+        "open_incidents": 1,
+    }
     assert status["text"].startswith("4 of 6 services up; degraded: radar; down: operator.")
     assert len(status["text"]) <= 400
     one = call(tools["platform_status"].url, ops, {"service": "radar"}).json()["content"]
     assert one["text"].startswith("radar is degraded: digests published late.") and len(one["attention"]) == 1
-    hidden = call(tools["platform_status"].url, issuer.tool_headers("platform_status", "alice", ["platform-users"]),
-                  {"service": "operator"})
+    hidden = call(
+        tools["platform_status"].url,
+        issuer.tool_headers("platform_status", "alice", ["platform-users"]),
+        {"service": "operator"},
+    )
     assert hidden.json()["content"]["text"] == "No service named operator is visible to you."
 
-    tiers = call(tools["list_models"].url, issuer.tool_headers("list_models", "rita", ["research"]), {"embeds": False}).json()["content"]
-    assert tiers == {"tiers": [{"name": "deep", "engine": "llama.cpp", "model": "Qwen3-32B-Q4_K_M",
-                                "context_tokens": 131072, "deadline_seconds": 120, "embeds": False,
-                                "embedding_model": None}], "count": 1}
+    tiers = call(
+        tools["list_models"].url, issuer.tool_headers("list_models", "rita", ["research"]), {"embeds": False}
+    ).json()["content"]
+    assert tiers == {
+        "tiers": [
+            {
+                "name": "deep",
+                "engine": "llama.cpp",
+                "model": "Qwen3-32B-Q4_K_M",
+                "context_tokens": 131072,
+                "deadline_seconds": 120,
+                "embeds": False,
+                "embedding_model": None,
+            }
+        ],
+        "count": 1,
+    }
 
-    digests = call(tools["radar_latest"].url, issuer.tool_headers("radar_latest", "alice", ["platform-users"]),
-                   {"count": 2}).json()["content"]
+    digests = call(
+        tools["radar_latest"].url, issuer.tool_headers("radar_latest", "alice", ["platform-users"]), {"count": 2}
+    ).json()["content"]
     assert [d["date"] for d in digests["digests"]] == ["2026-12-01", "2026-11-24"] and digests["count"] == 2
     assert all(d["url"].startswith("https://") and len(d["summary"]) <= 300 for d in digests["digests"])
 
 
 def claims(issuer, tool, **changes):
     now = int(time.time())
-    base = {"iss": issuer.url, "sub": "mallory", "aud": f"agentfn:tool:{tool}", "iat": now, "nbf": now, "exp": now + 600,
-            "groups": ["platform-ops", "research", "staff"], "act": {"sub": MODEL_SERVICE}}
+    base = {
+        "iss": issuer.url,
+        "sub": "mallory",
+        "aud": f"agentfn:tool:{tool}",
+        "iat": now,
+        "nbf": now,
+        "exp": now + 600,
+        "groups": ["platform-ops", "research", "staff"],
+        "act": {"sub": MODEL_SERVICE},
+    }
     return {k: v for k, v in {**base, **changes}.items() if v is not None}
 
 
@@ -104,11 +138,13 @@ def other_tool(tool):
 
 FORGED = {
     "alg none": lambda i, t: jwt.encode(claims(i, t), None, algorithm="none"),
-    "another key under the issuer's kid": lambda i, t: jwt.encode(claims(i, t), ec.generate_private_key(ec.SECP256R1()),
-                                                                  algorithm="ES256", headers={"kid": i.kid}),
+    "another key under the issuer's kid": lambda i, t: jwt.encode(
+        claims(i, t), ec.generate_private_key(ec.SECP256R1()), algorithm="ES256", headers={"kid": i.kid}
+    ),
     "groups raised in a signed payload": tampered,
-    "expired": lambda i, t: i.sign(claims(i, t, exp=int(time.time()) - 120, iat=int(time.time()) - 900,
-                                          nbf=int(time.time()) - 900)),
+    "expired": lambda i, t: i.sign(
+        claims(i, t, exp=int(time.time()) - 120, iat=int(time.time()) - 900, nbf=int(time.time()) - 900)
+    ),
     "wrong audience": lambda i, t: i.sign(claims(i, t, aud="someone-else")),
     "wrong issuer": lambda i, t: i.sign(claims(i, t, iss="https://evil.example")),
     "a service account": lambda i, t: i.service_token(MODEL_SERVICE, audience=f"agentfn:tool:{t}"),
@@ -118,8 +154,9 @@ FORGED = {
     "exchanged for memory": lambda i, t: i.exchanged("agentfn:memory", "mallory", ["platform-users"]),
     "for this tool, no actor": lambda i, t: i.sign(claims(i, t, act=None)),
     "for this tool, an untrusted actor": lambda i, t: i.sign(claims(i, t, act={"sub": account("page")})),
-    "for this tool, the actor nested under another": lambda i, t: i.sign(claims(i, t, act={
-        "sub": account("page"), "act": {"sub": MODEL_SERVICE}})),
+    "for this tool, the actor nested under another": lambda i, t: i.sign(
+        claims(i, t, act={"sub": account("page"), "act": {"sub": MODEL_SERVICE}})
+    ),
     "none at all": None,
 }
 
@@ -205,7 +242,9 @@ def test_a_service_outside_its_contract_is_an_upstream_problem(fragile, issuer):
 
 def test_a_whole_number_count_given_as_a_float_is_a_count(tools, issuer):
     # JSON Schema calls 2.0 an integer; the Radar's contract wants "2" (found by schemathesis).
-    response = call(tools["radar_latest"].url, issuer.tool_headers("radar_latest", "pedant", ["platform-users"]), {"count": 2.0})
+    response = call(
+        tools["radar_latest"].url, issuer.tool_headers("radar_latest", "pedant", ["platform-users"]), {"count": 2.0}
+    )
     assert response.status_code == 200 and response.json()["content"]["count"] == 2
 
 

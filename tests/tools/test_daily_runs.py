@@ -54,12 +54,19 @@ def test_callers_have_runs_of_their_own(run_code, issuer):
 def test_the_counts_live_in_run_codes_own_schema_and_role(run_code_env, postgres):
     dsn = run_code_env["AGENTFN_DATABASE_URL"]
     with psycopg.connect(dsn) as conn:
-        tables = conn.execute("SELECT table_schema, table_name FROM information_schema.tables "
-                              "WHERE table_schema = 'run_code' ORDER BY table_name").fetchall()
+        tables = conn.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables "
+            "WHERE table_schema = 'run_code' ORDER BY table_name"
+        ).fetchall()
         assert ("run_code", "daily_runs") in tables
         assert conn.execute("SELECT current_user").fetchone()[0] == "agentfn_run_code"
-        columns = {r[0] for r in conn.execute("SELECT column_name FROM information_schema.columns "
-                                              "WHERE table_schema = 'run_code' AND table_name = 'daily_runs'")}
+        columns = {
+            r[0]
+            for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = 'run_code' AND table_name = 'daily_runs'"
+            )
+        }
         assert columns == {"subject", "day", "runs"}  # counts only: never a program or its output
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("CREATE TABLE public.intruder (x int)")

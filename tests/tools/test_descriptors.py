@@ -22,7 +22,9 @@ def descriptor_file(tool: str) -> dict:
 
 @pytest.mark.parametrize("tool", TOOLS)
 def test_the_door_serves_the_file_unchanged(every_tool, issuer, tool):
-    response = requests.get(every_tool[tool].url + "/v1/tool", headers=issuer.tool_headers(tool, "reader", ["platform-users"]))
+    response = requests.get(
+        every_tool[tool].url + "/v1/tool", headers=issuer.tool_headers(tool, "reader", ["platform-users"])
+    )
     assert response.status_code == 200
     assert response.json() == descriptor_file(tool)
     assert list(response.json()) == ["name", "description", "input_schema", "callable_alone", "mcp", "changes_state"]
@@ -45,17 +47,42 @@ def test_the_descriptor_needs_a_caller(every_tool, tool):
     assert response.headers["Content-Type"] == "application/problem+json"
 
 
-@pytest.mark.parametrize("broken", [
-    {"name": "x", "description": "d", "input_schema": {"type": "object"}, "callable_alone": True, "mcp": True},
-    {"name": "x", "description": "d", "input_schema": {"type": "object", "additionalProperties": False},
-     "callable_alone": "yes", "mcp": True},
-    {"name": "x", "description": "d", "input_schema": {"type": "object", "additionalProperties": False},
-     "callable_alone": True, "mcp": True, "extra": 1},
-    {"name": "x", "description": "d", "input_schema": {"type": "object", "additionalProperties": False},
-     "callable_alone": True},
-    {"name": "x", "description": "d", "input_schema": {"type": "object", "additionalProperties": False},
-     "callable_alone": True, "mcp": True, "changes_state": "no"},
-], ids=["not strict", "a channel not boolean", "an extra key", "a missing key", "changes_state not boolean"])
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"name": "x", "description": "d", "input_schema": {"type": "object"}, "callable_alone": True, "mcp": True},
+        {
+            "name": "x",
+            "description": "d",
+            "input_schema": {"type": "object", "additionalProperties": False},
+            "callable_alone": "yes",
+            "mcp": True,
+        },
+        {
+            "name": "x",
+            "description": "d",
+            "input_schema": {"type": "object", "additionalProperties": False},
+            "callable_alone": True,
+            "mcp": True,
+            "extra": 1,
+        },
+        {
+            "name": "x",
+            "description": "d",
+            "input_schema": {"type": "object", "additionalProperties": False},
+            "callable_alone": True,
+        },
+        {
+            "name": "x",
+            "description": "d",
+            "input_schema": {"type": "object", "additionalProperties": False},
+            "callable_alone": True,
+            "mcp": True,
+            "changes_state": "no",
+        },
+    ],
+    ids=["not strict", "a channel not boolean", "an extra key", "a missing key", "changes_state not boolean"],
+)
 def test_a_broken_descriptor_is_refused(broken):
     with pytest.raises(ValueError):
         check_descriptor(broken)
@@ -67,7 +94,12 @@ def test_the_descriptor_says_whether_a_call_changes_state(tool):
 
 
 def test_a_descriptor_that_does_not_say_is_taken_to_change_state():
-    older = {"name": "x", "description": "d", "input_schema": {"type": "object", "additionalProperties": False},
-             "callable_alone": True, "mcp": True}
+    older = {
+        "name": "x",
+        "description": "d",
+        "input_schema": {"type": "object", "additionalProperties": False},
+        "callable_alone": True,
+        "mcp": True,
+    }
     assert changes_state(check_descriptor(older)) is True
     assert changes_state(check_descriptor({**older, "changes_state": False})) is False

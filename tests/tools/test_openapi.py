@@ -38,7 +38,8 @@ def test_the_document_lists_the_two_doors(every_tool, tool):
     assert document["openapi"] == "3.1.0"
     assert set(document["paths"]) == {"/v1/tool", "/v1/call"}
     body = document["paths"]["/v1/call"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-    descriptor = requests.get(every_tool[tool].url + "/v1/tool", timeout=5,
-                              headers={"Authorization": "Bearer x"}).status_code
+    descriptor = requests.get(
+        every_tool[tool].url + "/v1/tool", timeout=5, headers={"Authorization": "Bearer x"}
+    ).status_code
     assert descriptor == 401
     assert body["properties"]["arguments"]["additionalProperties"] is False

@@ -8,10 +8,9 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -54,9 +53,12 @@ def test_a_program_that_is_not_text_is_refused_and_costs_no_run(coder):
 
 
 def test_the_standard_library_is_there_and_nothing_else(coder):
-    content = run(coder, "import json, sqlite3, ssl, hashlib, decimal, ctypes, zlib, lzma, bz2, unicodedata\n"
-                         "print(sqlite3.connect(':memory:').execute('select 40 + 2').fetchone()[0], 'č')\n"
-                         "try:\n    import requests\nexcept ImportError:\n    print('no third-party packages')")
+    content = run(
+        coder,
+        "import json, sqlite3, ssl, hashlib, decimal, ctypes, zlib, lzma, bz2, unicodedata\n"
+        "print(sqlite3.connect(':memory:').execute('select 40 + 2').fetchone()[0], 'č')\n"
+        "try:\n    import requests\nexcept ImportError:\n    print('no third-party packages')",
+    )
     assert content["stdout"] == "42 č\nno third-party packages\n", content
 
 
@@ -139,7 +141,10 @@ def alive(pid: int) -> bool:
 
 # (name, program(context), contained(content, context) -> bool)
 ESCAPES = [
-    ("connect to a loopback server of the test", lambda c: f"""
+    (
+        "connect to a loopback server of the test",
+        lambda c: (
+            f"""
 import socket
 for target in [("127.0.0.1", {c.port}), ("::1", {c.port}), ("localhost", {c.port})]:
     try:
@@ -154,41 +159,67 @@ try:
 except OSError as e:
     print("no", type(e).__name__)
 print(socket.if_nameindex())
-""", lambda r, c: "CONNECTED" not in r["stdout"] and r["stdout"].count("no ") == 4 and not c.hits
-        and "[(1, 'lo')]" in r["stdout"]),
-
-    ("read the host's /etc/shadow", lambda c: """
+"""
+        ),
+        lambda r, c: (
+            "CONNECTED" not in r["stdout"] and r["stdout"].count("no ") == 4 and not c.hits and "[(1, 'lo')]" in r["stdout"]
+        ),
+    ),
+    (
+        "read the host's /etc/shadow",
+        lambda c: (
+            """
 for path in ("/etc/shadow", "/etc/passwd", "/etc/hostname"):
     try:
         print("READ", path, open(path).read()[:20])
     except OSError as e:
         print("no", type(e).__name__)
-""", lambda r, c: "READ" not in r["stdout"] and r["stdout"].count("no FileNotFoundError") == 3),
-
-    ("read the project tree and the service's virtualenv", lambda c: f"""
+"""
+        ),
+        lambda r, c: "READ" not in r["stdout"] and r["stdout"].count("no FileNotFoundError") == 3,
+    ),
+    (
+        "read the project tree and the service's virtualenv",
+        lambda c: (
+            f"""
 import os
-for path in ({str(ROOT / 'pyproject.toml')!r}, {str(ROOT / 'shared' / 'identity.py')!r}, {sys.executable!r}):
+for path in ({str(ROOT / "pyproject.toml")!r}, {str(ROOT / "shared" / "identity.py")!r}, {sys.executable!r}):
     try:
         print("READ", path, open(path, "rb").read(10))
     except OSError as e:
         print("no", type(e).__name__)
 for path in ({str(ROOT)!r}, "/work", "/root", "/home"):
     print(path, os.path.exists(path))
-""", lambda r, c: "READ" not in r["stdout"] and r["stdout"].count("no FileNotFoundError") == 3
-        and "True" not in r["stdout"]),
-
-    ("read /proc/1/environ, the environment and inherited files", lambda c: """
+"""
+        ),
+        lambda r, c: (
+            "READ" not in r["stdout"] and r["stdout"].count("no FileNotFoundError") == 3 and "True" not in r["stdout"]
+        ),
+    ),
+    (
+        "read /proc/1/environ, the environment and inherited files",
+        lambda c: (
+            """
 import os
 print(open("/proc/1/environ").read().replace("\\0", " "))
 print(sorted(os.environ))
 print(sorted(os.listdir("/proc/self/fd")))
 print(sorted(p for p in os.listdir("/proc") if p.isdigit()))
-""", lambda r, c: CANARY not in r["stdout"] + r["stderr"] and "AGENTFN" not in r["stdout"]
-        and "Bearer" not in r["stdout"] and "['HOME', 'LANG', 'PATH', 'PWD']" in r["stdout"]
-        and "['0', '1', '2', '3']" in r["stdout"]  # stdin, stdout, stderr, and listdir's own
-        and r["stdout"].rstrip().endswith("['1']")),
-
-    ("write outside its tmpfs", lambda c: """
+"""
+        ),
+        lambda r, c: (
+            CANARY not in r["stdout"] + r["stderr"]
+            and "AGENTFN" not in r["stdout"]
+            and "Bearer" not in r["stdout"]
+            and "['HOME', 'LANG', 'PATH', 'PWD']" in r["stdout"]
+            and "['0', '1', '2', '3']" in r["stdout"]  # stdin, stdout, stderr, and listdir's own
+            and r["stdout"].rstrip().endswith("['1']")
+        ),
+    ),
+    (
+        "write outside its tmpfs",
+        lambda c: (
+            """
 import os
 for path in ("/x", "/usr/x", "/usr/lib/python3.11/os.py", "/lib/x", "/dev/x", "/proc/x", "/etc/x", "/run/x"):
     try:
@@ -198,9 +229,14 @@ for path in ("/x", "/usr/x", "/usr/lib/python3.11/os.py", "/lib/x", "/dev/x", "/
         print("no", type(e).__name__)
 open("/tmp/mine", "w").write("ok")
 print("tmp ok")
-""", lambda r, c: "WROTE" not in r["stdout"] and r["stdout"].count("no ") == 8 and "tmp ok" in r["stdout"]),
-
-    ("fill its scratch space", lambda c: """
+"""
+        ),
+        lambda r, c: "WROTE" not in r["stdout"] and r["stdout"].count("no ") == 8 and "tmp ok" in r["stdout"],
+    ),
+    (
+        "fill its scratch space",
+        lambda c: (
+            """
 n = 0
 try:
     while True:
@@ -209,45 +245,81 @@ try:
         n += 1
 except OSError as e:
     print("full after", n, type(e).__name__)
-""", lambda r, c: "full after" in r["stdout"] and int(r["stdout"].split()[2]) <= 10),
-
-    ("write a file past the size limit", lambda c: """
+"""
+        ),
+        lambda r, c: "full after" in r["stdout"] and int(r["stdout"].split()[2]) <= 10,
+    ),
+    (
+        "write a file past the size limit",
+        lambda c: (
+            """
 open("/tmp/big", "wb").write(b"x" * (2 << 20))
-""", lambda r, c: r["limit"] == "file_size" and "File too large" in r["stderr"]),
-
-    ("a new user namespace to regain capabilities", lambda c: """
+"""
+        ),
+        lambda r, c: r["limit"] == "file_size" and "File too large" in r["stderr"],
+    ),
+    (
+        "a new user namespace to regain capabilities",
+        lambda c: (
+            """
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 print("unshare", libc.unshare(0x10000000), os.strerror(ctypes.get_errno()))
-""", lambda r, c: r["stdout"].startswith("unshare -1")),
-
-    ("fork bomb", lambda c: """
+"""
+        ),
+        lambda r, c: r["stdout"].startswith("unshare -1"),
+    ),
+    (
+        "fork bomb",
+        lambda c: (
+            """
 import os
 while True:
     try:
         os.fork()
     except OSError:
         pass
-""", lambda r, c: r["limit"] in ("processes", "wall_time") and r["wall_ms"] < WALL_MS + 2500),
-
-    ("memory bomb", lambda c: """
+"""
+        ),
+        lambda r, c: r["limit"] in ("processes", "wall_time") and r["wall_ms"] < WALL_MS + 2500,
+    ),
+    (
+        "memory bomb",
+        lambda c: (
+            """
 hoard = []
 while True:
     hoard.append(bytearray(10_000_000))
-""", lambda r, c: r["limit"] == "memory" and r["stderr"].rstrip().endswith("MemoryError")),
-
-    ("infinite loop", lambda c: "while True:\n    pass\n",
-     # CPU time ends it, unless the machine is so busy that the wall deadline comes first; never much past 1 s.
-     lambda r, c: (r["limit"] == "cpu_time" and r["cpu_ms"] >= 700 or r["limit"] == "wall_time")
-        and r["cpu_ms"] <= 1200 and r["wall_ms"] < WALL_MS + 1000),
-
-    ("output flood", lambda c: "while True:\n    print('y' * 1000)\n",
-     lambda r, c: r["limit"] == "output" and r["truncated"]["stdout"] and len(r["stdout"].encode()) == OUTPUT_CAP),
-
-    ("sleep past the deadline", lambda c: "import time\ntime.sleep(60)\n",
-     lambda r, c: r["limit"] == "wall_time" and r["exit_status"] is None and WALL_MS - 100 <= r["wall_ms"] < WALL_MS + 1500),
-
-    ("signals to the parent", lambda c: f"""
+"""
+        ),
+        lambda r, c: r["limit"] == "memory" and r["stderr"].rstrip().endswith("MemoryError"),
+    ),
+    (
+        "infinite loop",
+        lambda c: "while True:\n    pass\n",
+        # CPU time ends it, unless the machine is so busy that the wall deadline comes first; never much past 1 s.
+        lambda r, c: (
+            (r["limit"] == "cpu_time" and r["cpu_ms"] >= 700 or r["limit"] == "wall_time")
+            and r["cpu_ms"] <= 1200
+            and r["wall_ms"] < WALL_MS + 1000
+        ),
+    ),
+    (
+        "output flood",
+        lambda c: "while True:\n    print('y' * 1000)\n",
+        lambda r, c: r["limit"] == "output" and r["truncated"]["stdout"] and len(r["stdout"].encode()) == OUTPUT_CAP,
+    ),
+    (
+        "sleep past the deadline",
+        lambda c: "import time\ntime.sleep(60)\n",
+        lambda r, c: (
+            r["limit"] == "wall_time" and r["exit_status"] is None and WALL_MS - 100 <= r["wall_ms"] < WALL_MS + 1500
+        ),
+    ),
+    (
+        "signals to the parent",
+        lambda c: (
+            f"""
 import os, signal
 for pid in (os.getppid(), 1, -1, {c.master_pid}):
     try:
@@ -256,10 +328,16 @@ for pid in (os.getppid(), 1, -1, {c.master_pid}):
     except OSError as e:
         print("no", pid, type(e).__name__)
 print("still here")
-""", lambda r, c: f"no {c.master_pid} ProcessLookupError" in r["stdout"] and "still here" in r["stdout"]
-        and alive(c.master_pid)),
-
-    ("a child that outlives its parent", lambda c: f"""
+"""
+        ),
+        lambda r, c: (
+            f"no {c.master_pid} ProcessLookupError" in r["stdout"] and "still here" in r["stdout"] and alive(c.master_pid)
+        ),
+    ),
+    (
+        "a child that outlives its parent",
+        lambda c: (
+            f"""
 import os, subprocess, sys
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", {c.marker!r}], start_new_session=True,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -269,7 +347,10 @@ if os.fork() == 0:
         os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(30)", {c.marker!r}])
     os._exit(0)
 print("spawned")
-""", lambda r, c: r["stdout"] == "spawned\n" and r["exit_status"] == 0 and not with_marker(c.marker)),
+"""
+        ),
+        lambda r, c: r["stdout"] == "spawned\n" and r["exit_status"] == 0 and not with_marker(c.marker),
+    ),
 ]
 
 
@@ -325,8 +406,9 @@ def uids() -> list[tuple[int, int]]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            found.append((int(pid), int(re.search(r"^Uid:\s+(\d+)", Path(f"/proc/{pid}/status").read_text(),
-                                                  re.M).group(1))))
+            found.append(
+                (int(pid), int(re.search(r"^Uid:\s+(\d+)", Path(f"/proc/{pid}/status").read_text(), re.M).group(1)))
+            )
         except (OSError, AttributeError):
             continue
     return found
@@ -346,9 +428,22 @@ class NonRootGunicorn(Gunicorn):
         started = time.monotonic()
         self._out = open(self.log, "ab")
         self.process = subprocess.Popen(
-            ["setpriv", f"--reuid={SERVICE_UID}", f"--regid={SERVICE_UID}", "--clear-groups", "--inh-caps=-all",
-             str(BIN / "gunicorn"), "-c", "python:agentfn.shared.gunicorn_conf", "agentfn.run_code.app:create_app()"],
-            env=self.env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
+            [
+                "setpriv",
+                f"--reuid={SERVICE_UID}",
+                f"--regid={SERVICE_UID}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                str(BIN / "gunicorn"),
+                "-c",
+                "python:agentfn.shared.gunicorn_conf",
+                "agentfn.run_code.app:create_app()",
+            ],
+            env=self.env,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
         self.wait_ready(timeout)
         return time.monotonic() - started
 
@@ -357,8 +452,9 @@ class NonRootGunicorn(Gunicorn):
 def non_root(run_code_env, tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("starting the service as another uid needs root")
-    server = NonRootGunicorn("agentfn.run_code.app:create_app()", run_code_env,
-                             tmp_path_factory.mktemp("run-code-non-root") / "run_code.log")
+    server = NonRootGunicorn(
+        "agentfn.run_code.app:create_app()", run_code_env, tmp_path_factory.mktemp("run-code-non-root") / "run_code.log"
+    )
     server.start()
     yield server
     server.stop()
@@ -437,7 +533,9 @@ def test_a_fork_bomb_does_not_keep_another_callers_run_from_starting(service, is
         while bomb_processes() < before + PROCESSES - 2 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert bomb_processes() >= before + PROCESSES - 2, "the bomb never reached its limit"
-        other = run(caller(service, issuer, "bystander"), """
+        other = run(
+            caller(service, issuer, "bystander"),
+            """
 import os
 pids = []
 for _ in range(3):
@@ -446,21 +544,28 @@ for _ in range(3):
         os._exit(7)
     pids.append(pid)
 print([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids])
-""")
+""",
+        )
         assert not bomb.done(), "the bomb ended before the other run: the test proved nothing"
         bombed = bomb.result()
     assert other["exit_status"] == 0 and other["stdout"] == "[7, 7, 7]\n", other
     assert bombed["limit"] == "wall_time" and bombed["stderr"] == ""
 
 
-@pytest.mark.parametrize(("mode", "refusal"), [
-    ("required", "AGENTFN_RUN_CODE_CGROUP=required, but "),
-    ("sometimes", "AGENTFN_RUN_CODE_CGROUP must be one of auto, required, off"),
-])
+@pytest.mark.parametrize(
+    ("mode", "refusal"),
+    [
+        ("required", "AGENTFN_RUN_CODE_CGROUP=required, but "),
+        ("sometimes", "AGENTFN_RUN_CODE_CGROUP must be one of auto, required, off"),
+    ],
+)
 def test_a_cgroup_setting_it_cannot_honour_stops_the_start_saying_why(run_code_env, issuer, tmp_path, mode, refusal):
     """`required` runs with a cgroup per run where the machine delegates one, and refuses to start elsewhere."""
-    server = Gunicorn("agentfn.run_code.app:create_app()", {**run_code_env, "AGENTFN_RUN_CODE_CGROUP": mode,
-                                                            "AGENTFN_WORKERS": "1"}, tmp_path / "run_code.log")
+    server = Gunicorn(
+        "agentfn.run_code.app:create_app()",
+        {**run_code_env, "AGENTFN_RUN_CODE_CGROUP": mode, "AGENTFN_WORKERS": "1"},
+        tmp_path / "run_code.log",
+    )
     try:
         server.start(timeout=30)
     except RuntimeError:

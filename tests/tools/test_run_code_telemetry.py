@@ -6,7 +6,6 @@ from __future__ import annotations
 import secrets
 
 import pytest
-import requests
 from otlp_receiver import Receiver
 from support import Gunicorn
 
@@ -22,9 +21,15 @@ def receiver():
 
 @pytest.fixture(scope="module")
 def traced_run_code(run_code_env, receiver, tmp_path_factory):
-    env = {**run_code_env, "AGENTFN_RUN_CODE_DAILY_RUNS": "2", "AGENTFN_RUN_CODE_UID_BASE": "3200000",
-           "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "100",
-           "OTEL_METRIC_EXPORT_INTERVAL": "300", "AGENTFN_WORKERS": "1"}
+    env = {
+        **run_code_env,
+        "AGENTFN_RUN_CODE_DAILY_RUNS": "2",
+        "AGENTFN_RUN_CODE_UID_BASE": "3200000",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_METRIC_EXPORT_INTERVAL": "300",
+        "AGENTFN_WORKERS": "1",
+    }
     server = Gunicorn("agentfn.run_code.app:create_app()", env, tmp_path_factory.mktemp("traced") / "run_code.log")
     server.start()
     yield server
@@ -32,13 +37,17 @@ def traced_run_code(run_code_env, receiver, tmp_path_factory):
 
 
 def latest(receiver, metric: str, **attributes) -> float:
-    found = [p for p in receiver.points() if p.metric == metric and p.service == "agentfn-run_code"
-             and all(p.attributes.get(k) == v for k, v in attributes.items())]
+    found = [
+        p
+        for p in receiver.points()
+        if p.metric == metric
+        and p.service == "agentfn-run_code"
+        and all(p.attributes.get(k) == v for k, v in attributes.items())
+    ]
     return found[-1].value if found else 0
 
 
-def test_runs_are_counted_by_the_limit_that_stopped_them_and_a_spent_day_as_a_refusal(traced_run_code, issuer,
-                                                                                        receiver):
+def test_runs_are_counted_by_the_limit_that_stopped_them_and_a_spent_day_as_a_refusal(traced_run_code, issuer, receiver):
     marker = f"programmarker{secrets.token_hex(4)}"
     headers = issuer.tool_headers("run_code", f"counted-{secrets.token_hex(4)}")
     assert call(traced_run_code.url, headers, {"code": f"print('{marker}')"}).status_code == 200
@@ -46,12 +55,17 @@ def test_runs_are_counted_by_the_limit_that_stopped_them_and_a_spent_day_as_a_re
     assert stopped.status_code == 200 and stopped.json()["content"]["limit"] in ("wall_time", "cpu_time"), stopped.text
     limit = stopped.json()["content"]["limit"]
     assert call(traced_run_code.url, headers, {"code": "print(1)"}).status_code == 429
-    receiver.wait_for(lambda: latest(receiver, "agentfn.runs", **{"agentfn.limit": "none"}) >= 1
-                      and latest(receiver, "agentfn.runs", **{"agentfn.limit": limit}) >= 1
-                      and latest(receiver, "agentfn.budget.refusals", **{"agentfn.limit": "daily-runs"}) >= 1)
+    receiver.wait_for(
+        lambda: (
+            latest(receiver, "agentfn.runs", **{"agentfn.limit": "none"}) >= 1
+            and latest(receiver, "agentfn.runs", **{"agentfn.limit": limit}) >= 1
+            and latest(receiver, "agentfn.budget.refusals", **{"agentfn.limit": "daily-runs"}) >= 1
+        )
+    )
     assert latest(receiver, "agentfn.runs", **{"agentfn.limit": "none"}) == 1
     assert latest(receiver, "agentfn.budget.refusals", **{"agentfn.limit": "daily-runs"}) == 1
-    spans = receiver.wait_for(lambda: [s for s in receiver.spans() if s.service == "agentfn-run_code"
-                                       and s.name == "POST /v1/call"] or None)
+    spans = receiver.wait_for(
+        lambda: [s for s in receiver.spans() if s.service == "agentfn-run_code" and s.name == "POST /v1/call"] or None
+    )
     assert {s.attributes.get("http.response.status_code") for s in spans} >= {200, 429}
     assert marker.encode() not in receiver.raw() and b"while True" not in receiver.raw()

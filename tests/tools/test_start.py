@@ -18,11 +18,20 @@ print(json.dumps(sorted(m for m in json.loads(sys.argv[3]) if m in sys.modules))
 
 @pytest.mark.parametrize("tool", ["platform_status", "list_models", "radar_latest", "run_code"])
 def test_the_way_to_ready_imports_nothing_heavy(run_code_env, tool):
-    env = {"AGENTFN_JWT_ISSUER": "http://127.0.0.1:9", "AGENTFN_JWKS_URL": "http://127.0.0.1:9/jwks",
-           "AGENTFN_TRUSTED_ACTORS": "system:serviceaccount:agentfn:agentfn-model",
-           f"AGENTFN_{tool.upper()}_UPSTREAM_URL": "http://127.0.0.1:9", "AGENTFN_LOG_LEVEL": "WARNING",
-           "AGENTFN_DATABASE_URL": run_code_env["AGENTFN_DATABASE_URL"]}
-    probe = subprocess.run([sys.executable, "-c", PROBE, tool, json.dumps(env), json.dumps(HEAVY)],
-                           capture_output=True, text=True, timeout=60, check=True)
+    env = {
+        "AGENTFN_JWT_ISSUER": "http://127.0.0.1:9",
+        "AGENTFN_JWKS_URL": "http://127.0.0.1:9/jwks",
+        "AGENTFN_TRUSTED_ACTORS": "system:serviceaccount:agentfn:agentfn-model",
+        f"AGENTFN_{tool.upper()}_UPSTREAM_URL": "http://127.0.0.1:9",
+        "AGENTFN_LOG_LEVEL": "WARNING",
+        "AGENTFN_DATABASE_URL": run_code_env["AGENTFN_DATABASE_URL"],
+    }
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE, tool, json.dumps(env), json.dumps(HEAVY)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     loaded = set(json.loads(probe.stdout.splitlines()[-1]))
     assert loaded <= ALLOWED.get(tool, set()), f"{tool} imports {sorted(loaded)} on its way to ready"

@@ -38,12 +38,16 @@ class Stack:
     env: dict
 
     def token(self, subject: str, groups: str = "developers,platform-users") -> str:
-        return subprocess.run([str(BIN / "agentfn"), "token", subject, "--groups", groups], env=self.env,
-                              capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            [str(BIN / "agentfn"), "token", subject, "--groups", groups],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
 
     def door(self, method: str, path: str, token: str, **kwargs) -> requests.Response:
-        return requests.request(method, self.url + path, headers={"Authorization": f"Bearer {token}"}, timeout=60,
-                                **kwargs)
+        return requests.request(method, self.url + path, headers={"Authorization": f"Bearer {token}"}, timeout=60, **kwargs)
 
     def script(self, *rounds: dict) -> str:
         """A script for the engine's next rounds; the person's message names it (`script:<id>`)."""
@@ -58,13 +62,24 @@ def stack(tmp_path_factory):
     home = tmp_path_factory.mktemp("workbench")
     home.chmod(0o755)  # Postgres (its own user) reaches its data directory
     base = random.randrange(20000, 32000, 100)
-    env = {**os.environ, "AGENTFN_DEV_PORT_BASE": str(base), "AGENTFN_URL": f"http://127.0.0.1:{base}",
-           "AGENTFN_ISSUER_URL": f"http://127.0.0.1:{base + 1}",
-           "AGENTFN_TIER_FAST_URL": f"http://127.0.0.1:{port}/v1", "AGENTFN_TIER_FAST_MODEL": "scripted",
-           "AGENTFN_TIER_FAST_TOOL_MODE": "native"}
+    env = {
+        **os.environ,
+        "AGENTFN_DEV_PORT_BASE": str(base),
+        "AGENTFN_URL": f"http://127.0.0.1:{base}",
+        "AGENTFN_ISSUER_URL": f"http://127.0.0.1:{base + 1}",
+        "AGENTFN_TIER_FAST_URL": f"http://127.0.0.1:{port}/v1",
+        "AGENTFN_TIER_FAST_MODEL": "scripted",
+        "AGENTFN_TIER_FAST_TOOL_MODE": "native",
+    }
     log = home / "up.log"
-    process = subprocess.Popen([str(BIN / "agentfn"), "up", "--var", str(home / "var")], env=env, cwd=ROOT,
-                               stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        [str(BIN / "agentfn"), "up", "--var", str(home / "var")],
+        env=env,
+        cwd=ROOT,
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     while "agentfn is up" not in log.read_text():
         assert process.poll() is None, log.read_text()

@@ -89,8 +89,7 @@ def test_a_turn_streams_with_its_recall_cited_and_a_step_approved(page, stack):
 
 
 def test_a_denied_step_is_declined_and_the_answer_goes_on(page, stack):
-    script = stack.script({"call": {"name": "run_code", "arguments": {"code": "import os"}}},
-                          {"text": "I did not run it."})
+    script = stack.script({"call": {"name": "run_code", "arguments": {"code": "import os"}}}, {"text": "I did not run it."})
     sign_in(page, stack, "wb-cid")
     say(page, f"script:{script} run import os")
     page.get_by_role("button", name="Deny").click()
@@ -128,9 +127,14 @@ def test_an_error_is_shown_as_the_problems_title_and_detail(page, stack):
 def test_an_ended_sign_in_says_so_and_offers_to_sign_in_again(page, stack):
     sign_in(page, stack, "wb-end")
     # The token's hour is up: memory's door answers 401, as it does for an expired token.
-    page.route("**/v1/entries*", lambda route: route.fulfill(
-        status=401, content_type="application/problem+json",
-        body='{"type": "about:blank", "title": "Unauthorized", "status": 401, "detail": "the token has expired"}'))
+    page.route(
+        "**/v1/entries*",
+        lambda route: route.fulfill(
+            status=401,
+            content_type="application/problem+json",
+            body='{"type": "about:blank", "title": "Unauthorized", "status": 401, "detail": "the token has expired"}',
+        ),
+    )
     page.locator("#nav").get_by_role("button", name="Memory").click()
     expect(page.locator("#notice")).to_contain_text("Your sign-in has ended")
     page.locator("#notice").get_by_role("button", name="Sign in again").click()
@@ -154,7 +158,9 @@ def test_memory_lists_corrects_forgets_searches_and_forgets_everything(page, sta
     entry.get_by_role("button", name="Save").click()
     expect(page.locator(f".entries li[data-id='{kept['id']}']")).to_contain_text("I review Rust code mostly.")
     assert stack.door("GET", "/v1/entries", token).json()["entries"][-1]["text"] in (
-        "I review Rust code mostly.", "Prefer tabs to spaces.")
+        "I review Rust code mostly.",
+        "Prefer tabs to spaces.",
+    )
 
     page.get_by_label("Search").fill("Which language do I review?")
     page.get_by_role("button", name="Search").click()
@@ -251,8 +257,9 @@ def test_the_page_is_held_to_its_site(stack):
     assert not re.search(r"<script(?![^>]*\bsrc=)", answer.text), "an inline script"
     assert not re.search(r"\son[a-z]+=", answer.text), "an inline event handler"
     assert not re.search(r"https?://", answer.text), "an asset from another site"
-    weight = len(answer.content) + sum(len(requests.get(stack.url + f"/assets/{name}", timeout=10).content)
-                                       for name in ("app.js", "app.css", "icon.svg"))
+    weight = len(answer.content) + sum(
+        len(requests.get(stack.url + f"/assets/{name}", timeout=10).content) for name in ("app.js", "app.css", "icon.svg")
+    )
     assert weight < 150 * 1024, weight
 
 
