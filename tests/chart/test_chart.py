@@ -14,7 +14,7 @@ from agentfn_operator.network import MODEL_FUNCTION
 
 from .conftest import FUNCTIONS, NAMESPACE, ROOT, VALUES_SETS, env_of, knative_services, objects
 
-README = (ROOT / "README.md").read_text()
+CONFIGURATION = (ROOT / "docs" / "configuration.md").read_text()
 INTERNAL = {"page", "platform_status", "list_models", "radar_latest", "run_code"}
 DB_PARTS = {"memory", "page", "run_code", "model"}
 SETS = list(VALUES_SETS)
@@ -212,8 +212,8 @@ def test_an_external_database_is_a_dsn_secret_per_part():
     assert refs["page"] == {"name": "page-db", "key": "dsn"}  # the default name, with this set's empty prefix
 
 
-def readme_names() -> set[str]:
-    return set(re.findall(r"`(AGENTFN_[A-Z0-9_]+)`", README))
+def documented_names() -> set[str]:
+    return set(re.findall(r"`(AGENTFN_[A-Z0-9_]+)`", CONFIGURATION))
 
 
 BUILT = [
@@ -224,7 +224,7 @@ BUILT = [
 
 
 def known(name: str) -> bool:
-    return name in readme_names() or any(re.fullmatch(p, name) for p in BUILT)
+    return name in documented_names() or any(re.fullmatch(p, name) for p in BUILT)
 
 
 def test_the_setting_check_bites():
