@@ -1,7 +1,10 @@
-"""gunicorn settings shared by every function: `gunicorn -c python:agentfn.shared.gunicorn_conf 'MODULE:create_app()'`."""
+"""gunicorn settings shared by every function: `gunicorn -c python:agentfn.shared.gunicorn_conf 'MODULE:create_app()'`,
+or without the app when AGENTFN_FUNCTION names the function (as each image does)."""
 
 import os
 
+if os.environ.get("AGENTFN_FUNCTION"):
+    wsgi_app = f"agentfn.{os.environ['AGENTFN_FUNCTION']}.app:create_app()"
 bind = f"{os.environ.get('AGENTFN_BIND', '0.0.0.0')}:{os.environ.get('PORT', '8080')}"
 worker_class = "gthread"
 workers = int(os.environ.get("AGENTFN_WORKERS", "1"))

