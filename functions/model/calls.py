@@ -11,8 +11,8 @@ from typing import Any
 
 from agentfn.shared.identity import Caller
 
+from .generation import Generation
 from .services import Services
-from .store import today
 from .tools import CallContext, Outcome, Tool, executed
 
 
@@ -32,25 +32,17 @@ def call(services: Services, caller: Caller, name: str, arguments: Any, channel:
         return None
     tool, access = found[name]
     timeout = services.tools.timeout
-    day, started = today(), time.perf_counter()
-    gen = services.store.open(
-        kind="tool_call", channel=channel, subject=caller.subject, agent=None, tier=None, hold_seconds=timeout, day=day
-    )
-    outcome = None
-    try:
-        with executed(name, channel) as done:
-            outcome = services.tools.call(tool, arguments, CallContext(caller, channel, access, time.monotonic() + timeout))
-            done(outcome)
+    with Generation(services.store, kind="tool_call", channel=channel, subject=caller.subject, hold_seconds=timeout) as gen:
+        outcome = None
+        try:
+            with executed(name, channel) as done:
+                outcome = services.tools.call(
+                    tool, arguments, CallContext(caller, channel, access, time.monotonic() + timeout)
+                )
+                done(outcome)
+        finally:
+            status, ms = (outcome.status, round(outcome.ms, 1)) if outcome else ("error", 0)
+            gen.step_log.append({"tool": name, "status": status, "ms": ms, "grant": access.grant})
+        if not outcome.ok:
+            gen.ended("error", outcome.result.get("status"))
         return outcome
-    finally:
-        status = outcome.status if outcome else "error"
-        code = None if outcome is None or outcome.ok else outcome.result.get("status")
-        services.store.finish(
-            gen,
-            caller.subject,
-            day,
-            status=status,
-            problem=code,
-            step_log=[{"tool": name, "status": status, "ms": round(outcome.ms, 1) if outcome else 0, "grant": access.grant}],
-            duration_ms=int((time.perf_counter() - started) * 1000),
-        )

@@ -17,12 +17,10 @@ from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError
 
 from . import prompt
-from .engines import DeadlinePassed, EngineFailed, Text, Usage
-from .loop import DEADLINE, budget_problem, engine_problem
+from .engines import DeadlinePassed, EngineFailed, Text, Tier, Usage
+from .generation import Generation, as_problem
 from .registry import Agent
 from .services import Services
-from .store import Usage as Spent
-from .store import today
 
 MAX_WORDS, MAX_CHARS = 80, 500
 SUMMARY_TOKENS = 200
@@ -213,85 +211,62 @@ def end_session(
     if not services.memory.configured:
         raise ProblemError(503, "Service Unavailable", "memory is not configured", type=PROBLEMS + "memory")
     tier = services.tier(services.limits.episode_tier)
-    day, store, limit = today(), services.store, services.limits.daily_tokens
     deadline = time.monotonic() + tier.deadline
     person = language(" ".join(m["content"] for m in messages if m["role"] == "user"))
-    started = time.perf_counter()
-    gen = store.open(
-        kind="session_end",
-        channel="agent",
-        subject=caller.subject,
-        agent=agent.name,
-        tier=tier.name,
-        hold_seconds=tier.deadline + 30,
-        day=day,
-    )
-    status, code, unsettled, broken = "error", None, None, []
     try:
-        text = transcript(messages, max(tier.context_tokens - SUMMARY_TOKENS - 200, 256))
-        for _attempt in range(2):
-            convo = [
-                {"role": "system", "content": instructions(person, broken)},
-                {"role": "user", "content": request(person, text)},
-            ]
-            cost = prompt.estimate(convo)
-            held = store.round(
-                gen,
-                caller.subject,
-                day,
-                limit=limit,
-                settle=unsettled,
-                want=cost + SUMMARY_TOKENS,
-                least=cost + services.limits.min_completion,
+        with Generation(
+            services.store,
+            kind="session_end",
+            channel="agent",
+            subject=caller.subject,
+            agent=agent.name,
+            tier=tier.name,
+            hold_seconds=tier.deadline + 30,
+            daily_tokens=services.limits.daily_tokens,
+        ) as generation:
+            summary = summarise(services, generation, tier, messages, person, deadline)
+            return services.memory.write_episode(
+                caller.subject, summary, session_id, timeout=max(deadline - time.monotonic(), 1.0)
             )
-            unsettled = None
-            if not held:
-                raise budget_problem(per_turn=False)
-            pieces, usage = [], None
-            try:
-                for item in services.engine(tier).round(convo, None, min(SUMMARY_TOKENS, held - cost), deadline):
-                    if isinstance(item, Text):
-                        pieces.append(item.text)
-                    elif isinstance(item, Usage):
-                        usage = item
-            finally:
-                usage = usage or Usage(cost, prompt.estimate("".join(pieces)))
-                unsettled = Spent(usage.tokens_in, usage.tokens_out, 1)
-            summary = " ".join("".join(pieces).split())
-            broken = faults(summary, person)
-            if not broken:
-                break
-        if broken:
-            raise ProblemError(
-                422,
-                "Unprocessable Content",
-                f"the summary broke the episode rules twice ({', '.join(broken)}); nothing was kept",
-                type=PROBLEMS + "episode-rules",
-                rules=broken,
-            )
-        episode = services.memory.write_episode(
-            caller.subject, summary, session_id, timeout=max(deadline - time.monotonic(), 1.0)
-        )
-        status = "ok"
-        return episode
-    except DeadlinePassed:
-        status, code = "deadline", 504
-        raise DEADLINE from None
-    except EngineFailed as error:
-        failed = engine_problem(error)
-        code = failed.status
-        raise failed from None
-    except ProblemError as error:
-        status, code = ("budget" if error.status == 429 else "error"), error.status
-        raise
-    finally:
-        store.finish(
-            gen,
-            caller.subject,
-            day,
-            status=status,
-            problem=code,
-            step_log=[],
-            duration_ms=int((time.perf_counter() - started) * 1000),
-            settle=unsettled,
-        )
+    except (DeadlinePassed, EngineFailed) as error:
+        raise as_problem(error) from None
+
+
+def summarise(
+    services: Services,
+    generation: Generation,
+    tier: Tier,
+    messages: list[dict[str, str]],
+    person: str | None,
+    deadline: float,
+) -> str:
+    """The summary that keeps the episode rules, written at most twice; the rules' problem when both break them."""
+    text = transcript(messages, max(tier.context_tokens - SUMMARY_TOKENS - 200, 256))
+    broken: list[str] = []
+    for _attempt in range(2):
+        convo = [
+            {"role": "system", "content": instructions(person, broken)},
+            {"role": "user", "content": request(person, text)},
+        ]
+        cost = prompt.estimate(convo)
+        held = generation.hold(cost + SUMMARY_TOKENS, cost + services.limits.min_completion)
+        pieces, usage = [], None
+        try:
+            for item in services.engine(tier).round(convo, None, min(SUMMARY_TOKENS, held - cost), deadline):
+                if isinstance(item, Text):
+                    pieces.append(item.text)
+                elif isinstance(item, Usage):
+                    usage = item
+        finally:
+            generation.spent(usage or Usage(cost, prompt.estimate("".join(pieces))))
+        summary = " ".join("".join(pieces).split())
+        broken = faults(summary, person)
+        if not broken:
+            return summary
+    raise ProblemError(
+        422,
+        "Unprocessable Content",
+        f"the summary broke the episode rules twice ({', '.join(broken)}); nothing was kept",
+        type=PROBLEMS + "episode-rules",
+        rules=broken,
+    )

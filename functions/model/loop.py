@@ -16,10 +16,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import date
 from typing import Any
 
 from agentfn.shared import telemetry
@@ -28,70 +27,112 @@ from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError
 
 from . import prompt
-from .approvals import Approval, canonical
+from .approvals import Approval, canonical, refused
 from .engines import DeadlinePassed, EngineFailed, Text, Tier, ToolRequest, Usage
+from .generation import Generation, as_problem, budget_problem
 from .offered import Offered, written
 from .registry import Agent
 from .services import Services
-from .store import Usage as Spent
 from .tools import MEMORY_TOOLS, CallContext, Outcome, executed, problem
 
 log = logging.getLogger("agentfn.model.turn")
 
 MAX_CALLS = 4
 ONCE_PER_TURN = frozenset({"remember", "forget"})
-PROBLEMS = "https://agentfn.dev/problems/"
+TOOL_OVERHEAD = 600  # tokens the tool list and instructions may add to the first round's prompt
 
 
-def budget_problem(per_turn: bool) -> ProblemError:
-    if per_turn:
-        return ProblemError(
-            429, "Too Many Requests", "this turn has spent the tokens its agent allows", type=PROBLEMS + "turn-tokens"
+def begin(services: Services, caller: Caller, agent: Agent, messages: list[dict[str, str]], asked: list[dict]) -> Turn:
+    """A turn accepted before its stream starts: its record opened and its first round's tokens held (a spent day
+    is a plain 429), the approvals it carries used up. Raises the problem that refuses it, its record closed so."""
+    s = services
+    tier = s.tier(agent.tier)
+    seconds = min(tier.deadline, agent.deadline_seconds)
+    deadline = time.monotonic() + seconds
+    if prompt.likely(messages[-1]["content"]) > tier.context_tokens - tier.max_tokens - TOOL_OVERHEAD:
+        raise ProblemError(413, "Content Too Large", "the last message does not fit the tier's context")
+    approvals = checked_approvals(s, caller, agent, asked)
+    with ExitStack() as closing:
+        generation = closing.enter_context(
+            Generation(
+                s.store,
+                kind="turn",
+                channel="agent",
+                subject=caller.subject,
+                agent=agent.name,
+                tier=tier.name,
+                hold_seconds=seconds + 30,
+                daily_tokens=s.limits.daily_tokens,
+            )
         )
-    return ProblemError(429, "Too Many Requests", "the caller's tokens for today are spent", type=PROBLEMS + "daily-tokens")
+        # The day is held at a bound on what the engine may count; the agent's tokens per turn checked at the likely count.
+        fitted, overhead = prompt.fit(messages, tier.context_tokens), TOOL_OVERHEAD
+        if agent.memory != "none":
+            overhead += s.limits.recall_max_tokens
+        cost = prompt.estimate(fitted) + prompt.estimate(agent.brief) + overhead
+        completion = min(
+            tier.max_tokens, agent.tokens_per_turn - prompt.likely(fitted) - prompt.likely(agent.brief) - overhead
+        )
+        try:
+            if completion < s.limits.min_completion:
+                raise budget_problem(per_turn=True)
+            held = generation.hold(cost + completion, cost + s.limits.min_completion)
+        except ProblemError as refusal:
+            limit = telemetry.error_type(refusal.type, refusal.status)
+            telemetry.record("agentfn.turns", 1, {"gen_ai.agent.name": agent.name, "agentfn.outcome": "budget"})
+            telemetry.record("agentfn.budget.refusals", 1, {"gen_ai.agent.name": agent.name, "agentfn.limit": limit})
+            raise
+        if approvals and not s.store.use_approvals(caller.subject, [(a.jti, a.expires) for a in approvals]):
+            raise refused(409, "approval-used", "an approval in the request was used before; each is good once")
+        closing.pop_all()  # from here the turn's stream closes the record
+    return Turn(
+        s, caller, agent, tier, messages, generation, deadline, held, approvals=approvals, parent=telemetry.current()
+    )
 
 
-def engine_problem(error: EngineFailed) -> ProblemError:
-    detail = {
-        "timeout": "the engine did not answer in time",
-        "broken": "the engine broke off its reply",
-        "malformed": "the engine's reply was outside the tool format",
-    }.get(error.kind)
-    if error.kind == "status":
-        detail = f"the engine answered HTTP {error.status}"
-    status = 504 if error.kind == "timeout" else 503 if error.status == 429 else 502
-    return ProblemError(status, "Engine failed", detail or "the engine failed", type=PROBLEMS + "engine")
-
-
-DEADLINE = ProblemError(504, "Deadline", "the turn's deadline passed", type=PROBLEMS + "deadline")
+def checked_approvals(s: Services, caller: Caller, agent: Agent, items: list[dict]) -> list[Approval]:
+    """Every approval checked before anything of the turn runs (its use comes after the budget's hold)."""
+    approvals = s.approvals.check(caller, agent.name, items)
+    granted = agent.granted_tools(caller)
+    for i, approval in enumerate(approvals):
+        if approval.tool not in granted:
+            raise refused(403, "approval-not-granted", f"approvals[{i}]: the agent is no longer granted {approval.tool}")
+    if len(approvals) > agent.steps:
+        raise refused(422, "approvals-too-many", f"the agent takes at most {agent.steps} steps in a turn")
+    return approvals
 
 
 @dataclass
 class Turn:
-    """A turn the door accepted: its agent, tier, record row and first round's held tokens."""
+    """A turn the door accepted: its agent, tier, generation (record and budget) and first round's held tokens."""
 
     services: Services
     caller: Caller
     agent: Agent
     tier: Tier
     messages: list[dict[str, str]]
-    generation: uuid.UUID
-    day: date
+    generation: Generation
     deadline: float  # time.monotonic()
     held: int
-    started: float = field(default_factory=time.perf_counter)
     # Filled while running; the benchmark reads them.
     engine_ms: float = 0.0
     tool_ms: float = 0.0
-    step_log: list[dict[str, Any]] = field(default_factory=list)
-    usage: Usage = field(default_factory=lambda: Usage(0, 0))
-    rounds: int = 0
-    usage_of_round: Usage = field(default_factory=lambda: Usage(0, 0))
-    unsettled: Spent | None = None  # the last round's tokens, settled with the next hold or the record
     approvals: list[Approval] = field(default_factory=list)  # checked and used up by the door
     span: telemetry.Span = telemetry.OFF
     parent: Any = None  # the trace context of the request that started the turn (its stream runs after it)
     refusal: str | None = None  # the kind of problem that ended the turn (a budget's: turn-tokens, daily-tokens)
+
+    @property
+    def step_log(self) -> list[dict[str, Any]]:
+        return self.generation.step_log
+
+    def timing(self) -> dict[str, float]:
+        """Where the turn's time went (the trace a caller may read; no content in it)."""
+        return {
+            "ms": round(self.generation.ms, 1),
+            "engine_ms": round(self.engine_ms, 1),
+            "tools_ms": round(self.tool_ms, 1),
+        }
 
     def events(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """The turn's events; the turn is one span (`invoke_agent`), its rounds and steps its children."""
@@ -102,7 +143,7 @@ class Turn:
                 "gen_ai.agent.name": self.agent.name,
                 "gen_ai.request.model": self.tier.model,
                 "agentfn.tier": self.tier.name,
-                "agentfn.generation.id": str(self.generation),
+                "agentfn.generation.id": str(self.generation.id),
                 "user.hash": subject_hash(self.caller.subject),
             },
             parent=self.parent,
@@ -113,97 +154,62 @@ class Turn:
             self.span.end()
 
     def _events(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        status, code = "cancelled", None
+        gen_id = str(self.generation.id)
         try:
-            yield from self._run()
-            status = "ok"
-        except ProblemError as error:
-            status = {504: "deadline", 429: "budget"}.get(error.status, "error")
-            code = error.status
-            self.refusal = telemetry.error_type(error.type, error.status)
-            yield "error", {**error.to_dict(), "generation_id": str(self.generation)}
-        except DeadlinePassed:
-            status, code = "deadline", 504
-            yield "error", {**DEADLINE.to_dict(), "generation_id": str(self.generation)}
-        except EngineFailed as error:
-            failed = engine_problem(error)
-            status, code = "error", failed.status
-            yield "error", {**failed.to_dict(), "generation_id": str(self.generation)}
-        except Exception as error:  # the message of an arbitrary exception may quote the conversation
-            status, code = "error", 500
-            log.error(
-                "turn failed",
-                extra={
-                    "event": "turn",
-                    "error_type": type(error).__name__,
-                    "generation_id": str(self.generation),
-                    # Where the turn's time went (the trace a caller may read; no content in it).
-                    "timing": {
-                        "ms": round((time.perf_counter() - self.started) * 1000, 1),
-                        "engine_ms": round(self.engine_ms, 1),
-                        "tools_ms": round(self.tool_ms, 1),
-                    },
-                },
-            )
-            yield (
-                "error",
-                {
-                    "type": "about:blank",
-                    "title": "Internal Server Error",
-                    "status": 500,
-                    "detail": "the turn failed; see generation_id",
-                    "generation_id": str(self.generation),
-                },
-            )
-        finally:
-            self._finish(status, code, self.unsettled)
-
-    def _finish(self, status: str, code: int | None, pending: Spent | None) -> None:
-        duration = int((time.perf_counter() - self.started) * 1000)
-        try:
-            self.services.store.finish(
-                self.generation,
-                self.caller.subject,
-                self.day,
-                status=status,
-                problem=code,
-                step_log=self.step_log,
-                duration_ms=duration,
-                settle=pending,
-            )
-        except Exception as error:  # the stream is over; the hold lapses at hold_until by itself
+            with self.generation:
+                try:
+                    yield from self._run()
+                except Exception as error:
+                    self.generation.failed(error)
+                    told = as_problem(error)
+                    if isinstance(error, ProblemError):
+                        self.refusal = telemetry.error_type(error.type, error.status)
+                    if told is None:  # the message of an arbitrary exception may quote the conversation
+                        log.error(
+                            "turn failed",
+                            extra={
+                                "event": "turn",
+                                "error_type": type(error).__name__,
+                                "generation_id": gen_id,
+                                "timing": self.timing(),
+                            },
+                        )
+                        told = ProblemError(500, "Internal Server Error", "the turn failed; see generation_id")
+                    yield "error", {**told.to_dict(), "generation_id": gen_id}
+        except Exception as error:  # the record did not close: the stream is over; the hold lapses at hold_until
             log.error(
                 "record not finished",
                 extra={
                     "event": "turn",
                     "error_type": type(error).__name__,
-                    "generation_id": str(self.generation),
-                    # Where the turn's time went (the trace a caller may read; no content in it).
-                    "timing": {
-                        "ms": round((time.perf_counter() - self.started) * 1000, 1),
-                        "engine_ms": round(self.engine_ms, 1),
-                        "tools_ms": round(self.tool_ms, 1),
-                    },
+                    "generation_id": gen_id,
+                    "timing": self.timing(),
                 },
             )
+        finally:
+            self._told()
+
+    def _told(self) -> None:
+        """The turn's end in the log, its span and its metrics."""
+        status, code = self.generation.status, self.generation.problem
         log.info(
             "turn",
             extra={
                 "event": "turn",
-                "generation_id": str(self.generation),
+                "generation_id": str(self.generation.id),
                 "agent": self.agent.name,
                 "outcome": status,
                 "status": code,
-                "ms": duration,
+                "ms": int(self.generation.ms),
                 "count": len(self.step_log),
             },
         )
         self.span.attrs(
             {
                 "agentfn.outcome": status,
-                "gen_ai.usage.input_tokens": self.usage.tokens_in,
-                "gen_ai.usage.output_tokens": self.usage.tokens_out,
-                "agentfn.rounds": self.rounds,
+                "gen_ai.usage.input_tokens": self.generation.used.tokens_in,
+                "gen_ai.usage.output_tokens": self.generation.used.tokens_out,
+                "agentfn.rounds": self.generation.rounds,
                 "agentfn.steps": len(self.step_log),
             }
         )
@@ -230,7 +236,7 @@ class Turn:
         constrained = tier.tool_mode == "constrained"
         system = prompt.system(
             agent.brief,
-            self.day.isoformat(),
+            self.generation.day.isoformat(),
             tools=[t for t, _ in tools.values()],
             constrained=constrained,
             memory_tools=bool(MEMORY_TOOLS & set(tools)),
@@ -279,13 +285,15 @@ class Turn:
                         usage = item
             except (EngineFailed, DeadlinePassed, GeneratorExit) as error:
                 # What the engine read and wrote before it failed (or the caller left) still counts.
-                self._spent(Usage(cost, prompt.estimate("".join(round_text)) if round_text else 0))
-                chat.end(self.usage_of_round, error)
+                spent = Usage(cost, prompt.estimate("".join(round_text)) if round_text else 0)
+                self.generation.spent(spent)
+                chat.end(spent, error)
                 raise
             finally:
                 self.engine_ms += (time.perf_counter() - began) * 1000
-            self._spent(usage or Usage(cost, prompt.estimate("".join(round_text))))
-            chat.end(self.usage_of_round, None)
+            spent = usage or Usage(cost, prompt.estimate("".join(round_text)))
+            self.generation.spent(spent)
+            chat.end(spent, None)
             answer.extend(round_text)
             if not offer or not requests:
                 break
@@ -297,29 +305,18 @@ class Turn:
             if steps.repeated:
                 # A model that repeats a call is stuck: it has the earlier result; from here it answers.
                 calls_left = 0
-        ids = [e["id"] for e in recalled]
+        ids, used = [e["id"] for e in recalled], self.generation.used
         yield (
             "done",
             {
                 "cited": prompt.cited("".join(answer), ids),
                 "steps": len(self.step_log),
                 "pending": steps.pending,
-                "usage": {"tokens_in": self.usage.tokens_in, "tokens_out": self.usage.tokens_out, "rounds": self.rounds},
-                "generation_id": str(self.generation),
-                # Where the turn's time went (the trace a caller may read; no content in it).
-                "timing": {
-                    "ms": round((time.perf_counter() - self.started) * 1000, 1),
-                    "engine_ms": round(self.engine_ms, 1),
-                    "tools_ms": round(self.tool_ms, 1),
-                },
+                "usage": {"tokens_in": used.tokens_in, "tokens_out": used.tokens_out, "rounds": self.generation.rounds},
+                "generation_id": str(self.generation.id),
+                "timing": self.timing(),
             },
         )
-
-    def _spent(self, usage: Usage) -> None:
-        self.usage_of_round = usage
-        self.usage = Usage(self.usage.tokens_in + usage.tokens_in, self.usage.tokens_out + usage.tokens_out)
-        self.rounds += 1
-        self.unsettled = Spent(usage.tokens_in, usage.tokens_out, 1)
 
     def _hold(self, cost: int, likely: int, first: bool) -> int:
         """Hold this round's tokens (settling the last round's); the completion tokens the round may write.
@@ -328,24 +325,14 @@ class Turn:
         turn are checked at the `likely` count, as a turn's cap is passed by at most one round anyway.
         """
         s = self.services
-        per_turn_left = self.agent.tokens_per_turn - self.usage.tokens_in - self.usage.tokens_out
+        used = self.generation.used
+        per_turn_left = self.agent.tokens_per_turn - used.tokens_in - used.tokens_out
         completion = min(self.tier.max_tokens, per_turn_left - likely)
         if completion < s.limits.min_completion:
             raise budget_problem(per_turn=True)
         least = cost + s.limits.min_completion
         if not (first and self.held >= least):
-            self.held = s.store.round(
-                self.generation,
-                self.caller.subject,
-                self.day,
-                limit=s.limits.daily_tokens,
-                settle=self.unsettled,
-                want=cost + completion,
-                least=least,
-            )
-            self.unsettled = None
-            if not self.held:
-                raise budget_problem(per_turn=False)
+            self.held = self.generation.hold(cost + completion, least)
         return max(s.limits.min_completion, min(completion, self.held - cost))
 
     def _recall(self) -> list[dict[str, Any]] | None:
@@ -485,7 +472,7 @@ class Steps:
         if refusal is None and not approved and self._needs_approval(request):
             try:
                 token = turn.services.approvals.issue(
-                    turn.caller, turn.agent.name, request.name, request.arguments, turn.generation
+                    turn.caller, turn.agent.name, request.name, request.arguments, turn.generation.id
                 )
             except ProblemError as unavailable:
                 refusal = {**unavailable.to_dict()}
@@ -555,7 +542,7 @@ class Steps:
         tool, access = self.tools[request.name]
         # An approved forget's id was shown in the turn that asked (its token says so).
         shown = self.shown | {arguments["id"]} if approved and request.name == "forget" else self.shown
-        ctx = CallContext(turn.caller, "agent", access, turn.deadline, turn.agent, shown, (str(turn.generation), n))
+        ctx = CallContext(turn.caller, "agent", access, turn.deadline, turn.agent, shown, (str(turn.generation.id), n))
         return turn.services.tools.call(tool, arguments, ctx)
 
     # --- what is streamed, recorded and told ---------------------------------------------------------

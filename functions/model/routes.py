@@ -9,23 +9,19 @@ from __future__ import annotations
 
 import datetime
 import json
-import time
 from collections.abc import Iterator
 
 from agentfn.shared import app as http
-from agentfn.shared import telemetry
 from agentfn.shared.identity import caller_required
 from agentfn.shared.problems import ProblemError, not_found, unprocessable
 from agentfn.shared.tools import LazySchema
 from flask import Blueprint, Response, current_app, g, jsonify, stream_with_context
 
-from . import calls, prompt, schemas
-from .approvals import Approval, refused
+from . import calls, schemas
 from .episodes import end_session
-from .loop import Turn, budget_problem
+from .loop import begin
 from .registry import Agent
 from .services import Services
-from .store import today
 
 bp = Blueprint("model", __name__)
 
@@ -48,7 +44,6 @@ def warm() -> None:
 
 NO_AGENT = "no such agent"
 NO_TOOL = "no such tool"
-TOOL_OVERHEAD = 600  # tokens the tool list and instructions may add to the first round's prompt
 
 
 def services() -> Services:
@@ -135,69 +130,17 @@ def list_agents():
 def take_turn(name: str):
     """One turn of the agent, streamed as server-sent events."""
     body = conversation(TURN)
-    s, caller = services(), g.caller
-    agent = granted_agent(name)
-    tier = s.tier(agent.tier)
-    seconds = min(tier.deadline, agent.deadline_seconds)
-    deadline, day = time.monotonic() + seconds, today()
-    messages = body["messages"]
-    if prompt.likely(messages[-1]["content"]) > tier.context_tokens - tier.max_tokens - TOOL_OVERHEAD:
-        raise ProblemError(413, "Content Too Large", "the last message does not fit the tier's context")
-    approvals = checked_approvals(s, agent, body.get("approvals") or [])
-    generation = s.store.open(
-        kind="turn",
-        channel="agent",
-        subject=caller.subject,
-        agent=agent.name,
-        tier=tier.name,
-        hold_seconds=seconds + 30,
-        day=day,
-    )
-    # The first round's hold, taken before the stream so that a spent day is a plain 429.
-    # The day is held at a bound on what the engine may count; the agent's tokens per turn checked at the likely count.
-    fitted, overhead = prompt.fit(messages, tier.context_tokens), TOOL_OVERHEAD
-    if agent.memory != "none":
-        overhead += s.limits.recall_max_tokens
-    cost = prompt.estimate(fitted) + prompt.estimate(agent.brief) + overhead
-    completion = min(tier.max_tokens, agent.tokens_per_turn - prompt.likely(fitted) - prompt.likely(agent.brief) - overhead)
-    least = cost + s.limits.min_completion
-    turn_fits = completion >= s.limits.min_completion
-    held = (
-        s.store.round(generation, caller.subject, day, limit=s.limits.daily_tokens, want=cost + completion, least=least)
-        if turn_fits
-        else 0
-    )
-    if not held:
-        s.store.finish(generation, caller.subject, day, status="budget", problem=429, step_log=[], duration_ms=0)
-        telemetry.record("agentfn.turns", 1, {"gen_ai.agent.name": agent.name, "agentfn.outcome": "budget"})
-        telemetry.record(
-            "agentfn.budget.refusals",
-            1,
-            {"gen_ai.agent.name": agent.name, "agentfn.limit": "turn-tokens" if not turn_fits else "daily-tokens"},
-        )
-        response = http.problem_response(budget_problem(per_turn=not turn_fits))
+    s, agent = services(), granted_agent(name)
+    try:
+        turn = begin(s, g.caller, agent, body["messages"], body.get("approvals") or [])
+    except ProblemError as refusal:
+        if refusal.status != 429:
+            raise
+        response = http.problem_response(refusal)
         response.headers["Retry-After"] = str(seconds_to_midnight())
         return response
-    if approvals and not s.store.use_approvals(caller.subject, [(a.jti, a.expires) for a in approvals]):
-        s.store.finish(generation, caller.subject, day, status="error", problem=409, step_log=[], duration_ms=0)
-        raise refused(409, "approval-used", "an approval in the request was used before; each is good once")
-    turn = Turn(
-        s, caller, agent, tier, messages, generation, day, deadline, held, approvals=approvals, parent=telemetry.current()
-    )
-    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Generation-Id": str(generation)}
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Generation-Id": str(turn.generation.id)}
     return Response(stream_with_context(sse(turn.events())), mimetype="text/event-stream", headers=headers)
-
-
-def checked_approvals(s: Services, agent: Agent, items: list[dict]) -> list[Approval]:
-    """Every approval checked before anything of the turn runs (its use comes after the budget's hold)."""
-    approvals = s.approvals.check(g.caller, agent.name, items)
-    granted = agent.granted_tools(g.caller)
-    for i, approval in enumerate(approvals):
-        if approval.tool not in granted:
-            raise refused(403, "approval-not-granted", f"approvals[{i}]: the agent is no longer granted {approval.tool}")
-    if len(approvals) > agent.steps:
-        raise refused(422, "approvals-too-many", f"the agent takes at most {agent.steps} steps in a turn")
-    return approvals
 
 
 @bp.post("/v1/agents/<name>/sessions/end")

@@ -100,7 +100,9 @@ def today() -> datetime.date:
 
 
 @dataclass
-class Usage:
+class Spent:
+    """Tokens and rounds spent and not yet settled into the caller's budget and the record."""
+
     tokens_in: int = 0
     tokens_out: int = 0
     rounds: int = 0
@@ -149,7 +151,7 @@ class Store(db.SchemaStore):
         day: datetime.date,
         *,
         limit: int,
-        settle: Usage | None = None,
+        settle: Spent | None = None,
         want: int = 0,
         least: int = 0,
     ) -> int:
@@ -188,7 +190,7 @@ class Store(db.SchemaStore):
         problem: int | None,
         step_log: list[dict],
         duration_ms: int,
-        settle: Usage | None = None,
+        settle: Spent | None = None,
     ) -> None:
         args = {"id": gen, "subject": subject, "day": day}
         with self.pool.connection() as conn, conn.transaction():

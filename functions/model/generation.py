@@ -1,0 +1,160 @@
+"""One generation's life: a turn, a session's end, or a tool called alone or over MCP, from record to close.
+
+`Generation` is a context manager over the model function's store: entering opens the record (running),
+`hold` settles the last round's tokens and holds the next round's from the caller's daily budget, and
+leaving closes the record with the status of whatever ended it (a return, a problem, an engine's failure,
+the deadline, the caller leaving a stream), settling what the last round spent. The first thing that ended
+it wins: a failure its door caught and reported (`failed`) is not overwritten by the caller leaving after.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from agentfn.shared.problems import ProblemError
+
+from .engines import DeadlinePassed, EngineFailed, Usage
+from .store import Spent, Store, today
+
+PROBLEMS = "https://agentfn.dev/problems/"
+
+DEADLINE = ProblemError(504, "Deadline", "the turn's deadline passed", type=PROBLEMS + "deadline")
+
+
+def budget_problem(per_turn: bool) -> ProblemError:
+    if per_turn:
+        return ProblemError(
+            429, "Too Many Requests", "this turn has spent the tokens its agent allows", type=PROBLEMS + "turn-tokens"
+        )
+    return ProblemError(429, "Too Many Requests", "the caller's tokens for today are spent", type=PROBLEMS + "daily-tokens")
+
+
+def engine_problem(error: EngineFailed) -> ProblemError:
+    detail = {
+        "timeout": "the engine did not answer in time",
+        "broken": "the engine broke off its reply",
+        "malformed": "the engine's reply was outside the tool format",
+    }.get(error.kind)
+    if error.kind == "status":
+        detail = f"the engine answered HTTP {error.status}"
+    status = 504 if error.kind == "timeout" else 503 if error.status == 429 else 502
+    return ProblemError(status, "Engine failed", detail or "the engine failed", type=PROBLEMS + "engine")
+
+
+def as_problem(error: BaseException) -> ProblemError | None:
+    """The problem a caller is told for what ended a generation; None for an error with nothing to tell (a 500)."""
+    if isinstance(error, ProblemError):
+        return error
+    if isinstance(error, DeadlinePassed):
+        return DEADLINE
+    if isinstance(error, EngineFailed):
+        return engine_problem(error)
+    return None
+
+
+def ended_by(error: BaseException | None) -> tuple[str, int | None]:
+    """The record's status and problem (an HTTP status) for what ended a generation; None: it returned."""
+    if error is None:
+        return "ok", None
+    if isinstance(error, GeneratorExit):
+        return "cancelled", None  # the caller left the stream
+    if isinstance(error, DeadlinePassed):
+        return "deadline", 504
+    if isinstance(error, EngineFailed):
+        return "error", engine_problem(error).status
+    if isinstance(error, ProblemError):
+        return {504: "deadline", 429: "budget"}.get(error.status, "error"), error.status
+    return "error", 500
+
+
+class Generation:
+    """The record and the budget of one generation; `with Generation(...) as generation:` opens and closes it."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        kind: str,
+        channel: str,
+        subject: str,
+        agent: str | None = None,
+        tier: str | None = None,
+        hold_seconds: float,
+        daily_tokens: int = 0,
+    ):
+        self.store, self.subject, self.daily_tokens = store, subject, daily_tokens
+        self.day = today()
+        self.started = time.perf_counter()
+        self.id: uuid.UUID = store.open(
+            kind=kind, channel=channel, subject=subject, agent=agent, tier=tier, hold_seconds=hold_seconds, day=self.day
+        )
+        self.step_log: list[dict[str, Any]] = []
+        self.used = Usage(0, 0)  # all rounds together, as the caller is told
+        self.rounds = 0
+        self.unsettled: Spent | None = None  # the last round's tokens, settled with the next hold or the close
+        self.status: str | None = None
+        self.problem: int | None = None
+        self.closed = False
+
+    def __enter__(self) -> Generation:
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        if error is not None and self.status is None:
+            self.status, self.problem = ended_by(error)
+        self.close()
+
+    # --- while it runs ---------------------------------------------------------------------------------
+
+    def hold(self, want: int, least: int) -> int:
+        """Settle the last round, then hold up to `want` tokens for the next: the tokens held, or the day's
+        budget problem when fewer than `least` are left (the round may not run)."""
+        held = self.store.round(
+            self.id, self.subject, self.day, limit=self.daily_tokens, settle=self.unsettled, want=want, least=least
+        )
+        self.unsettled = None
+        if not held:
+            raise budget_problem(per_turn=False)
+        return held
+
+    def spent(self, usage: Usage) -> None:
+        """One round's tokens, as the engine counted them (or as estimated when it could not say)."""
+        self.used = Usage(self.used.tokens_in + usage.tokens_in, self.used.tokens_out + usage.tokens_out)
+        self.rounds += 1
+        self.unsettled = Spent(usage.tokens_in, usage.tokens_out, 1)
+
+    def failed(self, error: BaseException) -> None:
+        """It ended with this error, caught and reported by its door (a stream's `error` event)."""
+        if self.status is None:
+            self.status, self.problem = ended_by(error)
+
+    def ended(self, status: str, problem: int | None) -> None:
+        """It ended with this status without an error raised (a tool call whose outcome is a problem)."""
+        if self.status is None:
+            self.status, self.problem = status, problem
+
+    @property
+    def ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1000
+
+    # --- the close -------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the record once: status, problem, steps, duration; the last round's tokens settled, the hold let go."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.status is None:
+            self.status = "ok"
+        self.store.finish(
+            self.id,
+            self.subject,
+            self.day,
+            status=self.status,
+            problem=self.problem,
+            step_log=self.step_log,
+            duration_ms=int(self.ms),
+            settle=self.unsettled,
+        )
