@@ -1,4 +1,4 @@
-"""Who may call what, as rows: one per agent, tool and channel, from a registry document (operator/registry.schema.json).
+"""Who may call what, as rows: one per agent, tool and channel, from a registry document (contract/registry.schema.json).
 
 The one place the rows are built: `agentfn audit` prints them (from a registry file, standard input or the
 ConfigMap), the operator's `python -m agentfn_operator.audit` too, and the model function's admin door
@@ -16,13 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .contract import ALONE, MCP, STEP
+
 HEADER = ("AGENT", "TOOL", "SUBJECTS", "GROUPS", "CHANNEL", "DAILY", "APPROVAL", "GRANT")
 Row = tuple[str, str, str, str, str, str, str, str]
 
 
 def _row(agent: str, tool: str, channel: str, access: Mapping[str, Any]) -> Row:
     limit = access.get("dailyLimit")
-    approval = access.get("approval", "required") if channel == "step" else "-"
+    approval = access.get("approval", "required") if channel == STEP else "-"
     return (
         agent,
         tool,
@@ -37,11 +39,11 @@ def _row(agent: str, tool: str, channel: str, access: Mapping[str, Any]) -> Row:
 
 def rows(registry: Mapping[str, Any]) -> list[Row]:
     found = [
-        _row(agent, tool, "step", access)
+        _row(agent, tool, STEP, access)
         for agent, entry in registry["agents"].items()
         for tool, access in entry["tools"].items()
     ]
-    for channel in ("alone", "mcp"):
+    for channel in (ALONE, MCP):
         found += [_row("-", tool, channel, access) for tool, access in registry[channel].items()]
     return sorted(found)
 

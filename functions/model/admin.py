@@ -16,6 +16,7 @@ from collections.abc import Callable
 from functools import wraps
 
 from agentfn.shared.app import subject_hash
+from agentfn.shared.contract import CHANNELS
 from agentfn.shared.grants import records
 from agentfn.shared.identity import caller_required
 from agentfn.shared.problems import bad_request, forbidden
@@ -65,7 +66,6 @@ def grants():
     return jsonify(revision=table.revision, rows=records(list(table.rows)))
 
 
-CHANNELS = {"step": "agent", "alone": "alone", "mcp": "mcp"}  # as the audit names them -> as the record does
 CALL_FILTERS = {"agent", "tool", "channel", "outcome", "since", "before", "limit", "cursor"}
 
 
@@ -92,7 +92,7 @@ def calls():
         after=after,
         agent=request.args.get("agent"),
         tool=request.args.get("tool"),
-        channel=CHANNELS.get(channel or ""),
+        channel=channel,
         outcome=request.args.get("outcome"),
     )
     last = rows[-1] if len(rows) == limit else None
@@ -110,7 +110,7 @@ def _call(row: dict) -> dict:
         "subject_hash": subject_hash(row["subject"]),
         "agent": row["agent"],
         "tool": row["tool"],
-        "channel": {v: k for k, v in CHANNELS.items()}[row["channel"]],
+        "channel": row["channel"],
         "outcome": row["outcome"],
         "ms": ms if isinstance(ms, (int, float)) else None,
         "grant": row["grant_ref"],

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from agentfn.shared.contract import ALONE
 from agentfn.shared.identity import Caller
 
 from .generation import Generation
@@ -18,7 +19,7 @@ from .tools import CallContext, Outcome, Tool, executed
 
 def grants(services: Services, channel: str):
     table = services.registry.table()
-    return table.alone if channel == "alone" else table.mcp
+    return table.alone if channel == ALONE else table.mcp
 
 
 def listing(services: Services, caller: Caller, channel: str) -> list[Tool]:

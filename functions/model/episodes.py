@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any
 
+from agentfn.shared.contract import STEP
 from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError
 
@@ -217,7 +218,7 @@ def end_session(
         with Generation(
             services.store,
             kind="session_end",
-            channel="agent",
+            channel=STEP,
             subject=caller.subject,
             agent=agent.name,
             tier=tier.name,

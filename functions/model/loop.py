@@ -23,6 +23,7 @@ from typing import Any
 
 from agentfn.shared import telemetry
 from agentfn.shared.app import subject_hash
+from agentfn.shared.contract import MEMORY_TOOLS, STEP
 from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError
 
@@ -33,7 +34,7 @@ from .generation import Generation, as_problem, budget_problem
 from .offered import Offered, written
 from .registry import Agent
 from .services import Services
-from .tools import MEMORY_TOOLS, CallContext, Outcome, executed, problem
+from .tools import CallContext, Outcome, executed, problem
 
 log = logging.getLogger("agentfn.model.turn")
 
@@ -57,7 +58,7 @@ def begin(services: Services, caller: Caller, agent: Agent, messages: list[dict[
             Generation(
                 s.store,
                 kind="turn",
-                channel="agent",
+                channel=STEP,
                 subject=caller.subject,
                 agent=agent.name,
                 tier=tier.name,
@@ -489,7 +490,7 @@ class Steps:
                 self.pending.append(n)
                 return
         yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": "started"}
-        with executed(self._named(request), "agent", n) as done:
+        with executed(self._named(request), STEP, n) as done:
             outcome = Outcome(False, refusal) if refusal is not None else self._call(request, run_with, approved, n)
             done(outcome)
         turn.tool_ms += outcome.ms
@@ -542,7 +543,7 @@ class Steps:
         tool, access = self.tools[request.name]
         # An approved forget's id was shown in the turn that asked (its token says so).
         shown = self.shown | {arguments["id"]} if approved and request.name == "forget" else self.shown
-        ctx = CallContext(turn.caller, "agent", access, turn.deadline, turn.agent, shown, (str(turn.generation.id), n))
+        ctx = CallContext(turn.caller, STEP, access, turn.deadline, turn.agent, shown, (str(turn.generation.id), n))
         return turn.services.tools.call(tool, arguments, ctx)
 
     # --- what is streamed, recorded and told ---------------------------------------------------------

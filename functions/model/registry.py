@@ -1,9 +1,9 @@
-"""The registry the operator writes (operator/registry.schema.json): agent -> tools -> who, and the tools
+"""The registry the operator writes (`shared/contract/registry.schema.json`): agent -> tools -> who, and the tools
 callable alone and over MCP. Read from `AGENTFN_REGISTRY_FILE` and reloaded when the file changes.
 
 A mounted ConfigMap changes by a symlink swap and the local operator by `os.replace`, so the file is
 looked at (one `stat`) at most every `RECHECK` seconds and read again when its identity, size or mtime
-change. A file that does not parse or does not have the registry's shape is refused whole and the last
+change. A file that does not parse or breaks the registry's JSON Schema is refused whole and the last
 good table stays in force (never widen access on a half-written file); until one good file was read,
 nothing is granted and readiness says so.
 
@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentfn.shared import contract
 from agentfn.shared.grants import Row, rows
 from agentfn.shared.identity import Caller
 
@@ -31,11 +31,6 @@ log = logging.getLogger("agentfn.model.registry")
 
 RECHECK = 0.5
 EVERYONE = "system:authenticated"
-API_VERSION, KIND = "agentfn.dev/v1alpha1", "Registry"
-TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-AGENT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-MEMORY_MODES = ("none", "preferences", "facts")
-APPROVALS = ("required", "waived")
 
 
 @dataclass(frozen=True)
@@ -90,84 +85,41 @@ class Invalid(ValueError):
     pass
 
 
-def _need(value: Any, kind: type, where: str):
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise Invalid(f"{where} must be a {kind.__name__}")
-    return value
-
-
-def _strings(value: Any, where: str) -> frozenset[str]:
-    items = _need(value, list, where)
-    if not all(isinstance(x, str) and x for x in items):
-        raise Invalid(f"{where} must list non-empty strings")
-    return frozenset(items)
-
-
-def _access(value: Any, where: str) -> Access:
-    _need(value, dict, where)
-    limit = value.get("dailyLimit")
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        raise Invalid(f"{where}.dailyLimit must be null or a positive integer")
-    approval = value.get("approval", "required")  # a registry from before the field: ask
-    if approval not in APPROVALS:
-        raise Invalid(f"{where}.approval must be one of {', '.join(APPROVALS)}")
+def _access(value: dict[str, Any]) -> Access:
     return Access(
-        _strings(value.get("subjects"), f"{where}.subjects"),
-        _strings(value.get("groups"), f"{where}.groups"),
-        limit,
-        str(value.get("grant", "")),
-        approval,
+        frozenset(value["subjects"]),
+        frozenset(value["groups"]),
+        value["dailyLimit"],
+        value["grant"],
+        value.get("approval", "required"),  # a registry from before the field: ask
     )
 
 
-def _accesses(value: Any, where: str) -> dict[str, Access]:
-    _need(value, dict, where)
-    out = {}
-    for name, access in value.items():
-        if not TOOL_NAME.match(name):
-            raise Invalid(f"{where}: {name!r} is not a tool name")
-        out[name] = _access(access, f"{where}.{name}")
-    return out
-
-
-def _limit(limits: dict, key: str, low: int, high: int, where: str) -> int:
-    value = _need(limits.get(key), int, f"{where}.limits.{key}")
-    if not low <= value <= high:
-        raise Invalid(f"{where}.limits.{key} must be from {low} to {high}")
-    return value
+def _accesses(value: dict[str, Any]) -> dict[str, Access]:
+    return {name: _access(access) for name, access in value.items()}
 
 
 def parse(document: Any) -> Table:
-    """The table of a registry document, or `Invalid` saying where it breaks the registry's shape."""
-    _need(document, dict, "the registry")
-    if document.get("apiVersion") != API_VERSION or document.get("kind") != KIND:
-        raise Invalid(f"the registry must be apiVersion {API_VERSION}, kind {KIND}")
-    agents = {}
-    for name, spec in _need(document.get("agents"), dict, "agents").items():
-        where = f"agents.{name}"
-        if not AGENT_NAME.match(name):
-            raise Invalid(f"{where}: not an agent name")
-        _need(spec, dict, where)
-        limits = _need(spec.get("limits"), dict, f"{where}.limits")
-        memory = spec.get("memory")
-        if memory not in MEMORY_MODES:
-            raise Invalid(f"{where}.memory must be one of {', '.join(MEMORY_MODES)}")
-        agents[name] = Agent(
+    """The table of a registry document, or `Invalid` saying where it breaks the registry's JSON Schema."""
+    try:
+        contract.check_registry(document)
+    except contract.RegistryInvalid as error:
+        raise Invalid(str(error)) from None
+    agents = {
+        name: Agent(
             name=name,
-            brief=_need(spec.get("brief"), str, f"{where}.brief"),
-            tier=_need(spec.get("tier"), str, f"{where}.tier"),
-            memory=memory,
-            steps=_limit(limits, "steps", 0, 4, where),
-            tokens_per_turn=_limit(limits, "tokensPerTurn", 1, 1_000_000, where),
-            deadline_seconds=_limit(limits, "deadlineSeconds", 1, 600, where),
-            tools=_accesses(spec.get("tools"), f"{where}.tools"),
+            brief=spec["brief"],
+            tier=spec["tier"],
+            memory=spec["memory"],
+            steps=spec["limits"]["steps"],
+            tokens_per_turn=spec["limits"]["tokensPerTurn"],
+            deadline_seconds=spec["limits"]["deadlineSeconds"],
+            tools=_accesses(spec["tools"]),
         )
+        for name, spec in document["agents"].items()
+    }
     return Table(
-        str(document.get("revision", "")),
-        agents,
-        _accesses(document.get("alone"), "alone"),
-        _accesses(document.get("mcp"), "mcp"),
-        tuple(rows(document)),
+        document["revision"], agents, _accesses(document["alone"]), _accesses(document["mcp"]), tuple(rows(document))
     )
 
 

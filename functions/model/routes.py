@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator
 
 from agentfn.shared import app as http
+from agentfn.shared.contract import ALONE
 from agentfn.shared.identity import caller_required
 from agentfn.shared.problems import ProblemError, not_found, unprocessable
 from agentfn.shared.tools import LazySchema
@@ -157,7 +158,7 @@ def end(name: str):
 @caller_required
 def list_tools():
     """The reviewed reads the caller may call on their own."""
-    return jsonify(tools=[t.listing() for t in calls.listing(services(), g.caller, "alone")])
+    return jsonify(tools=[t.listing() for t in calls.listing(services(), g.caller, ALONE)])
 
 
 @bp.post("/v1/tools/<name>/call")
@@ -165,7 +166,7 @@ def list_tools():
 def call_tool(name: str):
     """Call a tool on its own, as the caller: the same checks, forwarding and record as an agent's step."""
     body = json_body(CALL)
-    outcome = calls.call(services(), g.caller, name, body["arguments"], "alone")
+    outcome = calls.call(services(), g.caller, name, body["arguments"], ALONE)
     if outcome is None:
         raise not_found(NO_TOOL)
     if outcome.ok:

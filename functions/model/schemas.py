@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentfn.shared.contract import CHANNELS
+
 MAX_MESSAGES = 200
 MAX_CONTENT = 32000
 # What a request may not carry: tools are the platform's (T1). Checked before the schema, so the
@@ -158,7 +160,11 @@ GENERATION = {
     "properties": {
         "id": {"type": "string", "format": "uuid", "description": "the generation_id its caller was given"},
         "kind": {"enum": ["turn", "session_end", "tool_call"]},
-        "channel": {"enum": ["agent", "alone", "mcp"]},
+        "channel": {
+            "enum": list(CHANNELS),
+            "description": "step: an agent's turn or session end; alone: a tool called on its own; mcp: over /mcp. "
+            "This door said agent for step before the channel had one name; the stored records say step too.",
+        },
         "subject_hash": {
             "type": "string",
             "pattern": "^[0-9a-f]{12}$",
@@ -195,7 +201,7 @@ GRANT_ROW = {
         "tool": {"type": "string"},
         "subjects": {"type": "string", "description": "comma-separated"},
         "groups": {"type": "string", "description": "comma-separated"},
-        "channel": {"enum": ["step", "alone", "mcp"]},
+        "channel": {"enum": list(CHANNELS)},
         "daily": {"type": "string", "description": "daily limit"},
         "approval": {"enum": ["required", "waived", "-"]},
         "grant": {"type": "string"},
@@ -385,7 +391,7 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                     "parameters": [
                         {"name": "agent", "in": "query", "schema": {"type": "string"}},
                         {"name": "tool", "in": "query", "schema": {"type": "string"}},
-                        {"name": "channel", "in": "query", "schema": {"enum": ["step", "alone", "mcp"]}},
+                        {"name": "channel", "in": "query", "schema": {"enum": list(CHANNELS)}},
                         {
                             "name": "outcome",
                             "in": "query",
@@ -450,7 +456,7 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                                                 "subject_hash": {"type": "string"},
                                                 "agent": {"type": ["string", "null"]},
                                                 "tool": {"type": "string"},
-                                                "channel": {"enum": ["step", "alone", "mcp"]},
+                                                "channel": {"enum": list(CHANNELS)},
                                                 "outcome": {"type": "string"},
                                                 "ms": {"type": ["number", "null"]},
                                                 "grant": {"type": ["string", "null"]},

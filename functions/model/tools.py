@@ -4,12 +4,13 @@ A call: the tool must be one the caller is granted on that channel; its argument
 the tool's JSON Schema before anything runs (T2); a grant's daily limit is counted; then the tool runs
 as the caller (T3), with a token exchanged for the part called (`agentfn.shared.exchange`): a tool
 function's `POST /v1/call`, the page fetcher's `POST /v1/open`, or memory's entries for `remember` / `forget`.
-Whatever happens comes back as an `Outcome` (ok with the tool's content, or error with a problem) that a model may see: nothing raises.
+Whatever happens comes back as an `Outcome` (ok with the tool's content, or error with a problem) that a model
+may see: nothing raises.
 
 Descriptors: a tool function's comes from its `GET /v1/tool` (fetched with the first caller's token that
 needs it, kept for `AGENTFN_DESCRIPTOR_TTL_SECONDS`); the page fetcher's and memory's tools are in
-`builtin_tools.json`. `run_code`, `open_page` and the memory tools are never alone nor on MCP, whatever
-a grant or a descriptor says.
+the contract with the operator (`agentfn.shared.contract`). `run_code`, `open_page` and the memory tools are never
+alone nor on MCP, whatever a grant or a descriptor says.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from agentfn.shared import telemetry
+from agentfn.shared.contract import ALONE, MCP, MEMORY_TOOLS, NEVER_ALONE_OR_MCP, builtin_tools
 from agentfn.shared.exchange import ExchangeFailed, TokenExchange
 from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError
@@ -37,8 +38,6 @@ from .store import today
 log = logging.getLogger("agentfn.model.tools")
 
 PAGE_AUDIT_BATCH = 64  # generation ids per question to the page fetcher's audit (what its request line holds)
-NEVER_ALONE_OR_MCP = frozenset({"run_code", "open_page", "remember", "forget"})
-MEMORY_TOOLS = frozenset({"remember", "forget"})
 PROBLEMS = "https://agentfn.dev/problems/"
 
 
@@ -110,7 +109,7 @@ class CallContext:
     """Who calls, through what, and what the turn showed (forget takes only an id shown in this turn)."""
 
     caller: Caller
-    channel: str  # "agent" | "alone" | "mcp"
+    channel: str  # step, alone or mcp (agentfn.shared.contract.CHANNELS)
     access: Access
     deadline: float  # time.monotonic() by which the call must be over
     agent: Agent | None = None
@@ -119,11 +118,9 @@ class CallContext:
 
 
 def _builtins() -> dict[str, Tool]:
-    doc = json.loads(resources.files("agentfn.model").joinpath("builtin_tools.json").read_text())
     out = {}
-    for d in doc["tools"]:
-        via = "memory" if d["name"] in MEMORY_TOOLS else "page"
-        out[d["name"]] = Tool(d["name"], d["description"], d["input_schema"], False, False, via, changes_state(d))
+    for function, d in builtin_tools():
+        out[d["name"]] = Tool(d["name"], d["description"], d["input_schema"], False, False, function, changes_state(d))
     return out
 
 
@@ -227,9 +224,9 @@ class ToolTable:
             if name in NEVER_ALONE_OR_MCP or not access.admits(caller):
                 continue
             tool = self.descriptor(name, caller)
-            if tool is None or not (tool.callable_alone if channel == "alone" else tool.mcp):
+            if tool is None or not (tool.callable_alone if channel == ALONE else tool.mcp):
                 continue
-            if channel == "mcp" and tool.changes_state:
+            if channel == MCP and tool.changes_state:
                 continue  # MCP has no approval here: what changes state (or does not say) is not offered there
             out[name] = (tool, access)
         return out

@@ -1,9 +1,9 @@
 """The tool catalog: which tools exist, which function serves each, and the channels its descriptor allows.
 
-The source is the tools' own descriptor files, `functions/<function>/tool.json`. Two
-entries come from `catalog/*.json` in this package: the memory tools `remember` and `forget`, which the
-model function serves through memory's doors and which have no tool function of their own, and
-`open_page`, only while the page fetcher has no `tool.json` yet (a descriptor file always wins).
+The source is the tools' own descriptor files, `functions/<function>/tool.json`. The built-in tools come
+from the contract the model function reads too (`agentfn.shared.contract`): the memory tools `remember` and
+`forget`, which the model function serves through memory's doors and which have no tool function of their
+own, and `open_page`, only while the page fetcher has no `tool.json` yet (a descriptor file always wins).
 
 `AGENTFN_TOOL_CATALOG_DIR` points at a folder of `<function>/tool.json` (in a cluster: the descriptors
 mounted from a ConfigMap); unset, the source tree's `functions/` is used, or else the installed
@@ -19,12 +19,10 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from agentfn.shared.contract import NEVER_ALONE_OR_MCP, STEP, builtin_tools
 from agentfn.shared.tools import DESCRIPTOR_FILE, check_descriptor
 
 SOURCE_FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
-# No tool function may be called alone or over MCP through these, whatever a descriptor says
-# (RFC 0002): a second wall behind the descriptors' own flags.
-NEVER_ALONE_OR_MCP = frozenset({"run_code", "open_page", "remember", "forget"})
 # Tools only some agents may ever be given (RFC 0002: only the reviewer runs code and opens pages).
 ONLY_FOR = {"run_code": frozenset({"code-reviewer"}), "open_page": frozenset({"code-reviewer"})}
 
@@ -39,7 +37,7 @@ class Tool:
     @property
     def channels(self) -> frozenset[str]:
         """The channels a grant may open for this tool."""
-        allowed = {"step"}
+        allowed = {STEP}
         if self.name not in NEVER_ALONE_OR_MCP:
             allowed |= {"alone"} if self.callable_alone else set()
             allowed |= {"mcp"} if self.mcp else set()
@@ -74,15 +72,6 @@ def _installed_descriptors() -> list[tuple[str, dict]]:
     return found
 
 
-def _builtins() -> list[tuple[str, dict]]:
-    entries = []
-    for path in sorted(resources.files(__package__).joinpath("catalog").iterdir(), key=lambda p: p.name):
-        if path.name.endswith(".json"):
-            data = json.loads(path.read_text())
-            entries += [(data["function"], descriptor) for descriptor in data["tools"]]
-    return entries
-
-
 def load(env: Mapping[str, str] | None = None) -> dict[str, Tool]:
     env = os.environ if env is None else env
     configured = env.get("AGENTFN_TOOL_CATALOG_DIR", "").strip()
@@ -97,7 +86,7 @@ def load(env: Mapping[str, str] | None = None) -> dict[str, Tool]:
     if not files:
         raise RuntimeError("no tool descriptors found: set AGENTFN_TOOL_CATALOG_DIR")
     catalog = from_descriptors(files)
-    for function, descriptor in _builtins():
+    for function, descriptor in builtin_tools():
         if descriptor["name"] not in catalog:
             catalog.update(from_descriptors([(function, descriptor)]))
     return catalog

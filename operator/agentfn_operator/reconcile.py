@@ -23,21 +23,28 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .catalog import NEVER_ALONE_OR_MCP, ONLY_FOR, Catalog
+from agentfn.shared.contract import (
+    ALONE,
+    APPROVALS,
+    MCP,
+    MEMORY_MODES,
+    MEMORY_TOOLS,
+    NEVER_ALONE_OR_MCP,
+    REGISTRY_API_VERSION,
+    STEP,
+    TOOL_NAME,
+)
 
-API_VERSION = "agentfn.dev/v1alpha1"
-MEMORY_TOOLS = frozenset({"remember", "forget"})
-MEMORY_MODES = ("none", "preferences", "facts")
-CHANNELS = ("step", "alone", "mcp")
+from .catalog import ONLY_FOR, Catalog
+
+API_VERSION = "agentfn.dev/v1alpha1"  # the CRDs' group and version
 # The CRDs' defaults (charts/agentfn/files/crds/); a static test keeps the two in step.
 AGENT_DEFAULTS = {"tier": "fast", "tools": [], "memory": "none"}
 LIMIT_DEFAULTS = {"steps": 4, "tokensPerTurn": 8000, "deadlineSeconds": 60}
 LIMIT_BOUNDS = {"steps": (0, 4), "tokensPerTurn": (1, 1_000_000), "deadlineSeconds": (1, 600)}
 AGENT_FIELDS = ("brief", "tier", "tools", "memory", "limits")
 GRANT_FIELDS = ("tool", "agents", "subjects", "groups", "callableAlone", "mcp", "dailyLimit", "approval")
-APPROVALS = ("required", "waived")
 GRANT_DEFAULTS = {"approval": "required"}
-TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 TIER = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 
@@ -179,11 +186,11 @@ def _grant(obj: Mapping[str, Any], catalog: Catalog, position: int) -> _Grant:
         raise Invalid("InvalidSpec", f"approval must be one of {', '.join(APPROVALS)}")
     if tool not in catalog:
         raise Invalid("UnknownTool", f"no tool named {tool} in the catalog")
-    channels = ["step"] * bool(agents) + ["alone"] * flags["callableAlone"] + ["mcp"] * flags["mcp"]
+    channels = [STEP] * bool(agents) + [ALONE] * flags["callableAlone"] + [MCP] * flags["mcp"]
     forbidden = [c for c in channels if c not in catalog[tool].channels]
     if forbidden:
         why = "never" if tool in NEVER_ALONE_OR_MCP else "not, by its descriptor,"
-        names = " or ".join("over MCP" if c == "mcp" else "alone" for c in forbidden)
+        names = " or ".join("over MCP" if c == MCP else "alone" for c in forbidden)
         raise Invalid("ForbiddenChannel", f"{tool} is {why} callable {names}")
     if tool in ONLY_FOR and not set(agents) <= ONLY_FOR[tool]:
         others = sorted(set(agents) - ONLY_FOR[tool])
@@ -250,12 +257,12 @@ def reconcile(catalog: Catalog, agents: Sequence[Mapping[str, Any]], grants: Seq
     owners: dict[tuple[str, ...], str] = {}
     effective: list[_Grant] = []
     for grant in sorted(candidates, key=lambda g: g.order):
-        keys = [(grant.tool, "step", a) for a in grant.agents] + [(grant.tool, c) for c in grant.channels if c != "step"]
+        keys = [(grant.tool, STEP, a) for a in grant.agents] + [(grant.tool, c) for c in grant.channels if c != STEP]
         taken = next((k for k in keys if k in owners), None)
         if taken:
             what = (
                 f"agent {taken[2]} already has {grant.tool}"
-                if taken[1] == "step"
+                if taken[1] == STEP
                 else f"{grant.tool} is already callable {'over MCP' if taken[1] == 'mcp' else 'alone'}"
             )
             verdicts.append(
@@ -319,8 +326,8 @@ def _access(grant: _Grant) -> dict[str, Any]:
 
 
 def _document(agents: Mapping[str, _Agent], grants: Iterable[_Grant]) -> dict[str, Any]:
-    """The registry (operator/registry.schema.json): agent -> tools -> who; then the tools alone and over MCP."""
-    body: dict[str, Any] = {"agents": {}, "alone": {}, "mcp": {}}
+    """The registry (shared/contract/registry.schema.json): agent -> tools -> who; then the tools alone and over MCP."""
+    body: dict[str, Any] = {"agents": {}, ALONE: {}, MCP: {}}
     for name in sorted(agents):
         agent = agents[name]
         namespace = _meta(agent.obj)[0]
@@ -336,11 +343,11 @@ def _document(agents: Mapping[str, _Agent], grants: Iterable[_Grant]) -> dict[st
     for grant in grants:
         for agent in grant.agents:
             body["agents"][agent]["tools"][grant.tool] = _access(grant)
-        for channel in ("alone", "mcp"):
+        for channel in (ALONE, MCP):
             if channel in grant.channels:
                 body[channel][grant.tool] = _access(grant)
     body = json.loads(json.dumps(body, sort_keys=True))  # canonical order: equal tables, equal bytes
-    return {"apiVersion": API_VERSION, "kind": "Registry", "revision": revision_of(body), **body}
+    return {"apiVersion": REGISTRY_API_VERSION, "kind": "Registry", "revision": revision_of(body), **body}
 
 
 def revision_of(body: Mapping[str, Any]) -> str:

@@ -140,7 +140,7 @@ def agent(brief, tier, memory, tools, steps=4, tokens=60000, deadline=30):
 
 
 def registry_document() -> dict:
-    """A registry as the operator writes it (the tests check it against operator/registry.schema.json)."""
+    """A registry as the operator writes it (the tests check it against shared/contract/registry.schema.json)."""
     everyone, users, devs = access([EVERYONE]), access(["platform-users"]), access(["developers"])
     # The reviewer and the keeper run what changes state without asking (their grants waive approval: the
     # memory and run_code cases are about memory and code); the asker's grants leave approval required.

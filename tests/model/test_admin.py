@@ -9,11 +9,15 @@ import hashlib
 import io
 import json
 import secrets
+import uuid
 
+import psycopg
 import pytest
 import requests
+from agentfn.shared import db
 from agentfn.shared.grants import records, rows
 from conftest import Person, registry_document, take_turn
+from psycopg import sql
 from support import Gunicorn
 
 DOORS = ("/v1/admin/generations", "/v1/admin/grants", "/v1/admin/calls")
@@ -51,7 +55,7 @@ def test_an_admin_sees_a_turn_as_counts_names_and_timings_with_the_subject_hashe
     assert mine["subject_hash"] == hashlib.sha256(person.subject.encode()).hexdigest()[:12]
     assert (mine["kind"], mine["channel"], mine["agent"], mine["tier"], mine["status"], mine["problem"]) == (
         "turn",
-        "agent",
+        "step",
         "reviewer",
         "fast",
         "ok",
@@ -327,3 +331,48 @@ def test_an_open_page_call_shows_the_page_fetchers_audit_of_it_by_host_and_never
     assert printed.returncode == 0, printed.stderr
     rows = sorted(csv.DictReader(io.StringIO(printed.stdout)), key=lambda r: int(r["n"]))
     assert [r["page"] for r in rows] == ["127.0.0.1 0 B blocked_address", "none"]
+
+
+@pytest.fixture
+def recorded_before_one_channel_name(postgres):
+    """A database at the record's third migration, holding a turn recorded when the step channel was named `agent`."""
+    name = "model_upgrade"
+    with psycopg.connect(postgres.admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    db.provision(
+        postgres.admin_dsn.rsplit("/", 1)[0] + f"/{name}", schema="model", role="agentfn_model_up", password="up-pw"
+    )
+    dsn = postgres.dsn("agentfn_model_up", "up-pw").rsplit("/", 1)[0] + f"/{name}"
+    turn = uuid.uuid4()
+    with psycopg.connect(dsn, options="-c search_path=model") as conn:
+        conn.execute("CREATE TABLE schema_migrations (version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz)")
+        for version, file, text in db.migrations("agentfn.model"):
+            if version <= 3:
+                conn.execute(text)
+                conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, file))
+        conn.execute(
+            "INSERT INTO generations (id, kind, channel, subject, agent, tier, status, day, hold_until, duration_ms) "
+            "VALUES (%s, 'turn', 'agent', 'someone', 'reviewer', 'fast', 'ok', current_date, now(), 12)",
+            (turn,),
+        )
+    yield dsn, turn
+    with psycopg.connect(postgres.admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def test_a_turn_recorded_before_the_channel_had_one_name_reads_as_step(
+    recorded_before_one_channel_name, model_env, admin, tmp_path
+):
+    dsn, turn = recorded_before_one_channel_name
+    upgraded = Gunicorn("agentfn.model.app:create_app()", {**model_env, "AGENTFN_DATABASE_URL": dsn}, tmp_path / "model.log")
+    upgraded.start()
+    try:
+        answer = recent(upgraded.url, admin)
+        assert answer.status_code == 200, answer.text
+        [old] = [g for g in answer.json()["generations"] if g["id"] == str(turn)]
+        assert (old["kind"], old["channel"], old["agent"]) == ("turn", "step", "reviewer")
+        calls = requests.get(upgraded.url + "/v1/admin/calls", params={"channel": "step"}, headers=admin.headers, timeout=30)
+        assert calls.status_code == 200, calls.text
+    finally:
+        upgraded.stop()

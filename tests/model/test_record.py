@@ -60,7 +60,7 @@ def test_the_record_keeps_counts_and_never_the_conversation(model, engine, memor
     }
     assert (row["kind"], row["channel"], row["subject"], row["agent"], row["tier"], row["status"]) == (
         "turn",
-        "agent",
+        "step",
         person.subject,
         "reviewer",
         "fast",

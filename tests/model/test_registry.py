@@ -12,11 +12,11 @@ from agentfn.shared.identity import Caller
 from agentfn_operator import catalog
 from agentfn_operator.local import read_objects
 from agentfn_operator.reconcile import reconcile
-from conftest import registry_document
+from conftest import access, registry_document, take_turn
 from jsonschema import Draft202012Validator
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-SCHEMA = json.loads((ROOT / "operator" / "registry.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "shared" / "contract" / "registry.schema.json").read_text())
 
 
 def test_the_test_registry_is_one_the_operator_could_write():
@@ -56,6 +56,9 @@ def broken(change):
         broken(lambda d: d["agents"]["guide"]["tools"]["platform_status"].update(dailyLimit=0)),
         broken(lambda d: d["agents"]["guide"]["tools"]["platform_status"].update(groups="everyone")),
         broken(lambda d: d["alone"].update({"Bad-Name": d["alone"]["platform_status"]})),
+        broken(lambda d: d["agents"]["guide"].update(extra="a field no schema names")),
+        broken(lambda d: d["agents"]["guide"].update(brief="x" * 4001)),
+        broken(lambda d: d.update(revision="r1")),
         [],
     ],
     ids=[
@@ -67,12 +70,24 @@ def broken(change):
         "zero_limit",
         "groups_string",
         "tool_name",
+        "unknown_field",
+        "brief_too_long",
+        "revision_not_a_digest",
         "not_an_object",
     ],
 )
 def test_a_document_outside_the_registrys_shape_is_refused_whole(document):
     with pytest.raises(Invalid):
         parse(document)
+
+
+def test_a_refusal_says_where_the_registry_breaks_and_never_what_it_held():
+    document = registry_document()
+    document["agents"]["guide"]["tools"] = {"platform_status": {**access(), "subjects": "ana@example.org"}}
+    with pytest.raises(Invalid) as refused:
+        parse(document)
+    assert "agents.guide.tools.platform_status.subjects" in str(refused.value)
+    assert "ana@example.org" not in str(refused.value)
 
 
 @pytest.mark.parametrize(
@@ -111,3 +126,21 @@ def test_a_broken_file_keeps_the_last_good_table(tmp_path, monkeypatch):
     del document["agents"]["guide"]
     path.write_text(json.dumps(document))
     assert "guide" not in reader.table().agents
+
+
+def test_the_built_in_tools_are_the_contracts_for_the_operator_and_the_model_function_alike(model, engine, person):
+    """The contract files are the one source: the operator catalogs their tools, the model function offers them."""
+    written = {}
+    for name in ("memory.json", "page.json"):
+        data = json.loads((ROOT / "shared" / "contract" / name).read_text())
+        written |= {d["name"]: (data["function"], d) for d in data["tools"]}
+    catalogued = catalog.load()
+    assert {name: catalogued[name].function for name in written} == {name: f for name, (f, _) in written.items()}
+    assert all(catalogued[name].channels == {"step"} for name in written)
+    sid = engine.script({"text": "Nothing to do."})
+    response, _ = take_turn(model.url, person, "keeper", f"Hello. script:{sid}")  # keeps facts: no tool narrowed
+    assert response.status_code == 200, response.text
+    offered = {t["function"]["name"]: t["function"] for t in engine.requests(sid)[0]["tools"]}
+    for name, (_, descriptor) in written.items():
+        assert offered[name]["description"] == descriptor["description"]
+        assert offered[name]["parameters"] == descriptor["input_schema"]

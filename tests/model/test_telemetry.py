@@ -188,7 +188,7 @@ def test_a_turn_is_one_trace_across_the_parts_with_genai_names_and_parents(turn)
             **step.attributes,
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool,
-            "agentfn.channel": "agent",
+            "agentfn.channel": "step",
             "agentfn.status": status,
         }
         served = one(spans, "POST /v1/call", f"agentfn-{tool}")

@@ -34,7 +34,7 @@ def test_run_code_open_page_and_memory_are_step_only_whatever_a_descriptor_says(
 def test_a_page_descriptor_replaces_the_built_in_one(tmp_path):
     folder = tmp_path / "page"
     folder.mkdir()
-    builtin = json.loads((ROOT / "operator" / "agentfn_operator" / "catalog" / "page.json").read_text())["tools"][0]
+    builtin = json.loads((ROOT / "shared" / "contract" / "page.json").read_text())["tools"][0]
     (folder / "tool.json").write_text(json.dumps({**builtin, "description": "the page fetcher's own descriptor"}))
     shutil.copytree(
         ROOT / "functions" / "platform_status",

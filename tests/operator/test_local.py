@@ -17,7 +17,7 @@ from jsonschema import Draft202012Validator
 
 from .conftest import EXAMPLES, ROOT, example_objects, wait_for
 
-SCHEMA = json.loads((ROOT / "operator" / "registry.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "shared" / "contract" / "registry.schema.json").read_text())
 
 
 def run(module, *args, **kw):

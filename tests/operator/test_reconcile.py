@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 
 from .conftest import ROOT, example_objects
 
-SCHEMA = json.loads((ROOT / "operator" / "registry.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "shared" / "contract" / "registry.schema.json").read_text())
 
 
 def agent(name, tools, memory="none", **spec):
