@@ -5,8 +5,8 @@ is an ASGI app; `a2wsgi` mounts it in the WSGI app gunicorn serves. The SDK's se
 running for it to answer, which a Starlette lifespan would do and a2wsgi does not: it runs on an event
 loop of this module's own, in a thread, and that loop is handed to the middleware.
 
-The handlers read the loop's own tool table (`calls.listing` / `calls.call`): no second table, so a tool
-reads the same in an agent step, in the record and to an MCP client.
+The handlers (`mcp_tools`, module-level) read the loop's own tool table (`calls.listing` / `calls.call`): no
+second table, so a tool reads the same in an agent step, in the record and to an MCP client.
 
 `/mcp` is an OAuth 2.1 resource server as the MCP authorization spec has it: it takes only tokens whose
 audience is its own resource URL (`AGENTFN_MCP_RESOURCE`, what an MCP client names as RFC 8707 `resource`),
@@ -21,20 +21,14 @@ warm-up thread after start, never on the way to ready.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 from collections.abc import Callable
 
-from agentfn.shared.identity import Caller, Verifier, verify_caller
-from agentfn.shared.problems import ProblemError
+from agentfn.shared.identity import Verifier
 from flask import Blueprint, jsonify
 
-from . import calls
 from .services import Services
-
-log = logging.getLogger("agentfn.model.mcp")
-
 
 METADATA = "/.well-known/oauth-protected-resource"
 
@@ -68,65 +62,18 @@ def build(
     max_body: int,
 ):
     """The ASGI app and the loop its session manager runs on (started here, in a daemon thread)."""
-    import anyio
-    import mcp_types as types
-    from mcp.server.auth.middleware.auth_context import get_access_token
-    from mcp.server.auth.provider import AccessToken
     from mcp.server.auth.settings import AuthSettings
     from mcp.server.lowlevel.server import Server
     from mcp.server.transport_security import TransportSecuritySettings
-    from mcp.shared.exceptions import MCPError
+
+    from .mcp_tools import CallerTokens, call_tool, list_tools, serving
 
     logging.getLogger("mcp").setLevel(logging.WARNING)  # its info lines may name sessions; ours say what matters
-
-    class CallerTokens:
-        """TokenVerifier: the caller JWT check of every door (signature, iss, aud = the resource, exp), off the loop."""
-
-        async def verify_token(self, token: str) -> AccessToken | None:
-            try:
-                caller = await anyio.to_thread.run_sync(verify_caller, verifier, token)
-            except ProblemError:
-                return None
-            return AccessToken(
-                token=token,
-                client_id=caller.subject,
-                scopes=[],
-                subject=caller.subject,
-                claims={"groups": list(caller.groups)},
-            )
-
-    def caller() -> Caller:
-        access = get_access_token()
-        if access is None or access.subject is None:  # the SDK's RequireAuthMiddleware let nobody else in
-            raise MCPError(-32001, "no valid caller token")
-        return Caller(access.subject, tuple((access.claims or {}).get("groups", [])), access.token)
-
-    async def list_tools(ctx, params) -> types.ListToolsResult:
-        who = caller()
-        tools = await anyio.to_thread.run_sync(calls.listing, services, who, "mcp")
-        return types.ListToolsResult(
-            tools=[types.Tool(name=t.name, description=t.description, input_schema=t.input_schema) for t in tools]
-        )
-
-    async def call_tool(ctx, params) -> types.CallToolResult:
-        who = caller()
-        arguments = params.arguments or {}
-        try:
-            outcome = await anyio.to_thread.run_sync(calls.call, services, who, params.name, arguments, "mcp")
-        except Exception as error:  # never let an exception's message travel or be logged
-            log.error("mcp call failed", extra={"event": "mcp", "error_type": type(error).__name__})
-            raise MCPError(-32603, "the call failed") from None
-        if outcome is None:
-            raise MCPError(types.INVALID_PARAMS, f"no such tool: {params.name[:64]}")
-        text = json.dumps(outcome.result, ensure_ascii=False)
-        structured = outcome.result if outcome.ok and isinstance(outcome.result, dict) else None
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=text)], structured_content=structured, is_error=not outcome.ok
-        )
 
     server = Server(
         "agentfn",
         version="1.0.0",
+        lifespan=serving(services),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         instructions="The platform's reviewed read tools; each call runs as the caller of the token.",
@@ -140,7 +87,7 @@ def build(
         json_response=True,
         transport_security=security,
         max_request_body_size=max_body,
-        token_verifier=CallerTokens(),
+        token_verifier=CallerTokens(verifier),
         # Only a resource server: no OAuth routes are served; the issuer named is the one callers' tokens come from.
         # The audience is checked by CallerTokens (the JWT's `aud`), so the SDK need not compare `resource`.
         auth=AuthSettings(issuer_url=verifier.trust.issuer, resource_server_url=resource, validate_token_resource=False),

@@ -193,3 +193,13 @@ def test_the_inspector_cli_lists_and_calls_the_tools(inspector, model, person):
     assert not result.get("isError") and json.loads(result["content"][0]["text"])["text"].startswith("radar is degraded")
     refused = inspect(inspector, model, "not-a-token", "--method", "tools/list")
     assert refused.returncode != 0
+
+
+@pytest.mark.parametrize("handler", ["list_tools", "call_tool"])
+def test_a_handler_alone_refuses_a_request_whose_token_was_not_verified(handler):
+    """The handlers are module-level, as the SDK's examples write them: called without a verified caller, they refuse."""
+    from agentfn.model import mcp_tools
+
+    with pytest.raises(MCPError) as refused:
+        asyncio.run(getattr(mcp_tools, handler)(None, None))
+    assert (refused.value.code, refused.value.message) == (-32001, "no valid caller token")
