@@ -34,7 +34,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "operator"))
-from agentfn_operator.catalog import Tool  # noqa: E402
+from agentfn_operator.catalog import CatalogEntry  # noqa: E402
 from agentfn_operator.reconcile import dumps, reconcile  # noqa: E402
 from agentfn_operator.status import desired  # noqa: E402
 from apiserver import KubeAPI, build  # noqa: E402
@@ -128,7 +128,7 @@ def bench_apply(applies: int) -> dict:
 
 
 def synthetic(agents: int, tools: int, per_agent: bool):
-    catalog = {f"t{t}": Tool(f"t{t}", f"f{t}", callable_alone=t < 3, mcp=t < 3) for t in range(tools)}
+    catalog = {f"t{t}": CatalogEntry(f"t{t}", f"f{t}", callable_alone=t < 3, mcp=t < 3) for t in range(tools)}
     agent_objs = [
         {
             "kind": "Agent",

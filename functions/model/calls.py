@@ -14,7 +14,7 @@ from agentfn.shared.identity import Caller
 
 from .generation import Generation
 from .services import Services
-from .tools import CallContext, Outcome, Tool, executed
+from .tools import CallContext, Tool, ToolResult, executed
 
 
 def grants(services: Services, channel: str):
@@ -26,7 +26,7 @@ def listing(services: Services, caller: Caller, channel: str) -> list[Tool]:
     return [tool for tool, _ in services.tools.listable(grants(services, channel), caller, channel).values()]
 
 
-def call(services: Services, caller: Caller, name: str, arguments: Any, channel: str) -> Outcome | None:
+def call(services: Services, caller: Caller, name: str, arguments: Any, channel: str) -> ToolResult | None:
     """The outcome of one call, or None when the caller has no such tool on this channel (a 404)."""
     found = services.tools.listable({k: v for k, v in grants(services, channel).items() if k == name}, caller, channel)
     if name not in found:

@@ -34,7 +34,7 @@ from .generation import Generation, as_problem, budget_problem
 from .offered import Offered, written
 from .registry import Agent
 from .services import Services
-from .tools import CallContext, Outcome, executed, problem
+from .tools import CallContext, ToolResult, executed, problem
 
 log = logging.getLogger("agentfn.model.turn")
 
@@ -413,7 +413,7 @@ class Steps:
     ):
         self.turn, self.tools, self.shown, self.convo, self.constrained = turn, tools, shown, convo, constrained
         self.offered = offered
-        self.made: dict[tuple[str, str], tuple[int, Outcome]] = {}
+        self.made: dict[tuple[str, str], tuple[int, ToolResult]] = {}
         self.once: set[str] = set()
         self.pending: list[int] = []
         self.repeated = False
@@ -443,7 +443,7 @@ class Steps:
             arguments = request.arguments
             yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": "declined"}
             self._record(request, "declined", 0.0)
-            outcome = Outcome(False, DECLINED)
+            outcome = ToolResult(False, DECLINED)
             self.made[call_key(request)] = (n, outcome)
             self._tell(request, n, self.turn.services.tools.for_model(outcome))
 
@@ -485,13 +485,15 @@ class Steps:
                 self._record(request, "needs_approval", 0.0)
                 self.made[key] = (
                     n,
-                    Outcome(False, problem(403, "Awaiting approval", "the person has not answered yet", "needs-approval")),
+                    ToolResult(
+                        False, problem(403, "Awaiting approval", "the person has not answered yet", "needs-approval")
+                    ),
                 )
                 self.pending.append(n)
                 return
         yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": "started"}
         with executed(self._named(request), STEP, n) as done:
-            outcome = Outcome(False, refusal) if refusal is not None else self._call(request, run_with, approved, n)
+            outcome = ToolResult(False, refusal) if refusal is not None else self._call(request, run_with, approved, n)
             done(outcome)
         turn.tool_ms += outcome.ms
         yield (
@@ -538,7 +540,7 @@ class Steps:
         tool, access = self.tools[request.name]
         return tool.changes_state and not access.waived
 
-    def _call(self, request: ToolRequest, arguments: Any, approved: bool, n: int) -> Outcome:
+    def _call(self, request: ToolRequest, arguments: Any, approved: bool, n: int) -> ToolResult:
         turn = self.turn
         tool, access = self.tools[request.name]
         # An approved forget's id was shown in the turn that asked (its token says so).

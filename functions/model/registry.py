@@ -81,10 +81,6 @@ class Table:
 EMPTY = Table("", {}, {}, {})
 
 
-class Invalid(ValueError):
-    pass
-
-
 def _access(value: dict[str, Any]) -> Access:
     return Access(
         frozenset(value["subjects"]),
@@ -100,11 +96,8 @@ def _accesses(value: dict[str, Any]) -> dict[str, Access]:
 
 
 def parse(document: Any) -> Table:
-    """The table of a registry document, or `Invalid` saying where it breaks the registry's JSON Schema."""
-    try:
-        contract.check_registry(document)
-    except contract.RegistryInvalid as error:
-        raise Invalid(str(error)) from None
+    """The table of a registry document, or `RegistryInvalid` saying where it breaks the registry's JSON Schema."""
+    contract.check_registry(document)
     agents = {
         name: Agent(
             name=name,

@@ -4,7 +4,7 @@ A call: the tool must be one the caller is granted on that channel; its argument
 the tool's JSON Schema before anything runs (T2); a grant's daily limit is counted; then the tool runs
 as the caller (T3), with a token exchanged for the part called (`agentfn.shared.exchange`): a tool
 function's `POST /v1/call`, the page fetcher's `POST /v1/open`, or memory's entries for `remember` / `forget`.
-Whatever happens comes back as an `Outcome` (ok with the tool's content, or error with a problem) that a model
+Whatever happens comes back as an `ToolResult` (ok with the tool's content, or error with a problem) that a model
 may see: nothing raises.
 
 Descriptors: a tool function's comes from its `GET /v1/tool` (fetched with the first caller's token that
@@ -56,7 +56,7 @@ class Tool:
 
 
 @dataclass
-class Outcome:
+class ToolResult:
     ok: bool
     result: Any  # the tool's content, or a problem (type, title, status, detail)
     ms: float = 0.0  # time in the tool itself (the HTTP call), for the record and the benchmark
@@ -67,7 +67,7 @@ class Outcome:
 
 
 @contextmanager
-def executed(name: str, channel: str, step: int | None = None) -> Iterator[Callable[[Outcome], None]]:
+def executed(name: str, channel: str, step: int | None = None) -> Iterator[Callable[[ToolResult], None]]:
     """One tool execution as telemetry sees it: the `execute_tool {tool}` span (current for the call, so the part
     called joins the trace) and its duration; the block hands its outcome to the function it is given."""
     began = time.perf_counter()
@@ -78,7 +78,7 @@ def executed(name: str, channel: str, step: int | None = None) -> Iterator[Calla
     token = telemetry.attach(span)
     failed: list[str | None] = [None]
 
-    def done(outcome: Outcome) -> None:
+    def done(outcome: ToolResult) -> None:
         if not outcome.ok:
             result = outcome.result if isinstance(outcome.result, dict) else {}
             failed[0] = telemetry.error_type(result.get("type"), result.get("status"))
@@ -250,15 +250,15 @@ class ToolTable:
             return {**invalid.to_dict(), "type": PROBLEMS + "invalid-arguments"}
         return None
 
-    def call(self, tool: Tool, arguments: Any, ctx: CallContext) -> Outcome:
+    def call(self, tool: Tool, arguments: Any, ctx: CallContext) -> ToolResult:
         """Check, count and run one call as the caller. The one path for every channel."""
         invalid = self.invalid(tool, arguments)
         if invalid is not None:
-            return Outcome(False, invalid)
+            return ToolResult(False, invalid)
         if ctx.access.daily_limit is not None and not self.store.count_call(
             ctx.caller.subject, ctx.access.grant or tool.name, ctx.access.daily_limit, today()
         ):
-            return Outcome(
+            return ToolResult(
                 False,
                 problem(
                     429,
@@ -269,7 +269,7 @@ class ToolTable:
             )
         timeout = min(self.timeout, ctx.deadline - time.monotonic())
         if timeout <= 0:
-            return Outcome(False, problem(504, "Deadline", "the turn's deadline passed before the tool ran", "deadline"))
+            return ToolResult(False, problem(504, "Deadline", "the turn's deadline passed before the tool ran", "deadline"))
         started = time.perf_counter()
         try:
             if tool.via == "function":
@@ -287,21 +287,21 @@ class ToolTable:
                     "POST", self.page_url + "/v1/open", token=self.token(ctx, "page", timeout), timeout=timeout, body=body
                 )
                 outcome = (
-                    Outcome(True, answer.body)
+                    ToolResult(True, answer.body)
                     if answer.status == 200
-                    else Outcome(False, answer.problem("the page fetcher"))
+                    else ToolResult(False, answer.problem("the page fetcher"))
                 )
             else:
                 outcome = self._memory(tool.name, arguments, ctx, timeout)
         except Unreachable as error:
-            outcome = Outcome(
+            outcome = ToolResult(
                 False,
                 problem(504, "Timeout", f"{tool.name} did not answer within {timeout:.1f} s", "timeout")
                 if error.timeout
                 else problem(502, "Unreachable", f"{tool.name} is not answering", "unreachable"),
             )
         except ExchangeFailed as failed:
-            outcome = Outcome(False, failed.to_dict())
+            outcome = ToolResult(False, failed.to_dict())
         outcome.ms = (time.perf_counter() - started) * 1000
         return outcome
 
@@ -333,14 +333,14 @@ class ToolTable:
         """The caller's token exchanged for `part` (raises `ExchangeFailed`, an outcome of the call)."""
         return self.tokens.token_for(ctx.caller, self.audience(part), timeout)
 
-    def _content(self, answer, name: str) -> Outcome:
+    def _content(self, answer, name: str) -> ToolResult:
         if answer.status == 200 and isinstance(answer.body, dict) and "content" in answer.body:
-            return Outcome(True, answer.body["content"])
+            return ToolResult(True, answer.body["content"])
         if answer.status == 200:
-            return Outcome(False, problem(502, "Outside the contract", f"{name} answered without content"))
-        return Outcome(False, answer.problem(name))
+            return ToolResult(False, problem(502, "Outside the contract", f"{name} answered without content"))
+        return ToolResult(False, answer.problem(name))
 
-    def _memory(self, name: str, arguments: dict, ctx: CallContext, timeout: float) -> Outcome:
+    def _memory(self, name: str, arguments: dict, ctx: CallContext, timeout: float) -> ToolResult:
         if name == "remember":
             body = {
                 "kind": arguments["kind"],
@@ -353,19 +353,21 @@ class ToolTable:
             # 201: a new entry; 200: the subject already had this note (folded equal): memory answers with it.
             if answer.status in (200, 201) and isinstance(answer.body, dict):
                 kept = {k: answer.body.get(k) for k in ("id", "kind", "text")}
-                return Outcome(True, {**kept, "existing": bool(answer.body.get("existing", answer.status == 200))})
-            return Outcome(False, answer.problem("memory"))
+                return ToolResult(True, {**kept, "existing": bool(answer.body.get("existing", answer.status == 200))})
+            return ToolResult(False, answer.problem("memory"))
         entry_id = arguments["id"]
         if entry_id not in ctx.shown_ids:
-            return Outcome(False, problem(404, "Not shown", "forget takes the id of a note shown in this turn", "not-shown"))
+            return ToolResult(
+                False, problem(404, "Not shown", "forget takes the id of a note shown in this turn", "not-shown")
+            )
         answer = self.http.request(
             "DELETE", f"{self.memory_url}/v1/entries/{entry_id}", token=self.token(ctx, "memory", timeout), timeout=timeout
         )
         if answer.status == 204:
-            return Outcome(True, {"forgotten": entry_id})
-        return Outcome(False, answer.problem("memory"))
+            return ToolResult(True, {"forgotten": entry_id})
+        return ToolResult(False, answer.problem("memory"))
 
-    def for_model(self, outcome: Outcome, already_done: int | None = None) -> str:
+    def for_model(self, outcome: ToolResult, already_done: int | None = None) -> str:
         """What the model reads of an outcome: its JSON, cut to the configured size; a repeat is marked as
         already done (by the step that made the call), with that step's result."""
         mark = {} if already_done is None else {"already_done": True, "step": already_done}

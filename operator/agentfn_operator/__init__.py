@@ -5,4 +5,4 @@ concern each; the pure part is `reconcile.py`, which local mode (`python -m agen
 runs over YAML files too.
 """
 
-from . import agents, grants, login, registry  # noqa: F401  (importing registers the handlers)
+from . import agents, grants, login, startup  # noqa: F401  (importing registers the handlers)

@@ -28,7 +28,7 @@ ONLY_FOR = {"run_code": frozenset({"code-reviewer"}), "open_page": frozenset({"c
 
 
 @dataclass(frozen=True)
-class Tool:
+class CatalogEntry:
     name: str
     function: str  # the function that serves it (its folder under functions/)
     callable_alone: bool
@@ -44,18 +44,18 @@ class Tool:
         return frozenset(allowed)
 
 
-Catalog = Mapping[str, Tool]
+Catalog = Mapping[str, CatalogEntry]
 
 
-def from_descriptors(entries: Iterable[tuple[str, dict]]) -> dict[str, Tool]:
+def from_descriptors(entries: Iterable[tuple[str, dict]]) -> dict[str, CatalogEntry]:
     """(function, descriptor) pairs -> the catalog; a tool named twice is a packaging mistake."""
-    catalog: dict[str, Tool] = {}
+    catalog: dict[str, CatalogEntry] = {}
     for function, raw in entries:
         descriptor = check_descriptor(raw)
         name = descriptor["name"]
         if name in catalog:
             raise ValueError(f"tool {name} is described twice ({catalog[name].function} and {function})")
-        catalog[name] = Tool(name, function, descriptor["callable_alone"], descriptor["mcp"])
+        catalog[name] = CatalogEntry(name, function, descriptor["callable_alone"], descriptor["mcp"])
     return catalog
 
 
@@ -72,7 +72,7 @@ def _installed_descriptors() -> list[tuple[str, dict]]:
     return found
 
 
-def load(env: Mapping[str, str] | None = None) -> dict[str, Tool]:
+def load(env: Mapping[str, str] | None = None) -> dict[str, CatalogEntry]:
     env = os.environ if env is None else env
     configured = env.get("AGENTFN_TOOL_CATALOG_DIR", "").strip()
     if configured:

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from . import catalog
-from .reconcile import API_VERSION, Outcome, dumps, reconcile
+from .reconcile import API_VERSION, Reconciled, dumps, reconcile
 
 KINDS = ("Agent", "ToolGrant")
 
@@ -53,7 +53,7 @@ def write_if_changed(out: Path, text: str) -> bool:
     return True
 
 
-def run_once(paths: list[Path], out: Path, tools: catalog.Catalog) -> Outcome:
+def run_once(paths: list[Path], out: Path, tools: catalog.Catalog) -> Reconciled:
     agents, grants = read_objects(paths)
     outcome = reconcile(tools, agents, grants)
     written = write_if_changed(out, dumps(outcome.registry))

@@ -49,14 +49,14 @@ OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 TIER = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 
 
-class Invalid(Exception):
+class InvalidObject(Exception):
     def __init__(self, reason: str, message: str):
         super().__init__(message)
         self.reason, self.message = reason, message
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ObjectStatus:
     """What the operator writes to one object's status: Ready or Invalid, why, and the effective columns."""
 
     kind: str
@@ -74,9 +74,9 @@ class Verdict:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Reconciled:
     registry: dict[str, Any]
-    verdicts: list[Verdict]
+    verdicts: list[ObjectStatus]
 
     @property
     def revision(self) -> str:
@@ -113,19 +113,19 @@ def _names(value: Any, what: str, pattern: re.Pattern | None = None, *, limit: i
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(x, str) and x for x in value):
-        raise Invalid("InvalidSpec", f"{what} must be a list of non-empty strings")
+        raise InvalidObject("InvalidSpec", f"{what} must be a list of non-empty strings")
     if len(value) > limit or len(set(value)) != len(value):
-        raise Invalid("InvalidSpec", f"{what} must hold at most {limit} names, each once")
+        raise InvalidObject("InvalidSpec", f"{what} must hold at most {limit} names, each once")
     for x in value:
         if (pattern and not pattern.match(x)) or len(x) > 255:
-            raise Invalid("InvalidSpec", f"{what}: {x!r} is not a valid name")
+            raise InvalidObject("InvalidSpec", f"{what}: {x!r} is not a valid name")
     return list(value)
 
 
 def _spec(obj: Mapping[str, Any], fields: Iterable[str]) -> dict[str, Any]:
     spec = obj.get("spec")
     if not isinstance(spec, dict):
-        raise Invalid("InvalidSpec", "the object has no spec")
+        raise InvalidObject("InvalidSpec", "the object has no spec")
     _known(spec, fields, "spec")
     return spec
 
@@ -134,74 +134,74 @@ def _known(value: Mapping[str, Any], fields: Iterable[str], where: str) -> None:
     # The apiserver prunes unknown fields; a YAML file keeps them, and a typo must not pass as a default.
     unknown = sorted(set(value) - set(fields))
     if unknown:
-        raise Invalid("InvalidSpec", f"{where} has unknown fields: {', '.join(unknown)}")
+        raise InvalidObject("InvalidSpec", f"{where} has unknown fields: {', '.join(unknown)}")
 
 
 def agent_spec(obj: Mapping[str, Any], catalog: Catalog) -> dict[str, Any]:
-    """The agent's spec with the CRD's defaults, or `Invalid`."""
+    """The agent's spec with the CRD's defaults, or `InvalidObject`."""
     raw = _spec(obj, AGENT_FIELDS)
     spec = {**AGENT_DEFAULTS, **raw}
     if not isinstance(spec.get("brief"), str) or not 1 <= len(spec["brief"]) <= 4000:
-        raise Invalid("InvalidSpec", "brief must be a string of 1 to 4000 characters")
+        raise InvalidObject("InvalidSpec", "brief must be a string of 1 to 4000 characters")
     if not isinstance(spec["tier"], str) or not TIER.match(spec["tier"]):
-        raise Invalid("InvalidSpec", "tier must be a tier's name, e.g. fast")
+        raise InvalidObject("InvalidSpec", "tier must be a tier's name, e.g. fast")
     if spec["memory"] not in MEMORY_MODES:
-        raise Invalid("InvalidSpec", f"memory must be one of {', '.join(MEMORY_MODES)}")
+        raise InvalidObject("InvalidSpec", f"memory must be one of {', '.join(MEMORY_MODES)}")
     limits = raw.get("limits") or {}
     if not isinstance(limits, dict):
-        raise Invalid("InvalidSpec", "limits must be an object")
+        raise InvalidObject("InvalidSpec", "limits must be an object")
     _known(limits, LIMIT_DEFAULTS, "spec.limits")
     spec["limits"] = {**LIMIT_DEFAULTS, **limits}
     for key, (low, high) in LIMIT_BOUNDS.items():
         value = spec["limits"][key]
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-            raise Invalid("InvalidSpec", f"limits.{key} must be an integer from {low} to {high}")
+            raise InvalidObject("InvalidSpec", f"limits.{key} must be an integer from {low} to {high}")
     tools = _names(spec["tools"], "tools", TOOL_NAME, limit=32)
     unknown = [t for t in tools if t not in catalog]
     if unknown:
-        raise Invalid("UnknownTool", f"no tool named {', '.join(unknown)} in the catalog")
+        raise InvalidObject("UnknownTool", f"no tool named {', '.join(unknown)} in the catalog")
     if spec["memory"] == "none" and MEMORY_TOOLS & set(tools):
-        raise Invalid("MemoryOff", "an agent that remembers nothing cannot have the memory tools remember or forget")
+        raise InvalidObject("MemoryOff", "an agent that remembers nothing cannot have the memory tools remember or forget")
     spec["tools"] = tools
     return spec
 
 
 def _grant(obj: Mapping[str, Any], catalog: Catalog, position: int) -> _Grant:
-    """The grant's own checks (those that need no other object), or `Invalid`."""
+    """The grant's own checks (those that need no other object), or `InvalidObject`."""
     spec = _spec(obj, GRANT_FIELDS)
     tool = spec.get("tool")
     if not isinstance(tool, str) or not TOOL_NAME.match(tool):
-        raise Invalid("InvalidSpec", "tool must be a tool's name")
+        raise InvalidObject("InvalidSpec", "tool must be a tool's name")
     agents = _names(spec.get("agents"), "agents", OBJECT_NAME, limit=64)
     subjects = _names(spec.get("subjects"), "subjects")
     groups = _names(spec.get("groups"), "groups", limit=64)
     flags = {key: spec.get(key, False) for key in ("callableAlone", "mcp")}
     if not all(isinstance(v, bool) for v in flags.values()):
-        raise Invalid("InvalidSpec", "callableAlone and mcp must be true or false")
+        raise InvalidObject("InvalidSpec", "callableAlone and mcp must be true or false")
     limit = spec.get("dailyLimit")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1_000_000):
-        raise Invalid("InvalidSpec", "dailyLimit must be an integer from 1 to 1000000")
+        raise InvalidObject("InvalidSpec", "dailyLimit must be an integer from 1 to 1000000")
     approval = spec.get("approval", GRANT_DEFAULTS["approval"])
     if approval not in APPROVALS:
-        raise Invalid("InvalidSpec", f"approval must be one of {', '.join(APPROVALS)}")
+        raise InvalidObject("InvalidSpec", f"approval must be one of {', '.join(APPROVALS)}")
     if tool not in catalog:
-        raise Invalid("UnknownTool", f"no tool named {tool} in the catalog")
+        raise InvalidObject("UnknownTool", f"no tool named {tool} in the catalog")
     channels = [STEP] * bool(agents) + [ALONE] * flags["callableAlone"] + [MCP] * flags["mcp"]
     forbidden = [c for c in channels if c not in catalog[tool].channels]
     if forbidden:
         why = "never" if tool in NEVER_ALONE_OR_MCP else "not, by its descriptor,"
         names = " or ".join("over MCP" if c == MCP else "alone" for c in forbidden)
-        raise Invalid("ForbiddenChannel", f"{tool} is {why} callable {names}")
+        raise InvalidObject("ForbiddenChannel", f"{tool} is {why} callable {names}")
     if tool in ONLY_FOR and not set(agents) <= ONLY_FOR[tool]:
         others = sorted(set(agents) - ONLY_FOR[tool])
-        raise Invalid(
+        raise InvalidObject(
             "ForbiddenAgent",
             f"{tool} may only be granted to {', '.join(sorted(ONLY_FOR[tool]))}, not to {', '.join(others)}",
         )
     if not subjects and not groups:
-        raise Invalid("NoCallers", "a grant names at least one subject or group")
+        raise InvalidObject("NoCallers", "a grant names at least one subject or group")
     if not channels:
-        raise Invalid("NoChannel", "a grant gives at least one channel (agents, callableAlone or mcp)")
+        raise InvalidObject("NoChannel", "a grant gives at least one channel (agents, callableAlone or mcp)")
     created = (obj.get("metadata") or {}).get("creationTimestamp") or ""
     name = _meta(obj)[1]
     return _Grant(obj, name, (created, position, name), tool, agents, subjects, groups, channels, limit, approval)
@@ -209,30 +209,30 @@ def _grant(obj: Mapping[str, Any], catalog: Catalog, position: int) -> _Grant:
 
 def _verdict(
     kind: str, obj: Mapping[str, Any], ready: bool, reason: str, message: str, columns: Mapping[str, str]
-) -> Verdict:
+) -> ObjectStatus:
     namespace, name, generation = _meta(obj)
-    return Verdict(kind, namespace, name, generation, ready, reason, message, dict(columns))
+    return ObjectStatus(kind, namespace, name, generation, ready, reason, message, dict(columns))
 
 
 NO_GRANT_COLUMNS = {"agents": "", "subjects": "", "groups": "", "channels": ""}
 
 
-def reconcile(catalog: Catalog, agents: Sequence[Mapping[str, Any]], grants: Sequence[Mapping[str, Any]]) -> Outcome:
-    verdicts: list[Verdict] = []
+def reconcile(catalog: Catalog, agents: Sequence[Mapping[str, Any]], grants: Sequence[Mapping[str, Any]]) -> Reconciled:
+    verdicts: list[ObjectStatus] = []
 
     # Agents: each on its own; a name seen twice (two namespaces, two files) keeps the first.
     valid_agents: dict[str, _Agent] = {}
-    agent_objs: list[tuple[Mapping[str, Any], _Agent | Invalid]] = []
+    agent_objs: list[tuple[Mapping[str, Any], _Agent | InvalidObject]] = []
     seen: set[str] = set()
     for obj in agents:
         name = _meta(obj)[1]
         try:
             if name in seen:
-                raise Invalid("Conflict", f"another agent is already named {name}")
+                raise InvalidObject("Conflict", f"another agent is already named {name}")
             seen.add(name)
-            parsed: _Agent | Invalid = _Agent(obj, name, agent_spec(obj, catalog))
+            parsed: _Agent | InvalidObject = _Agent(obj, name, agent_spec(obj, catalog))
             valid_agents[name] = parsed
-        except Invalid as e:
+        except InvalidObject as e:
             parsed = e
         agent_objs.append((obj, parsed))
 
@@ -244,14 +244,14 @@ def reconcile(catalog: Catalog, agents: Sequence[Mapping[str, Any]], grants: Seq
             for agent in grant.agents:
                 if agent not in valid_agents:
                     known = agent in seen
-                    raise Invalid(
+                    raise InvalidObject(
                         "AgentInvalid" if known else "UnknownAgent",
                         f"agent {agent} is invalid" if known else f"no agent named {agent}",
                     )
                 if grant.tool not in valid_agents[agent].spec["tools"]:
-                    raise Invalid("NotNamedByAgent", f"agent {agent} does not name the tool {grant.tool}")
+                    raise InvalidObject("NotNamedByAgent", f"agent {agent} does not name the tool {grant.tool}")
             candidates.append(grant)
-        except Invalid as e:
+        except InvalidObject as e:
             verdicts.append(_verdict("ToolGrant", obj, False, e.reason, e.message, NO_GRANT_COLUMNS))
 
     owners: dict[tuple[str, ...], str] = {}
@@ -293,7 +293,7 @@ def reconcile(catalog: Catalog, agents: Sequence[Mapping[str, Any]], grants: Seq
             )
         )
     for obj, parsed in agent_objs:
-        if isinstance(parsed, Invalid):
+        if isinstance(parsed, InvalidObject):
             verdicts.append(_verdict("Agent", obj, False, parsed.reason, parsed.message, {"tools": ""}))
             continue
         granted = list(registry["agents"][parsed.name]["tools"])
@@ -304,7 +304,7 @@ def reconcile(catalog: Catalog, agents: Sequence[Mapping[str, Any]], grants: Seq
         else:
             reason, message = "Ready", "in the registry with " + (", ".join(tools) or "no tools")
         verdicts.append(_verdict("Agent", obj, True, reason, message, {"tools": ",".join(tools)}))
-    return Outcome(registry, verdicts)
+    return Reconciled(registry, verdicts)
 
 
 def _who(grant: _Grant) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .reconcile import Verdict
+from .reconcile import ObjectStatus
 
 
 def _condition(
@@ -23,7 +23,7 @@ def _condition(
     return condition
 
 
-def desired(verdict: Verdict, current: Mapping[str, Any] | None, now: str) -> dict[str, Any] | None:
+def desired(verdict: ObjectStatus, current: Mapping[str, Any] | None, now: str) -> dict[str, Any] | None:
     """The status to write, or None when the object already shows it."""
     current = current or {}
     by_type = {c.get("type"): c for c in current.get("conditions") or [] if isinstance(c, Mapping)}
@@ -48,7 +48,7 @@ def desired(verdict: Verdict, current: Mapping[str, Any] | None, now: str) -> di
     return body
 
 
-def changed_readiness(verdict: Verdict, current: Mapping[str, Any] | None) -> bool:
+def changed_readiness(verdict: ObjectStatus, current: Mapping[str, Any] | None) -> bool:
     """Whether the object's Ready condition (status or reason) changes: what an event is posted for."""
     conditions = (current or {}).get("conditions") or []
     ready = next((c for c in conditions if isinstance(c, Mapping) and c.get("type") == "Ready"), {})

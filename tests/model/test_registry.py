@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from agentfn.model.registry import Invalid, Registry, parse
+from agentfn.model.registry import Registry, parse
+from agentfn.shared.contract import RegistryInvalid
 from agentfn.shared.identity import Caller
 from agentfn_operator import catalog
 from agentfn_operator.local import read_objects
@@ -77,14 +78,14 @@ def broken(change):
     ],
 )
 def test_a_document_outside_the_registrys_shape_is_refused_whole(document):
-    with pytest.raises(Invalid):
+    with pytest.raises(RegistryInvalid):
         parse(document)
 
 
 def test_a_refusal_says_where_the_registry_breaks_and_never_what_it_held():
     document = registry_document()
     document["agents"]["guide"]["tools"] = {"platform_status": {**access(), "subjects": "ana@example.org"}}
-    with pytest.raises(Invalid) as refused:
+    with pytest.raises(RegistryInvalid) as refused:
         parse(document)
     assert "agents.guide.tools.platform_status.subjects" in str(refused.value)
     assert "ana@example.org" not in str(refused.value)

@@ -7,7 +7,7 @@ import copy
 import json
 
 import pytest
-from agentfn_operator.catalog import Tool
+from agentfn_operator.catalog import CatalogEntry
 from agentfn_operator.reconcile import functions_in_use, reconcile
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -257,7 +257,7 @@ def test_deleting_an_agent_voids_the_grants_that_name_it(tools):
 
 
 def test_a_descriptor_bounds_the_channels():
-    quiet = {"quiet": Tool("quiet", "quiet", callable_alone=False, mcp=True)}
+    quiet = {"quiet": CatalogEntry("quiet", "quiet", callable_alone=False, mcp=True)}
     outcome = reconcile(quiet, [agent("a", ["quiet"])], [grant("g", "quiet", ["a"], callableAlone=True)])
     assert reasons(outcome)["g"] == "ForbiddenChannel"
     assert "by its descriptor" in next(v.message for v in outcome.verdicts if v.name == "g")
