@@ -24,6 +24,7 @@ FIELDS = (
     "generation_id",
     "agent",
     "outcome",
+    "timing",  # where a turn's time went: ms, engine_ms, tools_ms
 )
 
 

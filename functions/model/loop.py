@@ -203,6 +203,7 @@ class Turn:
                 "status": code,
                 "ms": int(self.generation.ms),
                 "count": len(self.step_log),
+                "timing": self.timing(),
             },
         )
         self.span.attrs(

@@ -6,6 +6,7 @@ result and the answer; afterwards every table of the database and every log of t
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 
@@ -93,3 +94,19 @@ def every_table(dsn):
                 sql.Identifier(schema), sql.Identifier(name)
             )
             yield f"{schema}.{name}", conn.execute(query).fetchone()[0]
+
+
+def test_a_turns_log_line_says_where_its_time_went_and_nothing_it_said(model, engine, person, logs):
+    said = f"canary{secrets.token_hex(6)}"
+    sid = engine.script({"call": {"name": "platform_status", "arguments": {}}}, {"text": "All is well."})
+    _, events = take_turn(model.url, person, "reviewer", f"How is {said}? script:{sid}")
+    done = events[-1][1]
+    time.sleep(0.5)  # the last log lines are flushed
+    lines = [json.loads(line) for line in (logs / "model.log").read_text().splitlines() if line.startswith("{")]
+    [turn] = [line for line in lines if line.get("msg") == "turn" and line.get("generation_id") == done["generation_id"]]
+    assert set(turn["timing"]) == {"ms", "engine_ms", "tools_ms"}
+    assert (turn["timing"]["engine_ms"], turn["timing"]["tools_ms"]) == (
+        done["timing"]["engine_ms"],
+        done["timing"]["tools_ms"],
+    )
+    assert turn["timing"]["ms"] >= done["timing"]["ms"] and said not in json.dumps(turn)
