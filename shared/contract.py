@@ -57,7 +57,6 @@ class RegistryInvalid(ValueError):
 def _registry_validator():
     from jsonschema import Draft202012Validator  # imported on first use: a cold start does not pay for it
 
-    Draft202012Validator.check_schema(registry_schema())
     return Draft202012Validator(registry_schema())
 
 

@@ -27,13 +27,15 @@ def listing(services: Services, caller: Caller, channel: str) -> list[Tool]:
 
 
 def call(services: Services, caller: Caller, name: str, arguments: Any, channel: str) -> ToolResult | None:
-    """The outcome of one call, or None when the caller has no such tool on this channel (a 404)."""
+    """The result of one call, or None when the caller has no such tool on this channel (a 404)."""
     found = services.tools.listable({k: v for k, v in grants(services, channel).items() if k == name}, caller, channel)
     if name not in found:
         return None
     tool, access = found[name]
     timeout = services.tools.timeout
-    with Generation(services.store, kind="tool_call", channel=channel, subject=caller.subject, hold_seconds=timeout) as gen:
+    with Generation(
+        services.store, kind="tool_call", channel=channel, subject=caller.subject, hold_seconds=timeout
+    ) as generation:
         outcome = None
         try:
             with executed(name, channel) as done:
@@ -43,7 +45,7 @@ def call(services: Services, caller: Caller, name: str, arguments: Any, channel:
                 done(outcome)
         finally:
             status, ms = (outcome.status, round(outcome.ms, 1)) if outcome else ("error", 0)
-            gen.step_log.append({"tool": name, "status": status, "ms": ms, "grant": access.grant})
+            generation.step_log.append({"tool": name, "status": status, "ms": ms, "grant": access.grant})
         if not outcome.ok:
-            gen.ended("error", outcome.result.get("status"))
+            generation.ended("error", outcome.result.get("status"))
         return outcome
