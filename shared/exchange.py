@@ -43,13 +43,12 @@ from typing import Any
 import jwt
 
 from .identity import Caller
-from .problems import ProblemError
+from .problems import ProblemError, problem_type
 
 GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"
 JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 MARGIN = 30  # seconds: an exchanged token is renewed this long before it expires (a call takes up to 15 s)
-PROBLEMS = "https://agentfn.dev/problems/"
 MAX_BYTES = 64 * 1024  # a token response is a few kilobytes
 
 
@@ -59,7 +58,7 @@ class ExchangeFailed(ProblemError):
 
 def _problem(status: int, detail: str) -> ExchangeFailed:
     titles = {401: "Unauthorized", 403: "Forbidden", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
-    return ExchangeFailed(status, titles[status], detail, type=PROBLEMS + "token-exchange")
+    return ExchangeFailed(status, titles[status], detail, type=problem_type("token-exchange"))
 
 
 class TokenExchange:

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 PROBLEM_JSON = "application/problem+json"
+PROBLEM_BASE = "https://agentfn.dev/problems/"
+SLUG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+def problem_type(slug: str) -> str:
+    """The `type` URL of one of agentfn's own problems. A slug is lower-case words joined by hyphens
+    (`daily-tokens`, `bad-url`): one style, so a client matching on types never has to guess."""
+    if not SLUG.match(slug):
+        raise ValueError(f"a problem slug is lower-case words joined by hyphens, not {slug!r}")
+    return PROBLEM_BASE + slug
 
 
 class ProblemError(Exception):

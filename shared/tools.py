@@ -34,14 +34,13 @@ from . import telemetry
 from .app import create_app
 from .exchange import ExchangeFailed, TokenExchange
 from .identity import Caller, Identity, bearer_token, caller_required, verify_caller
-from .problems import ProblemError, forbidden
+from .problems import ProblemError, forbidden, problem_type
 
 DESCRIPTOR_FILE = "tool.json"
 DESCRIPTOR_KEYS = {"name": str, "description": str, "input_schema": dict, "callable_alone": bool, "mcp": bool}
 # Optional: whether a call changes state or spends the person's quota (then the person approves it, unless
 # a grant waives that). A descriptor without it is taken to change state: an older tool is not trusted to be a read.
 OPTIONAL_KEYS = {"changes_state": bool}
-PROBLEM_BASE = "https://agentfn.dev/problems/"
 
 
 # --- the descriptor ------------------------------------------------------------------------------------
@@ -264,13 +263,13 @@ def openapi(
 
 def not_allowed(service: str) -> ProblemError:
     return ProblemError(
-        403, "Forbidden", f"the {service} service does not allow this caller", type=PROBLEM_BASE + "not-allowed"
+        403, "Forbidden", f"the {service} service does not allow this caller", type=problem_type("not-allowed")
     )
 
 
 def upstream_problem(status: int, detail: str) -> ProblemError:
     title = {502: "Bad Gateway", 504: "Gateway Timeout"}[status]
-    return ProblemError(status, title, detail, type=PROBLEM_BASE + "upstream")
+    return ProblemError(status, title, detail, type=problem_type("upstream"))
 
 
 class Upstream:

@@ -6,14 +6,12 @@ import re
 import uuid
 from typing import Any
 
-from agentfn.shared.problems import ProblemError, not_found, unprocessable
+from agentfn.shared.problems import ProblemError, not_found, problem_type, unprocessable
 
 from . import notes, quotas
 from .quotas import Limits, Survey
 from .schemas import EPISODE_MAX_CHARS, EPISODE_MAX_WORDS, KINDS, MAX_RECALL
 from .store import Store
-
-PROBLEMS = "https://agentfn.dev/problems/"
 
 
 def _entry(row: dict[str, Any]) -> dict[str, Any]:
@@ -97,7 +95,7 @@ class Memory:
                     "Conflict",
                     f"entry {survey.duplicate['id']} already says this; forget this "
                     "entry instead, or correct it to say something else",
-                    type=PROBLEMS + "duplicate-note",
+                    type=problem_type("duplicate-note"),
                     entry_id=str(survey.duplicate["id"]),
                 )
             quotas.check_rate(survey, self.limits)

@@ -11,7 +11,9 @@ import json
 import re
 import unicodedata
 
-PROBLEM_TYPE = "https://agentfn.dev/problems/not-a-note"
+from agentfn.shared.problems import problem_type
+
+PROBLEM_TYPE = problem_type("not-a-note")
 WHY = "a note is a sentence a person could have said"
 
 # Characters that wrap a token without being part of it ("(42)", "`46303f0d`,", "«3.14 ms»").

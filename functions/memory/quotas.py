@@ -11,9 +11,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agentfn.shared.problems import ProblemError
+from agentfn.shared.problems import ProblemError, problem_type
 
-PROBLEMS = "https://agentfn.dev/problems/"
 CAP_RETRY_SECONDS = 3600  # the cap does not lift by itself: a client is told to come back much later
 
 
@@ -46,7 +45,7 @@ class QuotaSpent(ProblemError):
     """429 with the seconds to wait, which the door sends as Retry-After."""
 
     def __init__(self, detail: str, kind: str, limit: int, retry_after: int):
-        super().__init__(429, "Too Many Requests", detail, type=PROBLEMS + kind, limit=limit)
+        super().__init__(429, "Too Many Requests", detail, type=problem_type(kind), limit=limit)
         self.retry_after = retry_after
 
 

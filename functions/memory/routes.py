@@ -8,12 +8,12 @@ import time
 from agentfn.shared import telemetry
 from agentfn.shared.app import subject_hash
 from agentfn.shared.identity import caller_required, service_required
-from agentfn.shared.problems import ProblemError, bad_request
+from agentfn.shared.problems import ProblemError, bad_request, problem_type
 from agentfn.shared.validation import Schema, json_body
 from flask import Blueprint, current_app, g, jsonify, request
 
 from . import schemas
-from .memory import PROBLEMS, Memory, parse_id
+from .memory import Memory, parse_id
 
 bp = Blueprint("memory", __name__)
 log = logging.getLogger("agentfn.memory")
@@ -87,7 +87,7 @@ def forget_all_entries():
 
 def confirmed() -> None:
     """The body is exactly {"confirm": "forget everything"}; a missing body, field or other phrase is a 422."""
-    problem = ProblemError(422, "Unprocessable Content", CONFIRM, type=PROBLEMS + "confirm-forget-all")
+    problem = ProblemError(422, "Unprocessable Content", CONFIRM, type=problem_type("confirm-forget-all"))
     if not request.get_data(cache=True):
         raise problem
     try:

@@ -24,13 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentfn.shared.identity import Caller
-from agentfn.shared.problems import ProblemError
+from agentfn.shared.problems import ProblemError, problem_type
 
 log = logging.getLogger("agentfn.model.approvals")
 
 AUDIENCE, ISSUER = "agentfn-approval", "agentfn-model"
 ALGORITHM = "HS256"
-PROBLEMS = "https://agentfn.dev/problems/"
 CLAIMS = ("sub", "agent", "tool", "args", "args_sha256", "gen", "jti", "exp", "iat")
 
 
@@ -50,7 +49,7 @@ def refused(status: int, kind: str, detail: str) -> ProblemError:
         422: "Approvals not valid",
         503: "Approvals unavailable",
     }
-    return ProblemError(status, titles[status], detail, type=PROBLEMS + kind)
+    return ProblemError(status, titles[status], detail, type=problem_type(kind))
 
 
 @dataclass(frozen=True)

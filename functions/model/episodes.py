@@ -15,7 +15,7 @@ from typing import Any
 
 from agentfn.shared.contract import STEP
 from agentfn.shared.identity import Caller
-from agentfn.shared.problems import ProblemError
+from agentfn.shared.problems import ProblemError, problem_type
 
 from . import prompt
 from .engines import DeadlinePassed, EngineFailed, Text, Tier, Usage
@@ -25,7 +25,6 @@ from .services import Services
 
 MAX_WORDS, MAX_CHARS = 80, 500
 SUMMARY_TOKENS = 200
-PROBLEMS = "https://agentfn.dev/problems/"
 
 # The episode rules, one pattern each; a summary is refused for the first rule it breaks.
 RULES: list[tuple[str, re.Pattern]] = [
@@ -207,10 +206,10 @@ def end_session(
             422,
             "Unprocessable Content",
             f"the agent {agent.name} keeps nothing about a person",
-            type=PROBLEMS + "keeps-nothing",
+            type=problem_type("keeps-nothing"),
         )
     if not services.memory.configured:
-        raise ProblemError(503, "Service Unavailable", "memory is not configured", type=PROBLEMS + "memory")
+        raise ProblemError(503, "Service Unavailable", "memory is not configured", type=problem_type("memory"))
     tier = services.tier(services.limits.episode_tier)
     deadline = time.monotonic() + tier.deadline
     person = language(" ".join(m["content"] for m in messages if m["role"] == "user"))
@@ -268,6 +267,6 @@ def summarise(
         422,
         "Unprocessable Content",
         f"the summary broke the episode rules twice ({', '.join(broken)}); nothing was kept",
-        type=PROBLEMS + "episode-rules",
+        type=problem_type("episode-rules"),
         rules=broken,
     )

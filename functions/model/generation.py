@@ -13,22 +13,22 @@ import time
 import uuid
 from typing import Any
 
-from agentfn.shared.problems import ProblemError
+from agentfn.shared.problems import ProblemError, problem_type
 
 from .engines import DeadlinePassed, EngineFailed, Usage
 from .store import Spent, Store, today
 
-PROBLEMS = "https://agentfn.dev/problems/"
-
-DEADLINE = ProblemError(504, "Deadline", "the turn's deadline passed", type=PROBLEMS + "deadline")
+DEADLINE = ProblemError(504, "Deadline", "the turn's deadline passed", type=problem_type("deadline"))
 
 
 def budget_problem(per_turn: bool) -> ProblemError:
     if per_turn:
         return ProblemError(
-            429, "Too Many Requests", "this turn has spent the tokens its agent allows", type=PROBLEMS + "turn-tokens"
+            429, "Too Many Requests", "this turn has spent the tokens its agent allows", type=problem_type("turn-tokens")
         )
-    return ProblemError(429, "Too Many Requests", "the caller's tokens for today are spent", type=PROBLEMS + "daily-tokens")
+    return ProblemError(
+        429, "Too Many Requests", "the caller's tokens for today are spent", type=problem_type("daily-tokens")
+    )
 
 
 def engine_problem(error: EngineFailed) -> ProblemError:
@@ -40,7 +40,7 @@ def engine_problem(error: EngineFailed) -> ProblemError:
     if error.kind == "status":
         detail = f"the engine answered HTTP {error.status}"
     status = 504 if error.kind == "timeout" else 503 if error.status == 429 else 502
-    return ProblemError(status, "Engine failed", detail or "the engine failed", type=PROBLEMS + "engine")
+    return ProblemError(status, "Engine failed", detail or "the engine failed", type=problem_type("engine"))
 
 
 def as_problem(error: BaseException) -> ProblemError | None:

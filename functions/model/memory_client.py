@@ -14,7 +14,7 @@ from typing import Any
 
 from agentfn.shared.exchange import ExchangeFailed, TokenExchange
 from agentfn.shared.identity import Caller
-from agentfn.shared.problems import ProblemError
+from agentfn.shared.problems import ProblemError, problem_type
 
 from .clients import Http, Unreachable
 
@@ -68,7 +68,7 @@ class MemoryClient:
                 503,
                 "Service Unavailable",
                 "the model function has no service identity to write episodes with",
-                type="https://agentfn.dev/problems/no-service-identity",
+                type=problem_type("no-service-identity"),
             )
         return token
 
@@ -85,7 +85,7 @@ class MemoryClient:
                 504 if error.timeout else 502,
                 "Memory unavailable",
                 "memory did not keep the episode",
-                type="https://agentfn.dev/problems/memory",
+                type=problem_type("memory"),
             ) from None
         if answer.status == 201 and isinstance(answer.body, dict):
             return answer.body
@@ -94,15 +94,13 @@ class MemoryClient:
                 502,
                 "Bad Gateway",
                 "memory refused the model function's service identity",
-                type="https://agentfn.dev/problems/memory",
+                type=problem_type("memory"),
             )
         if answer.status == 422:
             raise ProblemError(
                 422,
                 "Unprocessable Content",
                 "memory refused the episode: it breaks the episode rules",
-                type="https://agentfn.dev/problems/episode-rules",
+                type=problem_type("episode-rules"),
             )
-        raise ProblemError(
-            502, "Bad Gateway", f"memory answered HTTP {answer.status}", type="https://agentfn.dev/problems/memory"
-        )
+        raise ProblemError(502, "Bad Gateway", f"memory answered HTTP {answer.status}", type=problem_type("memory"))

@@ -7,14 +7,14 @@ whatever ends the turn early is an `error` event.
 
 from __future__ import annotations
 
-import datetime
 import json
 from collections.abc import Iterator
 
 from agentfn.shared import app as http
+from agentfn.shared import clock
 from agentfn.shared.contract import ALONE
 from agentfn.shared.identity import caller_required
-from agentfn.shared.problems import ProblemError, not_found, unprocessable
+from agentfn.shared.problems import ProblemError, not_found, problem_type, unprocessable
 from agentfn.shared.tools import LazySchema
 from flask import Blueprint, Response, current_app, g, jsonify, stream_with_context
 
@@ -63,7 +63,7 @@ def refuse_caller_tools(body: dict) -> None:
     if found:
         raise unprocessable(
             f"tools are the platform's: a request cannot add or describe one ({', '.join(found)})",
-            type="https://agentfn.dev/problems/caller-tools",
+            type=problem_type("caller-tools"),
         )
 
 
@@ -81,18 +81,6 @@ def granted_agent(name: str) -> Agent:
     if agent is None:
         raise not_found(NO_AGENT)
     return agent
-
-
-def seconds_to_midnight() -> int:
-    now = datetime.datetime.now(datetime.UTC)
-    return (
-        int(
-            (
-                datetime.datetime.combine(now.date() + datetime.timedelta(days=1), datetime.time(), datetime.UTC) - now
-            ).total_seconds()
-        )
-        + 1
-    )
 
 
 def sse(events: Iterator[tuple[str, dict]]) -> Iterator[str]:
@@ -138,7 +126,7 @@ def take_turn(name: str):
         if refusal.status != 429:
             raise
         response = http.problem_response(refusal)
-        response.headers["Retry-After"] = str(seconds_to_midnight())
+        response.headers["Retry-After"] = str(clock.seconds_until(clock.next_midnight()))
         return response
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Generation-Id": str(turn.generation.id)}
     return Response(stream_with_context(sse(turn.events())), mimetype="text/event-stream", headers=headers)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from agentfn.shared.problems import ProblemError
+from agentfn.shared.problems import ProblemError, problem_type
 
 from .approvals import Approvals
 from .engines import Engine, Tier
@@ -39,9 +39,7 @@ class Services:
     def tier(self, name: str) -> Tier:
         tier = self.tiers.get(name)
         if tier is None:
-            raise ProblemError(
-                503, "Service Unavailable", f"the tier {name} is not served here", type="https://agentfn.dev/problems/tier"
-            )
+            raise ProblemError(503, "Service Unavailable", f"the tier {name} is not served here", type=problem_type("tier"))
         return tier
 
     def engine(self, tier: Tier) -> Engine:

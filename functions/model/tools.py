@@ -28,7 +28,7 @@ from agentfn.shared import telemetry
 from agentfn.shared.contract import ALONE, MCP, MEMORY_TOOLS, NEVER_ALONE_OR_MCP, builtin_tools
 from agentfn.shared.exchange import ExchangeFailed, TokenExchange
 from agentfn.shared.identity import Caller
-from agentfn.shared.problems import ProblemError
+from agentfn.shared.problems import ProblemError, problem_type
 from agentfn.shared.tools import changes_state, check_descriptor
 
 from .clients import Http, Unreachable
@@ -38,7 +38,6 @@ from .store import today
 log = logging.getLogger("agentfn.model.tools")
 
 PAGE_AUDIT_BATCH = 64  # generation ids per question to the page fetcher's audit (what its request line holds)
-PROBLEMS = "https://agentfn.dev/problems/"
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,7 @@ def executed(name: str, channel: str, step: int | None = None) -> Iterator[Calla
 
 
 def problem(status: int, title: str, detail: str = "", kind: str = "tool-error") -> dict[str, Any]:
-    out = {"type": PROBLEMS + kind, "title": title, "status": status}
+    out = {"type": problem_type(kind), "title": title, "status": status}
     if detail:
         out["detail"] = detail
     return out
@@ -247,7 +246,7 @@ class ToolTable:
         try:
             self.schemas.check(tool, tool.input_schema, arguments)
         except ProblemError as invalid:
-            return {**invalid.to_dict(), "type": PROBLEMS + "invalid-arguments"}
+            return {**invalid.to_dict(), "type": problem_type("invalid-arguments")}
         return None
 
     def call(self, tool: Tool, arguments: Any, ctx: CallContext) -> ToolResult:

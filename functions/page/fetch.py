@@ -177,8 +177,8 @@ class Fetcher:
             if deadline.expired:
                 raise _timeout() from None
             if isinstance(error, zlib.error):
-                raise Refusal("upstream_error", "the page's compressed body is corrupt") from None
-            raise Refusal("upstream_error", "the connection to the page broke off; try again later") from None
+                raise Refusal("upstream-error", "the page's compressed body is corrupt") from None
+            raise Refusal("upstream-error", "the connection to the page broke off; try again later") from None
         finally:
             deadline.close()
 
@@ -194,7 +194,7 @@ class Fetcher:
                     continue
                 if not 200 <= response.status < 300:
                     raise Refusal(
-                        "upstream_error", f"the page answered HTTP {response.status}", upstream_status=response.status
+                        "upstream-error", f"the page answered HTTP {response.status}", upstream_status=response.status
                     )
                 media_type, charset = _content_type(response)
                 body = self._body(response, media_type, charset, trace)
@@ -217,7 +217,7 @@ class Fetcher:
                 if deadline.expired:
                     raise _timeout() from None
                 raise Refusal(
-                    "upstream_error",
+                    "upstream-error",
                     "the page's TLS certificate is not valid for its host name, or the TLS handshake failed",
                 ) from None
             except (OSError, urllib3.exceptions.HTTPError) as error:
@@ -247,7 +247,7 @@ class Fetcher:
             return conn, response
         if deadline.expired or isinstance(last, (socket.timeout, urllib3.exceptions.ConnectTimeoutError)):
             raise _timeout()
-        raise Refusal("upstream_error", "the page's server refused the connection or cannot be reached")
+        raise Refusal("upstream-error", "the page's server refused the connection or cannot be reached")
 
     def _connection(self, target: Target, address: IPAddress, deadline: Deadline) -> HTTPConnection:
         timeout = max(0.01, deadline.left())
@@ -274,10 +274,10 @@ class Fetcher:
     def _redirect(self, current: Target, response, seen: set[str], trace: Trace) -> Target:
         location = response.headers.get("Location")
         if not location:
-            raise Refusal("upstream_error", f"the page answered HTTP {response.status} without a Location")
+            raise Refusal("upstream-error", f"the page answered HTTP {response.status} without a Location")
         trace.redirects += 1
         if trace.redirects > MAX_REDIRECTS:
-            raise Refusal("too_many_redirects", f"the page redirected more than {MAX_REDIRECTS} times")
+            raise Refusal("too-many-redirects", f"the page redirected more than {MAX_REDIRECTS} times")
         try:
             following = urljoin(current.url, location.strip())
         except ValueError:
@@ -289,7 +289,7 @@ class Fetcher:
         if current.scheme == "https" and target.scheme == "http":
             raise guard.bad_url("the page redirected from https to http; a downgrade is refused")
         if target.url in seen:
-            raise Refusal("too_many_redirects", "the page redirects in a loop")
+            raise Refusal("too-many-redirects", "the page redirects in a loop")
         seen.add(target.url)
         trace.final_host = target.host
         return target
@@ -359,7 +359,7 @@ def _decoder(encoding: str) -> _Inflater | None:
         return _Inflater(gzip=True)
     if encoding == "deflate":
         return _Inflater(gzip=False)
-    raise Refusal("upstream_error", "the page uses a content encoding other than gzip or deflate")
+    raise Refusal("upstream-error", "the page uses a content encoding other than gzip or deflate")
 
 
 def _content_type(response) -> tuple[str | None, str | None]:
@@ -371,7 +371,7 @@ def _content_type(response) -> tuple[str | None, str | None]:
     if media_type not in READABLE:
         shown = media_type if len(media_type) <= 60 and media_type.isascii() else "another type"
         raise Refusal(
-            "unsupported_type", f"the page is {shown}; only HTML, XHTML and plain text can be read", media_type=shown
+            "unsupported-type", f"the page is {shown}; only HTML, XHTML and plain text can be read", media_type=shown
         )
     charset = next((p.split("=", 1)[1].strip().strip("\"'") for p in params if p.lower().startswith("charset=")), None)
     return media_type, charset
@@ -381,12 +381,12 @@ def _sniff(head: bytes, media_type: str | None, charset: str | None) -> None:
     """Refuse binary content whatever the page declared (a PDF sent as text/html is still a PDF)."""
     for magic, what in SIGNATURES:
         if head.startswith(magic):
-            raise Refusal("unsupported_type", f"the page's content is {what}; only HTML, XHTML and plain text can be read")
+            raise Refusal("unsupported-type", f"the page's content is {what}; only HTML, XHTML and plain text can be read")
     if head[4:8] == b"ftyp" or (head.startswith(b"RIFF") and head[8:12] in (b"WEBP", b"WAVE", b"AVI ")):
-        raise Refusal("unsupported_type", "the page's content is a media file; only HTML, XHTML and plain text can be read")
+        raise Refusal("unsupported-type", "the page's content is a media file; only HTML, XHTML and plain text can be read")
     wide = (charset or "").lower().startswith(("utf-16", "utf-32")) or head.startswith((b"\xff\xfe", b"\xfe\xff"))
     if not wide and any(b in BINARY for b in head):
-        raise Refusal("unsupported_type", "the page's content is binary; only HTML, XHTML and plain text can be read")
+        raise Refusal("unsupported-type", "the page's content is binary; only HTML, XHTML and plain text can be read")
 
 
 def _guess(body: bytes) -> str:
@@ -401,8 +401,8 @@ def _timeout() -> Refusal:
 
 
 def _too_large(limit: int) -> Refusal:
-    return Refusal("too_large", f"the page is larger than {limit} bytes (decompressed); try a smaller page", max_bytes=limit)
+    return Refusal("too-large", f"the page is larger than {limit} bytes (decompressed); try a smaller page", max_bytes=limit)
 
 
 def _huge_headers() -> Refusal:
-    return Refusal("upstream_error", "the page's response headers are too large")
+    return Refusal("upstream-error", "the page's response headers are too large")

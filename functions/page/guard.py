@@ -209,10 +209,10 @@ def _embedded(address: ipaddress.IPv6Address) -> tuple[list[ipaddress.IPv4Addres
 
 
 def refusal_for(verdict: Verdict, subject: str = "The URL's host is") -> Refusal:
-    """blocked_address, naming the class of address (never the address) and what to do instead."""
+    """blocked-address, naming the class of address (never the address) and what to do instead."""
     article = "an" if verdict.value[0] in "aeiou" else "a"
     return Refusal(
-        "blocked_address",
+        "blocked-address",
         f"{subject} {article} {verdict.value} address; only public addresses can be opened. Use a public URL.",
         reason=verdict.name.lower(),
     )
@@ -242,11 +242,11 @@ class Target:
 
 
 def bad_url(detail: str) -> Refusal:
-    return Refusal("bad_url", detail)
+    return Refusal("bad-url", detail)
 
 
 def parse_url(raw: str, ports: frozenset[int]) -> Target:
-    """A strictly parsed http(s) URL, or bad_url. Pure: addresses are judged by `check_target`."""
+    """A strictly parsed http(s) URL, or bad-url. Pure: addresses are judged by `check_target`."""
     if len(raw) > MAX_URL:
         raise bad_url(f"the URL is longer than {MAX_URL} characters")
     if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in raw) or "\\" in raw:
@@ -417,7 +417,7 @@ class Resolver:
         found = self._records(name, "A", deadline)  # a failure refuses at once; the AAAA ends by the deadline
         found += aaaa.result()
         if not found:
-            raise Refusal("dns_failure", "the host name has no address records; check the URL")
+            raise Refusal("dns-failure", "the host name has no address records; check the URL")
         return found
 
     def _records(self, name: dns.name.Name, rdtype: str, deadline: float) -> list[IPAddress]:
@@ -427,11 +427,11 @@ class Resolver:
         try:
             answer = self._resolver.resolve(name, rdtype, search=False, lifetime=left, raise_on_no_answer=False)
         except dns.resolver.NXDOMAIN:
-            raise Refusal("dns_failure", "the host name does not exist (NXDOMAIN); check the URL") from None
+            raise Refusal("dns-failure", "the host name does not exist (NXDOMAIN); check the URL") from None
         except dns.resolver.LifetimeTimeout:
             raise Refusal("timeout", "the DNS server did not answer in time") from None
         except dns.exception.DNSException:
-            raise Refusal("dns_failure", "the DNS server could not resolve the host; try again later", status=502) from None
+            raise Refusal("dns-failure", "the DNS server could not resolve the host; try again later", status=502) from None
         return [ipaddress.ip_address(r.address) for r in answer.rrset] if answer.rrset is not None else []
 
 
@@ -454,7 +454,7 @@ def check_target(target: Target, resolver: Resolver, lifetime: float, *, redirec
         raise refusal_for(Verdict.LOOPBACK)  # RFC 6761: localhost names are loopback, whatever DNS says
     elif private_use_name(target.host):
         raise Refusal(
-            "blocked_address",
+            "blocked-address",
             "The URL's host is a private-use name (.internal); only public hosts can be opened. Use a public URL.",
             reason=Verdict.PRIVATE.name.lower(),
         )

@@ -6,7 +6,7 @@ import datetime as dt
 import logging
 import time
 
-from agentfn.shared import telemetry
+from agentfn.shared import clock, telemetry
 from agentfn.shared.app import subject_hash
 
 from . import guard
@@ -42,7 +42,7 @@ class Pages:
         total = len(reading.text)
         if offset > total:
             raise Refusal(
-                "bad_offset",
+                "bad-offset",
                 f"offset {offset} is past the end of the page's text ({total} characters); start again from 0",
                 total_chars=total,
             )
@@ -60,7 +60,7 @@ class Pages:
 
     def _fetch(self, subject: str, target: guard.Target, request_id: str | None, step: tuple[str, int] | None) -> Reading:
         if not self.store.reserve(subject, self.daily_pages):
-            telemetry.record("agentfn.pages", 1, {"agentfn.outcome": "budget_spent"})
+            telemetry.record("agentfn.pages", 1, {"agentfn.outcome": "budget-spent"})
             raise budget_spent(self.daily_pages)
         trace, outcome, started = Trace(host=target.host), "ok", time.perf_counter()
         ms = 0
@@ -70,7 +70,7 @@ class Pages:
             try:
                 reading = read(fetched)
             except Exception:  # the page is untrusted input: a parser that chokes on it is the page's fault
-                raise Refusal("upstream_error", "the page could not be read as HTML or text") from None
+                raise Refusal("upstream-error", "the page could not be read as HTML or text") from None
         except Refusal as refusal:
             outcome = refusal.kind
             raise
@@ -101,13 +101,12 @@ class Pages:
 
 def budget_spent(limit: int, now: dt.datetime | None = None) -> Refusal:
     now = now or dt.datetime.now(dt.UTC)
-    reset = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(), dt.UTC)
+    reset = clock.next_midnight(now)
     return Refusal(
-        "budget_spent",
+        "budget-spent",
         f"the caller's {limit} pages for today are spent; more can be opened from "
-        f"{reset.isoformat().replace('+00:00', 'Z')}. Pages opened in the last few "
-        f"minutes can still be paged through.",
+        f"{clock.timestamp(reset)}. Pages opened in the last few minutes can still be paged through.",
         limit=limit,
-        reset_at=reset.isoformat().replace("+00:00", "Z"),
-        retry_after=max(1, int((reset - now).total_seconds())),
+        reset_at=clock.timestamp(reset),
+        retry_after=clock.seconds_until(reset, now),
     )

@@ -8,22 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentfn.shared.problems import ProblemError
-
-PROBLEMS = "https://agentfn.dev/problems/"
+from agentfn.shared.problems import ProblemError, problem_type
 
 # kind -> (status, title). Refusals of the caller's request are 4xx; the page's own failures 502/504.
 KINDS: dict[str, tuple[int, str]] = {
-    "bad_url": (422, "Bad URL"),
-    "blocked_address": (403, "Blocked address"),
-    "dns_failure": (422, "DNS failure"),
-    "too_many_redirects": (422, "Too many redirects"),
-    "too_large": (422, "Page too large"),
+    "bad-url": (422, "Bad URL"),
+    "blocked-address": (403, "Blocked address"),
+    "dns-failure": (422, "DNS failure"),
+    "too-many-redirects": (422, "Too many redirects"),
+    "too-large": (422, "Page too large"),
     "timeout": (504, "Page timed out"),
-    "unsupported_type": (422, "Unsupported content type"),
-    "budget_spent": (429, "Page budget spent"),
-    "upstream_error": (502, "Upstream error"),
-    "bad_offset": (422, "Offset past the end"),
+    "unsupported-type": (422, "Unsupported content type"),
+    "budget-spent": (429, "Page budget spent"),
+    "upstream-error": (502, "Upstream error"),
+    "bad-offset": (422, "Offset past the end"),
 }
 
 
@@ -38,4 +36,4 @@ class Refusal(Exception):
         self.extra = extra
 
     def problem(self) -> ProblemError:
-        return ProblemError(self.status, KINDS[self.kind][1], self.detail, type=PROBLEMS + self.kind, **self.extra)
+        return ProblemError(self.status, KINDS[self.kind][1], self.detail, type=problem_type(self.kind), **self.extra)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from agentfn.shared.problems import problem_type
+
 from .guard import MAX_URL
-from .refusals import KINDS, PROBLEMS
+from .refusals import KINDS
 
 MAX_WINDOW = 40000
 MIN_WINDOW = 100
@@ -95,14 +97,14 @@ PROBLEM = {
     "type": "object",
     "required": ["type", "title", "status"],
     "properties": {
-        "type": {"type": "string", "description": "about:blank, or one of " + ", ".join(PROBLEMS + k for k in KINDS)},
+        "type": {"type": "string", "description": "about:blank, or one of " + ", ".join(problem_type(k) for k in KINDS)},
         "title": {"type": "string"},
         "status": {"type": "integer"},
         "detail": {"type": "string"},
         "request_id": {"type": "string"},
-        "reason": {"type": "string", "description": "blocked_address: the class of address refused"},
-        "upstream_status": {"type": "integer", "description": "upstream_error: the page's own HTTP status"},
-        "reset_at": {"type": "string", "format": "date-time", "description": "budget_spent: when pages come back"},
+        "reason": {"type": "string", "description": "blocked-address: the class of address refused"},
+        "upstream_status": {"type": "integer", "description": "upstream-error: the page's own HTTP status"},
+        "reset_at": {"type": "string", "format": "date-time", "description": "budget-spent: when pages come back"},
         "retry_after": {"type": "integer"},
         "limit": {"type": "integer"},
     },
@@ -111,12 +113,12 @@ PROBLEM = {
 DESCRIPTIONS = {
     400: "Bad request (the body is not JSON)",
     401: "No valid caller token",
-    403: "blocked_address: the URL or a redirect leads to a non-public address",
+    403: "blocked-address: the URL or a redirect leads to a non-public address",
     413: "Body too large",
     415: "Not JSON",
-    422: "Invalid field, or bad_url, dns_failure, too_many_redirects, too_large, unsupported_type, bad_offset",
-    429: "budget_spent: the caller's pages for today are spent (see Retry-After)",
-    502: "upstream_error (the page failed), or dns_failure when the DNS server failed",
+    422: "Invalid field, or bad-url, dns-failure, too-many-redirects, too-large, unsupported-type, bad-offset",
+    429: "budget-spent: the caller's pages for today are spent (see Retry-After)",
+    502: "upstream-error (the page failed), or dns-failure when the DNS server failed",
     503: "The database is unavailable",
     504: "timeout: the page did not arrive within the deadline",
 }

@@ -34,7 +34,6 @@ Configuration (environment), besides identity's (`agentfn.shared.identity`):
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
 from collections.abc import Mapping
@@ -42,11 +41,11 @@ from typing import Any
 
 import psycopg
 from agentfn.shared import app as http
-from agentfn.shared import telemetry
+from agentfn.shared import clock, telemetry
 from agentfn.shared.app import subject_hash
 from agentfn.shared.identity import Caller, Identity
-from agentfn.shared.problems import ProblemError, unavailable
-from agentfn.shared.tools import PROBLEM_BASE, doors, load_descriptor, openapi
+from agentfn.shared.problems import ProblemError, problem_type, unavailable
+from agentfn.shared.tools import doors, load_descriptor, openapi
 from flask import Flask
 from psycopg_pool import PoolTimeout
 
@@ -106,7 +105,7 @@ class RunsSpent(ProblemError):
             429,
             "Too Many Requests",
             f"today's {limit} runs are spent; they reset at {resets_at}",
-            type=PROBLEM_BASE + "daily-runs-spent",
+            type=problem_type("daily-runs-spent"),
             limit=limit,
             resets_at=resets_at,
         )
@@ -163,10 +162,8 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         """One of the caller's runs: taken first (atomically), given back only if the sandbox never started."""
         taken = store.take(caller.subject, daily)
         if not taken.ok:
-            resets = taken.resets_at.isoformat().replace("+00:00", "Z")
-            left = (taken.resets_at - dt.datetime.now(dt.UTC)).total_seconds()
             telemetry.record("agentfn.budget.refusals", 1, {"agentfn.limit": "daily-runs"})
-            raise RunsSpent(daily, resets, retry_after=max(1, int(left)))
+            raise RunsSpent(daily, clock.timestamp(taken.resets_at), retry_after=clock.seconds_until(taken.resets_at))
         try:
             result = sandbox.run(arguments["code"])
         except BaseException as e:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from agentfn.shared import db
+from agentfn.shared import clock, db
 
 SCHEMA = "run_code"
 
@@ -33,11 +33,6 @@ class Taken:
     resets_at: dt.datetime
 
 
-def next_midnight_utc(now: dt.datetime | None = None) -> dt.datetime:
-    now = now or dt.datetime.now(dt.UTC)
-    return dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(0), tzinfo=dt.UTC)
-
-
 class Store(db.SchemaStore):
     schema, package = SCHEMA, "agentfn.run_code"
 
@@ -52,7 +47,7 @@ class Store(db.SchemaStore):
         self.migrate()
         with self.pool.connection() as conn:
             row = conn.execute(TAKE, {"subject": subject, "limit": limit}).fetchone()
-        return Taken(ok=row is not None, runs_left=limit - row[0] if row else 0, resets_at=next_midnight_utc())
+        return Taken(ok=row is not None, runs_left=limit - row[0] if row else 0, resets_at=clock.next_midnight())
 
     def give_back(self, subject: str) -> None:
         with self.pool.connection() as conn:

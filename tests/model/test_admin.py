@@ -320,7 +320,7 @@ def test_an_open_page_call_shows_the_page_fetchers_audit_of_it_by_host_and_never
         "final_host": None,
         "status": None,
         "bytes": 0,
-        "outcome": "blocked_address",
+        "outcome": "blocked-address",
     }
     assert found[1]["page"] is None
     for secret in ("pathcanary", "querycanary", "never-offered", person.subject):
@@ -330,7 +330,7 @@ def test_an_open_page_call_shows_the_page_fetchers_audit_of_it_by_host_and_never
     printed = agentfn("audit", "calls", "--since", since, "--tool", "open_page", "--csv", url=gateway.url, token=admin.token)
     assert printed.returncode == 0, printed.stderr
     rows = sorted(csv.DictReader(io.StringIO(printed.stdout)), key=lambda r: int(r["n"]))
-    assert [r["page"] for r in rows] == ["127.0.0.1 0 B blocked_address", "none"]
+    assert [r["page"] for r in rows] == ["127.0.0.1 0 B blocked-address", "none"]
 
 
 @pytest.fixture

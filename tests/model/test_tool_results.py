@@ -125,4 +125,4 @@ def test_open_page_opens_only_an_offered_url(model, engine, memory, page, person
         assert refused in engine.requests(sid)[1]["messages"][-1]["content"]  # the model reads why
     else:
         # Let through: the page fetcher itself answered (it refuses loopback; no test reaches a real host).
-        assert kind == "blocked_address", ended[0]["result"]
+        assert kind == "blocked-address", ended[0]["result"]

@@ -31,7 +31,7 @@ def test_the_budget_is_atomic_under_concurrent_calls(tight_page, issuer, page_ds
     spent = next(r for r in responses if r.status_code == 429)
     problem = spent.json()
     tomorrow = dt.datetime.now(dt.UTC).date() + dt.timedelta(days=1)
-    assert problem["type"] == "https://agentfn.dev/problems/budget_spent"
+    assert problem["type"] == "https://agentfn.dev/problems/budget-spent"
     assert problem["reset_at"] == f"{tomorrow.isoformat()}T00:00:00Z" and problem["limit"] == 4
     assert 0 < int(spent.headers["Retry-After"]) <= 86400
     with psycopg.connect(page_dsn) as conn:
@@ -76,8 +76,8 @@ def test_the_audit_records_host_status_bytes_never_path_query_or_text(opener, pa
         ).fetchall()
     assert [(r[0], r[1], r[2], r[5], r[6]) for r in rows] == [
         ("www.pub.test", "www.pub.test", 200, 1, "ok"),
-        ("127.0.0.1", None, None, 0, "blocked_address"),
-        ("www.pub.test", None, 200, 0, "too_large"),
+        ("127.0.0.1", None, None, 0, "blocked-address"),
+        ("www.pub.test", None, 200, 0, "too-large"),
     ]
     assert rows[0][3] > 1000 and rows[2][3] > 1 << 20 and all(r[4] >= 0 for r in rows)
     for row in rows:
@@ -90,7 +90,7 @@ def test_the_logs_hold_no_path_query_token_or_text(opener, page, subject):
     assert opener(f"{PUB}/deep/dir/article?token={token_marker}", subject=subject).status_code == 200
     assert opener(f"http://10.0.0.5/internal-path?{token_marker}", subject=subject).status_code == 403
     log = page.log.read_text()
-    assert '"msg": "page fetch ok"' in log and '"msg": "page fetch blocked_address"' in log
+    assert '"msg": "page fetch ok"' in log and '"msg": "page fetch blocked-address"' in log
     for secret in (token_marker, "/deep/dir", "internal-path", SECRET_WORD, subject, "Bearer", "10.0.0.5"):
         assert secret not in log, secret
 
@@ -133,7 +133,7 @@ def test_an_admin_reads_the_fetches_of_a_generation_by_step_and_never_a_path(pag
     found = answer.json()["fetches"]
     assert [(f["generation_id"], f["n"], f["host"], f["status"], f["outcome"]) for f in found] == [
         (generation, 2, "www.pub.test", 200, "ok"),
-        (generation, 3, "127.0.0.1", None, "blocked_address"),
+        (generation, 3, "127.0.0.1", None, "blocked-address"),
     ]
     assert found[0]["bytes"] > 1000
     for secret in ("hunter2", "/article", "private-path", SECRET_WORD, subject):

@@ -157,4 +157,4 @@ REFUSED = [
 def test_parse_url_refuses_ambiguous_urls(given):
     with pytest.raises(Refusal) as refused:
         parse_url(given, PORTS)
-    assert refused.value.kind == "bad_url" and refused.value.detail
+    assert refused.value.kind == "bad-url" and refused.value.detail

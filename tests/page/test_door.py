@@ -113,7 +113,7 @@ def test_start_to_ready_under_gunicorn(page):
 @pytest.fixture(scope="module")
 def page_schema(page):
     schema = schemathesis.openapi.from_url(page.url + "/openapi.json")
-    # A schema-valid URL may still be refused for what it means (bad_url, blocked_address, dns_failure...):
+    # A schema-valid URL may still be refused for what it means (bad-url, blocked-address, dns-failure...):
     # those documented refusals are acceptable answers to valid data; anything 5xx still fails the run.
     schema.config.checks.positive_data_acceptance.expected_statuses = ["2xx", "401", "403", "422", "429"]
     return schema

@@ -90,7 +90,7 @@ def test_an_offset_past_the_end_is_a_problem(opener, subject):
     assert opener(f"{PUB}/article", subject=subject, offset=total).json()["text"] == ""
     response = opener(f"{PUB}/article", subject=subject, offset=total + 1)
     assert response.status_code == 422
-    assert response.json()["type"] == "https://agentfn.dev/problems/bad_offset"
+    assert response.json()["type"] == "https://agentfn.dev/problems/bad-offset"
     assert response.json()["total_chars"] == total
 
 
