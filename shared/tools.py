@@ -30,6 +30,7 @@ from typing import Any
 
 from flask import Blueprint, Flask, g, jsonify, request
 
+from . import openapi as spec
 from . import telemetry
 from .app import create_app
 from .exchange import ExchangeFailed, TokenExchange
@@ -136,21 +137,7 @@ def doors(descriptor: Mapping[str, Any], call: Call) -> Blueprint:
     return bp
 
 
-def problem_schema() -> dict[str, Any]:
-    return {
-        "type": "object",
-        "required": ["type", "title", "status"],
-        "properties": {
-            "type": {"type": "string"},
-            "title": {"type": "string"},
-            "status": {"type": "integer"},
-            "detail": {"type": "string"},
-            "request_id": {"type": "string"},
-        },
-    }
-
-
-PROBLEM_NAMES = {
+FAILURES = {  # a door's problems by status
     400: "Bad request",
     401: "No valid caller token",
     403: "The platform service does not allow this caller",
@@ -170,13 +157,7 @@ def openapi(
     """The OpenAPI 3.1 document of a tool's two doors, from its descriptor and the shape of its content."""
 
     def problems(*codes: int) -> dict:
-        return {
-            str(c): {
-                "description": PROBLEM_NAMES[c],
-                "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
-            }
-            for c in codes
-        }
+        return spec.problems(FAILURES, *codes)
 
     descriptor_schema = {
         "type": "object",
@@ -213,7 +194,7 @@ def openapi(
                     "service (RFC 8693: aud = this tool, act = the service)",
                 }
             },
-            "schemas": {"Problem": problem_schema(), "Descriptor": descriptor_schema, "Content": content_schema},
+            "schemas": {"Problem": spec.problem_schema(), "Descriptor": descriptor_schema, "Content": content_schema},
         },
         "paths": {
             "/v1/tool": {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from agentfn.shared.openapi import json_body, ok, problem_schema, problems
+
 MAX_TEXT = 1000  # characters of a fact or preference: a note, never a transcript
 MAX_SOURCE = 300
 MAX_QUERY = 4000
@@ -121,53 +123,25 @@ RECEIPT = {
         "at": {"type": "string", "format": "date-time", "description": "when they were deleted"},
     },
 }
-PROBLEM = {
-    "type": "object",
-    "required": ["type", "title", "status"],
-    "properties": {
-        "type": {"type": "string"},
-        "title": {"type": "string"},
-        "status": {"type": "integer"},
-        "detail": {"type": "string"},
-        "request_id": {"type": "string"},
-    },
+
+FAILURES = {  # a door's problems by status
+    400: "Bad request",
+    401: "No valid caller token",
+    403: "Not allowed",
+    404: "Not found",
+    409: "Another entry already says this note (type .../duplicate-note, its id in entry_id)",
+    413: "Body too large",
+    415: "Not JSON",
+    422: "Invalid field, or a text that is not a note: only an id, a number or code (type .../not-a-note), "
+    "or forgetting everything without its confirmation phrase (type .../confirm-forget-all)",
+    429: "The subject's entry cap (type .../entry-cap: forget some) or write rate (type .../write-rate) "
+    "is spent; Retry-After says when to try again",
+    503: "Database or model unavailable",
 }
 
 
 def _problems(*codes: int) -> dict:
-    names = {
-        400: "Bad request",
-        401: "No valid caller token",
-        403: "Not allowed",
-        404: "Not found",
-        409: "Another entry already says this note (type .../duplicate-note, its id in entry_id)",
-        413: "Body too large",
-        415: "Not JSON",
-        422: "Invalid field, or a text that is not a note: only an id, a number or code (type .../not-a-note), "
-        "or forgetting everything without its confirmation phrase (type .../confirm-forget-all)",
-        429: "The subject's entry cap (type .../entry-cap: forget some) or write rate (type .../write-rate) "
-        "is spent; Retry-After says when to try again",
-        503: "Database or model unavailable",
-    }
-    retry_after = {
-        "Retry-After": {"description": "seconds to wait before trying again", "schema": {"type": "integer", "minimum": 1}}
-    }
-    return {
-        str(c): {
-            "description": names[c],
-            **({"headers": retry_after} if c == 429 else {}),
-            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
-        }
-        for c in codes
-    }
-
-
-def _json(schema: dict) -> dict:
-    return {"required": True, "content": {"application/json": {"schema": schema}}}
-
-
-def _ok(description: str, schema: dict) -> dict:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
+    return problems(FAILURES, *codes, retry_after=True)
 
 
 ENTRY_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
@@ -201,7 +175,7 @@ def openapi(model: str) -> dict:
                     "description": "a projected ServiceAccount token of a trusted service",
                 },
             },
-            "schemas": {"Entry": ENTRY, "Kept": KEPT, "Recalled": RECALLED, "Receipt": RECEIPT, "Problem": PROBLEM},
+            "schemas": {"Entry": ENTRY, "Kept": KEPT, "Recalled": RECALLED, "Receipt": RECEIPT, "Problem": problem_schema()},
         },
         "paths": {
             "/v1/entries": {
@@ -218,16 +192,16 @@ def openapi(model: str) -> dict:
                             "schema": {"type": "integer", "minimum": 0, "maximum": 1000000000},
                         },
                     ],
-                    "responses": {"200": _ok("entries", entries_list), **_problems(400, 401, 422, 503)},
+                    "responses": {"200": ok("entries", entries_list), **_problems(400, 401, 422, 503)},
                 },
                 "post": {
                     "operationId": "createEntry",
                     "summary": "Keep a fact or a preference; a note the caller already has is answered, not kept twice.",
                     "security": caller,
-                    "requestBody": _json(CREATE),
+                    "requestBody": json_body(CREATE),
                     "responses": {
-                        "201": _ok("the entry kept (existing: false)", kept_ref),
-                        "200": _ok("the entry that already says this note (existing: true); nothing new was kept", kept_ref),
+                        "201": ok("the entry kept (existing: false)", kept_ref),
+                        "200": ok("the entry that already says this note (existing: true); nothing new was kept", kept_ref),
                         **_problems(400, 401, 413, 415, 422, 429, 503),
                     },
                 },
@@ -236,9 +210,9 @@ def openapi(model: str) -> dict:
                     "summary": f"Forget every entry of the caller, of every kind (rows and vectors), in one transaction; "
                     f'the body confirms it with the phrase "{FORGET_EVERYTHING}".',
                     "security": caller,
-                    "requestBody": _json(FORGET_ALL),
+                    "requestBody": json_body(FORGET_ALL),
                     "responses": {
-                        "200": _ok(
+                        "200": ok(
                             "the receipt: how many of each kind were deleted, and when; no text",
                             {"$ref": "#/components/schemas/Receipt"},
                         ),
@@ -252,9 +226,9 @@ def openapi(model: str) -> dict:
                     "operationId": "correctEntry",
                     "summary": "Correct an entry's text or source (embedded again).",
                     "security": caller,
-                    "requestBody": _json(CORRECT),
+                    "requestBody": json_body(CORRECT),
                     "responses": {
-                        "200": _ok("the corrected entry", entry_ref),
+                        "200": ok("the corrected entry", entry_ref),
                         **_problems(400, 401, 404, 409, 413, 415, 422, 429, 503),
                     },
                 },
@@ -270,9 +244,9 @@ def openapi(model: str) -> dict:
                     "operationId": "recall",
                     "summary": "The caller's nearest entries to a query, above the threshold.",
                     "security": caller,
-                    "requestBody": _json(RECALL),
+                    "requestBody": json_body(RECALL),
                     "responses": {
-                        "200": _ok(
+                        "200": ok(
                             "recalled entries",
                             {
                                 "type": "object",
@@ -293,9 +267,9 @@ def openapi(model: str) -> dict:
                     "operationId": "writeEpisode",
                     "summary": "WriteEpisode: keep a session's summary for a subject (trusted services only; no route).",
                     "security": [{"service": []}],
-                    "requestBody": _json(EPISODE),
+                    "requestBody": json_body(EPISODE),
                     "responses": {
-                        "201": _ok("the episode kept", entry_ref),
+                        "201": ok("the episode kept", entry_ref),
                         **_problems(400, 401, 403, 413, 415, 422, 429, 503),
                     },
                 },

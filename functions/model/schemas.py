@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentfn.shared import openapi as spec
 from agentfn.shared.contract import CHANNELS
 
 MAX_MESSAGES = 200
@@ -87,17 +88,6 @@ CALL = {
 }
 ANY_OBJECT = {"type": "object"}
 
-PROBLEM = {
-    "type": "object",
-    "required": ["type", "title", "status"],
-    "properties": {
-        "type": {"type": "string"},
-        "title": {"type": "string"},
-        "status": {"type": "integer"},
-        "detail": {"type": "string"},
-        "request_id": {"type": "string"},
-    },
-}
 ENTRY = {
     "type": "object",
     "required": ["id", "kind", "text"],
@@ -216,7 +206,7 @@ same call; `result`: that step's); `delta` `{text}` pieces of the answer as they
 turn ended for them; `timing`: `ms`, `engine_ms`, `tools_ms` of the turn),
 or instead `error` (a problem, with `generation_id`) when the turn cannot finish."""
 
-NAMES = {
+FAILURES = {  # a door's problems by status
     400: "Bad request",
     401: "No valid caller token",
     403: "An approval forged, altered, expired, another caller's or another agent's, or for a tool not granted; "
@@ -235,19 +225,10 @@ NAMES = {
 
 def openapi(version: str = "1.0.0") -> dict[str, Any]:
     def problems(*codes: int) -> dict:
-        return {
-            str(c): {
-                "description": NAMES[c],
-                "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
-            }
-            for c in codes
-        }
-
-    def body(schema: dict) -> dict:
-        return {"required": True, "content": {"application/json": {"schema": schema}}}
+        return spec.problems(FAILURES, *codes)
 
     def ok(description: str, schema: dict, status: str = "200") -> dict:
-        return {status: {"description": description, "content": {"application/json": {"schema": schema}}}}
+        return {status: spec.ok(description, schema)}
 
     caller = [{"caller": []}]
     name = {"name": "agent", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 63}}
@@ -262,7 +243,7 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
         "components": {
             "securitySchemes": {"caller": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
             "schemas": {
-                "Problem": PROBLEM,
+                "Problem": spec.problem_schema(),
                 "Entry": ENTRY,
                 "Tool": TOOL,
                 "Agent": AGENT,
@@ -294,7 +275,7 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                     "operationId": "takeTurn",
                     "summary": "One turn of the agent, streamed.",
                     "parameters": [name],
-                    "requestBody": body(TURN),
+                    "requestBody": spec.json_body(TURN),
                     "responses": {
                         "200": {"description": EVENTS, "content": {"text/event-stream": {"schema": {"type": "string"}}}},
                         **problems(400, 401, 403, 404, 409, 413, 415, 422, 429, 503),
@@ -306,7 +287,7 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                     "operationId": "endSession",
                     "summary": "End a session: its summary is kept as an episode.",
                     "parameters": [name],
-                    "requestBody": body(SESSION_END),
+                    "requestBody": spec.json_body(SESSION_END),
                     "responses": {
                         **ok(
                             "the episode memory kept",
@@ -343,7 +324,7 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                     "operationId": "callTool",
                     "summary": "Call a tool on its own, as the caller.",
                     "parameters": [tool],
-                    "requestBody": body(CALL),
+                    "requestBody": spec.json_body(CALL),
                     "responses": {
                         **ok("what the tool found", {"type": "object", "required": ["content"]}),
                         **problems(400, 401, 404, 413, 415, 422, 429, 502, 503, 504),
@@ -545,7 +526,7 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                 "post": {
                     "operationId": "mcp",
                     "summary": "MCP over Streamable HTTP (stateless, JSON responses): tools/list, tools/call.",
-                    "requestBody": body(
+                    "requestBody": spec.json_body(
                         {
                             "type": "object",
                             "required": ["jsonrpc", "method"],

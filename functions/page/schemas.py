@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agentfn.shared.openapi import problem_schema, problems
 from agentfn.shared.problems import problem_type
 
 from .guard import MAX_URL
@@ -93,24 +94,16 @@ PAGE = {
     },
 }
 
-PROBLEM = {
-    "type": "object",
-    "required": ["type", "title", "status"],
-    "properties": {
-        "type": {"type": "string", "description": "about:blank, or one of " + ", ".join(problem_type(k) for k in KINDS)},
-        "title": {"type": "string"},
-        "status": {"type": "integer"},
-        "detail": {"type": "string"},
-        "request_id": {"type": "string"},
-        "reason": {"type": "string", "description": "blocked-address: the class of address refused"},
-        "upstream_status": {"type": "integer", "description": "upstream-error: the page's own HTTP status"},
-        "reset_at": {"type": "string", "format": "date-time", "description": "budget-spent: when pages come back"},
-        "retry_after": {"type": "integer"},
-        "limit": {"type": "integer"},
-    },
-}
+PROBLEM = problem_schema(
+    type={"type": "string", "description": "about:blank, or one of " + ", ".join(problem_type(k) for k in KINDS)},
+    reason={"type": "string", "description": "blocked-address: the class of address refused"},
+    upstream_status={"type": "integer", "description": "upstream-error: the page's own HTTP status"},
+    reset_at={"type": "string", "format": "date-time", "description": "budget-spent: when pages come back"},
+    retry_after={"type": "integer"},
+    limit={"type": "integer"},
+)
 
-DESCRIPTIONS = {
+FAILURES = {  # a door's problems by status
     400: "Bad request (the body is not JSON)",
     401: "No valid caller token",
     403: "blocked-address: the URL or a redirect leads to a non-public address",
@@ -125,13 +118,7 @@ DESCRIPTIONS = {
 
 
 def _problems(*codes: int) -> dict:
-    return {
-        str(c): {
-            "description": DESCRIPTIONS[c],
-            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
-        }
-        for c in codes
-    }
+    return problems(FAILURES, *codes)
 
 
 def openapi() -> dict:
