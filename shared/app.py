@@ -2,8 +2,9 @@
 
 `create_app` gives a Flask app with: problem-details errors (RFC 9457), a request-size cap, a request id
 on every request and response, one JSON log line per request, `/healthz` (alive), `/readyz` (every
-dependency answers) and the function's OpenAPI document at `/openapi.json`. The function adds its
-doors as a blueprint.
+dependency answers) and the function's OpenAPI document at `/openapi.json`. A function with a database
+hands its store over: the store's migrations and ping become the `database` readiness check, and an
+outage a 503 problem. The function adds its doors as a blueprint.
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from . import logs, telemetry
 from .identity import Identity
-from .problems import PROBLEM_JSON, ProblemError
+from .problems import PROBLEM_JSON, ProblemError, unavailable
+
+if TYPE_CHECKING:
+    from .db import SchemaStore
 
 log = logging.getLogger("agentfn.http")
 
@@ -68,6 +72,7 @@ def create_app(
     readiness: Mapping[str, Callable[[], bool]],
     identity: Identity | None,
     max_request_bytes: int = DEFAULT_MAX_BYTES,
+    database: SchemaStore | None = None,
 ) -> Flask:
     # Flask looks for an instance folder by package; agentfn's packages are mapped folders, and we use none.
     app = Flask(name, instance_path=os.path.join(os.path.dirname(__file__), "instance"))
@@ -129,6 +134,10 @@ def create_app(
         log.error("unhandled", extra={"request_id": g.get("request_id"), "error_type": type(error).__name__, "where": where})
         return problem_response(ProblemError(500, "Internal Server Error", "the request failed; see request_id"))
 
+    if database is not None:
+        readiness = {"database": _ready(database), **readiness}
+        _database_outage(app, name.removeprefix("agentfn."))
+
     @app.get("/healthz")
     def healthz():
         """Alive: the process answers."""
@@ -152,6 +161,26 @@ def create_app(
         return jsonify(openapi)
 
     return app
+
+
+def _ready(store: SchemaStore) -> Callable[[], bool]:
+    def database() -> bool:
+        store.migrate()
+        return store.ping()
+
+    return database
+
+
+def _database_outage(app: Flask, part: str) -> None:
+    # Imported here: a function without a database (a read tool) starts without the driver.
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    @app.errorhandler(psycopg.OperationalError)
+    @app.errorhandler(PoolTimeout)
+    def database_down(_error):
+        # Nothing was written: the statement's transaction never committed. The pool reconnects by itself.
+        return problem_response(unavailable(f"the {part} database is not answering; try again shortly"))
 
 
 def _trace_requests(app: Flask) -> None:

@@ -18,12 +18,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-import psycopg
 from agentfn.shared import app as http
 from agentfn.shared.identity import Identity
-from agentfn.shared.problems import unavailable
 from flask import Flask
-from psycopg_pool import PoolTimeout
 
 from . import embedder as embedding
 from .memory import Memory
@@ -39,14 +36,11 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
     model = embedding.open_embedder(embedding.config_from_env(env))
     store = Store(env["AGENTFN_DATABASE_URL"], pool_size=int(env.get("AGENTFN_DB_POOL_SIZE", "4")))
 
-    def database() -> bool:
-        store.migrate()
-        return store.ping()
-
     app = http.create_app(
         "agentfn.memory",
         openapi=openapi(model.config.name),
-        readiness={"database": database, "model": model.ready},
+        database=store,
+        readiness={"model": model.ready},
         identity=Identity.from_env(env, audience="agentfn:memory"),
         max_request_bytes=int(env.get("AGENTFN_MAX_REQUEST_BYTES", str(http.DEFAULT_MAX_BYTES))),
     )
@@ -59,12 +53,6 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         response = http.problem_response(problem)
         response.headers["Retry-After"] = str(problem.retry_after)
         return response
-
-    @app.errorhandler(psycopg.OperationalError)
-    @app.errorhandler(PoolTimeout)
-    def database_down(_error):
-        # Nothing was written: the statement's transaction never committed. The pool reconnects by itself.
-        return http.problem_response(unavailable("the memory database is not answering; try again shortly"))
 
     app.register_blueprint(bp)
     return app

@@ -44,13 +44,10 @@ import re
 import threading
 from collections.abc import Mapping
 
-import psycopg
 from agentfn.shared import app as http
 from agentfn.shared.exchange import TokenExchange
 from agentfn.shared.identity import Identity
-from agentfn.shared.problems import unavailable
 from flask import Flask
-from psycopg_pool import PoolTimeout
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
 from . import admin
@@ -133,24 +130,16 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
     services = services_from_env(env)
     max_bytes = int(env.get("AGENTFN_MAX_REQUEST_BYTES", str(256 * 1024)))
 
-    def database() -> bool:
-        services.store.migrate()
-        return services.store.ping()
-
     app = http.create_app(
         "agentfn.model",
         openapi=openapi(),
-        readiness={"database": database, "registry": services.registry.ready},
+        database=services.store,
+        readiness={"registry": services.registry.ready},
         identity=identity,
         max_request_bytes=max_bytes,
     )
     app.extensions["agentfn.model"] = services
     app.extensions[admin.GROUPS] = frozenset(_csv(env.get("AGENTFN_ADMIN_GROUPS", "platform-admins")))
-
-    @app.errorhandler(psycopg.OperationalError)
-    @app.errorhandler(PoolTimeout)
-    def database_down(_error):
-        return http.problem_response(unavailable("the model function's database is not answering; try again shortly"))
 
     app.register_blueprint(bp)
     app.register_blueprint(admin.bp)

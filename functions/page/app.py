@@ -27,12 +27,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-import psycopg
 from agentfn.shared import app as http
 from agentfn.shared.identity import Identity
-from agentfn.shared.problems import unavailable
 from flask import Flask
-from psycopg_pool import PoolTimeout
 
 from .cache import PageCache
 from .fetch import Fetcher
@@ -78,14 +75,12 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
     if window > MAX_WINDOW:
         raise RuntimeError(f"AGENTFN_PAGE_WINDOW must be <= {MAX_WINDOW}")
 
-    def database() -> bool:
-        store.migrate()
-        return store.ping()
-
     app = http.create_app(
         "agentfn.page",
         openapi=openapi(),
-        readiness={"database": database},
+        # In an outage the budget was taken before any fetch; a fetch whose audit then failed stays counted.
+        database=store,
+        readiness={},
         identity=Identity.from_env(env, gateway=False, audience="agentfn:page"),
         max_request_bytes=_int(env, "AGENTFN_MAX_REQUEST_BYTES", 16 * 1024, 1024),
     )
@@ -101,12 +96,6 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         if "retry_after" in refusal.extra:
             response.headers["Retry-After"] = str(refusal.extra["retry_after"])
         return response
-
-    @app.errorhandler(psycopg.OperationalError)
-    @app.errorhandler(PoolTimeout)
-    def database_down(_error):
-        # The budget is taken before any fetch; a fetch whose audit then failed was counted, never uncounted.
-        return http.problem_response(unavailable("the page fetcher's database is not answering; try again shortly"))
 
     app.register_blueprint(bp)
     return app

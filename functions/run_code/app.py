@@ -39,7 +39,6 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import psycopg
 from agentfn.shared import app as http
 from agentfn.shared import clock, telemetry
 from agentfn.shared.app import subject_hash
@@ -47,7 +46,6 @@ from agentfn.shared.identity import Caller, Identity
 from agentfn.shared.problems import ProblemError, problem_type, unavailable
 from agentfn.shared.tools import doors, load_descriptor, openapi
 from flask import Flask
-from psycopg_pool import PoolTimeout
 
 from .bounds import MODES, Bounds
 from .bubblewrap import Bubblewrap
@@ -146,14 +144,11 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
     store = Store(env["AGENTFN_DATABASE_URL"], pool_size=int(env.get("AGENTFN_DB_POOL_SIZE", "2")))
     descriptor = load_descriptor("agentfn.run_code")
 
-    def database() -> bool:
-        store.migrate()
-        return store.ping()
-
     app = http.create_app(
         "agentfn.run_code",
         openapi=openapi(descriptor, CONTENT, call_problems=(429, 503)),
-        readiness={"database": database, "sandbox": lambda: sandbox.ready() and self_test.ok()},
+        database=store,
+        readiness={"sandbox": lambda: sandbox.ready() and self_test.ok()},
         identity=Identity.from_env(env, gateway=False, audience="agentfn:tool:run_code"),
         max_request_bytes=int(env.get("AGENTFN_MAX_REQUEST_BYTES", str(http.DEFAULT_MAX_BYTES))),
     )
@@ -205,11 +200,6 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         response = http.problem_response(problem)
         response.headers["Retry-After"] = str(problem.retry_after)
         return response
-
-    @app.errorhandler(psycopg.OperationalError)
-    @app.errorhandler(PoolTimeout)
-    def database_down(_error):
-        return http.problem_response(unavailable("the run_code database is not answering; try again shortly"))
 
     app.register_blueprint(doors(descriptor, run))
     self_test.start()  # ~0.3 s of ldd and one run, beside the way to ready rather than on it

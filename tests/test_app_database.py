@@ -1,0 +1,61 @@
+"""A function that hands its store to the app factory gets the database's readiness check and its outage problem
+from there: /readyz says whether the database answers, and a door that cannot reach it answers 503, never 500."""
+
+from __future__ import annotations
+
+import pytest
+from agentfn.cli.postgres import free_port
+from agentfn.run_code.store import Store
+from agentfn.shared import app as http
+from flask import jsonify
+
+
+def served(dsn: str):
+    store = Store(dsn, pool_size=1)
+    app = http.create_app("agentfn.demo", openapi={}, readiness={}, identity=None, database=store)
+
+    @app.get("/v1/count")
+    def count():
+        with store.pool.connection(timeout=1) as conn:
+            return jsonify(n=conn.execute("SELECT count(*) FROM daily_runs").fetchone()[0])
+
+    return store, app.test_client()
+
+
+def down() -> str:
+    return f"postgresql://nobody:nothing@127.0.0.1:{free_port()}/nowhere"  # a loopback port nothing listens on
+
+
+CASES = [
+    ("database up: ready", "up", "/readyz", 200, {"ready": True, "checks": {"database": True}}),
+    ("database up: the door answers", "up", "/v1/count", 200, {"n": 0}),
+    ("database down: not ready", "down", "/readyz", 503, {"ready": False, "checks": {"database": False}}),
+    (
+        "database down: the door answers a problem",
+        "down",
+        "/v1/count",
+        503,
+        {
+            "type": "about:blank",
+            "title": "Service Unavailable",
+            "status": 503,
+            "detail": "the demo database is not answering; try again shortly",
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "state", "path", "status", "body"), CASES, ids=[c[0] for c in CASES])
+def test_the_app_factory_owns_the_database_check_and_outage(request, case, state, path, status, body):
+    dsn = request.getfixturevalue("postgres").provision("run_code", "agentfn_run_code") if state == "up" else down()
+    store, client = served(dsn)
+    try:
+        if path != "/readyz":
+            client.get("/readyz")  # migrated first, as a ready function is
+        answer = client.get(path)
+        got = {k: v for k, v in answer.get_json().items() if k != "request_id"}
+        assert (answer.status_code, got) == (status, body), answer.get_data(as_text=True)
+        if status == 503 and path != "/readyz":
+            assert answer.mimetype == "application/problem+json"
+    finally:
+        store.close()
