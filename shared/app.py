@@ -25,6 +25,7 @@ from werkzeug.exceptions import HTTPException
 from . import logs, telemetry
 from .identity import Identity
 from .problems import PROBLEM_JSON, ProblemError, unavailable
+from .server import ServerSettings
 
 if TYPE_CHECKING:
     from .db import SchemaStore
@@ -221,4 +222,4 @@ def _trace_requests(app: Flask) -> None:
 
 
 def configure_logging(env: Mapping[str, str]) -> None:
-    logs.configure(env.get("AGENTFN_LOG_LEVEL", "INFO").upper())
+    logs.configure(ServerSettings.from_env(env).log_level)

@@ -1,15 +1,16 @@
 """gunicorn settings shared by every function: `gunicorn -c python:agentfn.shared.gunicorn_conf 'MODULE:create_app()'`,
 or without the app when AGENTFN_FUNCTION names the function (as each image does)."""
 
-import os
+from agentfn.shared.server import ServerSettings
 
-if os.environ.get("AGENTFN_FUNCTION"):
-    wsgi_app = f"agentfn.{os.environ['AGENTFN_FUNCTION']}.app:create_app()"
-bind = f"{os.environ.get('AGENTFN_BIND', '0.0.0.0')}:{os.environ.get('PORT', '8080')}"
+settings = ServerSettings.from_env()
+if settings.function:
+    wsgi_app = f"agentfn.{settings.function}.app:create_app()"
+bind = f"{settings.bind}:{settings.port}"
 worker_class = "gthread"
-workers = int(os.environ.get("AGENTFN_WORKERS", "1"))
-threads = int(os.environ.get("AGENTFN_THREADS", "4"))
-timeout = int(os.environ.get("AGENTFN_WORKER_TIMEOUT", "120"))
+workers = settings.workers
+threads = settings.threads
+timeout = settings.worker_timeout
 graceful_timeout = 10
 keepalive = 5
 accesslog = None  # the app writes one JSON line per request itself
@@ -20,7 +21,7 @@ logconfig_dict = {
     "disable_existing_loggers": False,
     "formatters": {"json": {"()": "agentfn.shared.logs.JsonFormatter"}},
     "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
-    "root": {"level": os.environ.get("AGENTFN_LOG_LEVEL", "INFO").upper(), "handlers": ["stderr"]},
+    "root": {"level": settings.log_level, "handlers": ["stderr"]},
     "loggers": {
         "gunicorn.error": {"level": "INFO", "handlers": ["stderr"], "propagate": False},
     },

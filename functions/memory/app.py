@@ -1,16 +1,6 @@
 """The memory function's app factory: `gunicorn -c python:agentfn.shared.gunicorn_conf 'agentfn.memory.app:create_app()'`.
 
-Configuration (environment), besides identity's (`agentfn.shared.identity`) and the embedder's
-(`agentfn.memory.embedder`):
-
-| name | default | meaning |
-|---|---|---|
-| `AGENTFN_DATABASE_URL` | (required) | DSN of memory's own role; its schema is `memory` |
-| `AGENTFN_RECALL_MAX_TOKENS` | `1000` | token cap of one recall, counted with the model's tokenizer |
-| `AGENTFN_MAX_REQUEST_BYTES` | `65536` | larger bodies get 413 |
-| `AGENTFN_DB_POOL_SIZE` | `4` | connections per process |
-| `AGENTFN_MEMORY_MAX_ENTRIES` | `2000` | entries a subject keeps, of every kind; then 429 until some are forgotten |
-| `AGENTFN_MEMORY_WRITES_PER_MINUTE` | `60` | writes (POST, PATCH) per subject per minute, in bursts of as many; then 429 |
+Configuration: `MemorySettings` and `EmbeddingSettings` (agentfn.memory.settings; docs/configuration.md), and identity's.
 """
 
 from __future__ import annotations
@@ -27,6 +17,7 @@ from .memory import Memory
 from .quotas import Limits, QuotaSpent
 from .routes import bp
 from .schemas import openapi
+from .settings import MemorySettings
 from .store import Store
 
 
@@ -34,7 +25,8 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
     env = dict(os.environ if env is None else env)
     http.configure_logging(env)
     model = embedding.open_embedder(embedding.config_from_env(env))
-    store = Store(env["AGENTFN_DATABASE_URL"], pool_size=int(env.get("AGENTFN_DB_POOL_SIZE", "4")))
+    settings = MemorySettings.from_env(env)
+    store = Store(settings.database_url, pool_size=settings.db_pool_size)
 
     app = http.create_app(
         "agentfn.memory",
@@ -42,10 +34,13 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         database=store,
         readiness={"model": model.ready},
         identity=Identity.from_env(env, audience="agentfn:memory"),
-        max_request_bytes=int(env.get("AGENTFN_MAX_REQUEST_BYTES", str(http.DEFAULT_MAX_BYTES))),
+        max_request_bytes=settings.max_request_bytes,
     )
     app.extensions["agentfn.memory"] = Memory(
-        store, model, max_tokens=int(env.get("AGENTFN_RECALL_MAX_TOKENS", "1000")), limits=Limits.from_env(env)
+        store,
+        model,
+        max_tokens=settings.recall_max_tokens,
+        limits=Limits(settings.max_entries, settings.writes_per_minute),
     )
 
     @app.errorhandler(QuotaSpent)

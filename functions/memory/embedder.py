@@ -1,13 +1,6 @@
 """Text embeddings for the memory service: one model per process, behind one interface.
 
-Configuration, read by ``config_from_env``:
-
-| variable                      | default                    | meaning                                                  |
-|-------------------------------|----------------------------|----------------------------------------------------------|
-| `AGENTFN_EMBEDDING_MODEL`     | `multilingual-e5-small-q4` | a model name from models.toml                            |
-| `AGENTFN_EMBEDDING_MODEL_DIR` | (unset)                    | where a downloaded model's files live (qwen3-embedding-0.6b) |
-| `AGENTFN_EMBEDDING_THREADS`   | `2`                        | intra-op threads of the inference engine                 |
-| `AGENTFN_EMBEDDING_THRESHOLD` | the model's own            | recall threshold (cosine similarity), overriding models.toml |
+Configuration: `EmbeddingSettings` (agentfn.memory.settings; docs/configuration.md), read by ``config_from_env``.
 
 Built-in models (models.toml):
 
@@ -42,9 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .settings import EmbeddingSettings
+
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "multilingual-e5-small-q4"
+DEFAULT_MODEL = EmbeddingSettings.model
 ENV_PREFIX = "AGENTFN_EMBEDDING_"
 PROBE_TEXT = "ready"
 
@@ -168,16 +163,13 @@ def _parse_field(field: dataclasses.Field, text: str):
 
 
 def config_from_env(environ: Mapping[str, str] = os.environ) -> ModelConfig:
-    """The config named by AGENTFN_EMBEDDING_MODEL, adjusted by the other variables in the table above."""
-
-    def setting(key: str) -> str | None:
-        return environ.get(ENV_PREFIX + key) or None  # an empty variable counts as unset
-
-    overrides = {"threads": setting("THREADS") or "2"}
-    for key, field in (("MODEL_DIR", "model_dir"), ("THRESHOLD", "threshold")):
-        if setting(key) is not None:
-            overrides[field] = setting(key)
-    return model_config(setting("MODEL") or DEFAULT_MODEL, overrides)
+    """The config named by AGENTFN_EMBEDDING_MODEL, adjusted by the other embedding settings."""
+    settings = EmbeddingSettings.from_env(environ)
+    overrides = {"threads": settings.threads}
+    for field in ("model_dir", "threshold"):
+        if getattr(settings, field) is not None:
+            overrides[field] = getattr(settings, field)
+    return model_config(settings.model, overrides)
 
 
 def resolve_file(config: ModelConfig, spec: str | None) -> Path:

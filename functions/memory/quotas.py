@@ -8,7 +8,6 @@ every 60/rate seconds): a burst of a minute's writes, then the steady rate. The 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agentfn.shared.problems import ProblemError, problem_type
@@ -20,16 +19,6 @@ CAP_RETRY_SECONDS = 3600  # the cap does not lift by itself: a client is told to
 class Limits:
     max_entries: int = 2000
     writes_per_minute: int = 60
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> Limits:
-        limits = cls(
-            int(env.get("AGENTFN_MEMORY_MAX_ENTRIES", cls.max_entries)),
-            int(env.get("AGENTFN_MEMORY_WRITES_PER_MINUTE", cls.writes_per_minute)),
-        )
-        if limits.max_entries < 1 or limits.writes_per_minute < 1:
-            raise ValueError("AGENTFN_MEMORY_MAX_ENTRIES and AGENTFN_MEMORY_WRITES_PER_MINUTE must be at least 1")
-        return limits
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,6 @@
 """The page fetcher's app factory: `gunicorn -c python:agentfn.shared.gunicorn_conf 'agentfn.page.app:create_app()'`.
 
-Configuration (environment), besides identity's (`agentfn.shared.identity`):
-
-| name | default | meaning |
-|---|---|---|
-| `AGENTFN_DATABASE_URL` | (required) | DSN of the page fetcher's own role; its schema is `page` |
-| `AGENTFN_DNS_SERVERS` | the system's resolv.conf | DNS servers, comma-separated (`10.0.0.10`, `[fd00::a]:53`) |
-| `AGENTFN_PAGE_PORTS` | `80,443` | the only ports a URL (or a redirect) may name |
-| `AGENTFN_PAGE_CA_FILE` | certifi's bundle | CA certificates that https pages are verified against |
-| `AGENTFN_PAGE_DEADLINE_SECONDS` | `10` | one deadline over the whole fetch: DNS, connect, TLS, redirects, body |
-| `AGENTFN_PAGE_MAX_BYTES` | `5242880` | cap on a page's decompressed size, counted while streaming |
-| `AGENTFN_PAGE_DAILY_PAGES` | `200` | pages a caller may fetch per UTC day (paging a cached page is free) |
-| `AGENTFN_PAGE_WINDOW` | `6000` | characters of text a call returns when it names no `window` |
-| `AGENTFN_PAGE_CACHE_SECONDS` | `300` | how long a caller's opened page is kept for paging (0: no cache) |
-| `AGENTFN_PAGE_CACHE_PAGES` | `256` | pages kept per process, all callers together |
-| `AGENTFN_PAGE_CACHE_CHARS` | `50000000` | characters of text kept per process, all callers together |
-| `AGENTFN_MAX_REQUEST_BYTES` | `16384` | larger request bodies get 413 |
-| `AGENTFN_DB_POOL_SIZE` | `4` | connections per process |
-| `AGENTFN_ADMIN_GROUPS` | `platform-admins` | comma-separated groups whose callers may read the fetch audit (`GET /v1/audit`, asked by the model function's admin door) |
-
-Redirects are capped at 5 and the User-Agent is fixed; neither is configurable.
+Configuration: `PageSettings` (agentfn.page.settings; docs/configuration.md), and identity's.
 """
 
 from __future__ import annotations
@@ -37,43 +18,24 @@ from .guard import Resolver, parse_servers
 from .pages import Pages
 from .refusals import Refusal
 from .routes import bp
-from .schemas import MAX_WINDOW, MIN_WINDOW, openapi
+from .schemas import openapi
+from .settings import PageSettings
 from .store import Store
-
-
-def _int(env: Mapping[str, str], name: str, default: int, low: int = 0) -> int:
-    value = int(env.get(name, str(default)))
-    if value < low:
-        raise RuntimeError(f"{name} must be >= {low}")
-    return value
-
-
-def _ports(text: str) -> frozenset[int]:
-    ports = frozenset(int(p) for p in text.split(",") if p.strip())
-    if not ports or not all(0 < p < 65536 for p in ports):
-        raise RuntimeError("AGENTFN_PAGE_PORTS must list ports from 1 to 65535")
-    return ports
 
 
 def create_app(env: Mapping[str, str] | None = None) -> Flask:
     env = dict(os.environ if env is None else env)
     http.configure_logging(env)
-    store = Store(env["AGENTFN_DATABASE_URL"], pool_size=_int(env, "AGENTFN_DB_POOL_SIZE", 4, 1))
+    settings = PageSettings.from_env(env)
+    store = Store(settings.database_url, pool_size=settings.db_pool_size)
     fetcher = Fetcher(
-        Resolver(parse_servers(env.get("AGENTFN_DNS_SERVERS", ""))),
-        ports=_ports(env.get("AGENTFN_PAGE_PORTS", "80,443")),
-        ca_file=env.get("AGENTFN_PAGE_CA_FILE") or None,
-        deadline=float(env.get("AGENTFN_PAGE_DEADLINE_SECONDS", "10")),
-        max_bytes=_int(env, "AGENTFN_PAGE_MAX_BYTES", 5 * 1024 * 1024, 1024),
+        Resolver(parse_servers(settings.dns_servers)),
+        ports=frozenset(settings.ports),
+        ca_file=settings.ca_file,
+        deadline=settings.deadline_seconds,
+        max_bytes=settings.max_bytes,
     )
-    cache = PageCache(
-        ttl=_int(env, "AGENTFN_PAGE_CACHE_SECONDS", 300),
-        max_pages=_int(env, "AGENTFN_PAGE_CACHE_PAGES", 256),
-        max_chars=_int(env, "AGENTFN_PAGE_CACHE_CHARS", 50_000_000),
-    )
-    window = _int(env, "AGENTFN_PAGE_WINDOW", 6000, MIN_WINDOW)
-    if window > MAX_WINDOW:
-        raise RuntimeError(f"AGENTFN_PAGE_WINDOW must be <= {MAX_WINDOW}")
+    cache = PageCache(ttl=settings.cache_seconds, max_pages=settings.cache_pages, max_chars=settings.cache_chars)
 
     app = http.create_app(
         "agentfn.page",
@@ -82,13 +44,11 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         database=store,
         readiness={},
         identity=Identity.from_env(env, gateway=False, audience="agentfn:page"),
-        max_request_bytes=_int(env, "AGENTFN_MAX_REQUEST_BYTES", 16 * 1024, 1024),
+        max_request_bytes=settings.max_request_bytes,
     )
-    app.config["AGENTFN_PAGE_WINDOW"] = window
-    app.config["AGENTFN_ADMIN_GROUPS"] = frozenset(
-        g.strip() for g in env.get("AGENTFN_ADMIN_GROUPS", "platform-admins").split(",") if g.strip()
-    )
-    app.extensions["agentfn.page"] = Pages(store, fetcher, cache, daily_pages=_int(env, "AGENTFN_PAGE_DAILY_PAGES", 200, 1))
+    app.config["AGENTFN_PAGE_WINDOW"] = settings.window
+    app.config["AGENTFN_ADMIN_GROUPS"] = frozenset(settings.admin_groups)
+    app.extensions["agentfn.page"] = Pages(store, fetcher, cache, daily_pages=settings.daily_pages)
 
     @app.errorhandler(Refusal)
     def refused(refusal: Refusal):

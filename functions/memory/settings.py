@@ -1,0 +1,49 @@
+"""Memory's settings (docs/configuration.md is written from them: `python -m agentfn.shared.settings`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentfn.shared.settings import REQUIRED, Settings, setting
+
+
+@dataclass(frozen=True)
+class MemorySettings(Settings):
+    database_url: str = setting(
+        "AGENTFN_DATABASE_URL", REQUIRED, "DSN of memory's own role; its schema is `memory`", shown="(required)"
+    )
+    recall_max_tokens: int = setting(
+        "AGENTFN_RECALL_MAX_TOKENS", 1000, "token cap of one recall, counted with the model's tokenizer", minimum=1
+    )
+    max_request_bytes: int = setting("AGENTFN_MAX_REQUEST_BYTES", 65536, "larger bodies get 413", minimum=1024)
+    db_pool_size: int = setting("AGENTFN_DB_POOL_SIZE", 4, "connections per process", minimum=1)
+    max_entries: int = setting(
+        "AGENTFN_MEMORY_MAX_ENTRIES",
+        2000,
+        "entries a subject keeps, of every kind (episodes included); then 429 until some are forgotten",
+        minimum=1,
+    )
+    writes_per_minute: int = setting(
+        "AGENTFN_MEMORY_WRITES_PER_MINUTE",
+        60,
+        "writes (`POST`, `PATCH` of entries) per subject per minute, in bursts of as many, refilled evenly; "
+        "then 429 with `Retry-After`",
+        minimum=1,
+    )
+
+
+@dataclass(frozen=True)
+class EmbeddingSettings(Settings):
+    """Passed to the model's config as text: models.toml's fields parse (and refuse) their own values."""
+
+    model: str = setting("AGENTFN_EMBEDDING_MODEL", "multilingual-e5-small-q4", "a model name from models.toml")
+    model_dir: str | None = setting(
+        "AGENTFN_EMBEDDING_MODEL_DIR", None, "where a downloaded model's files live (qwen3-embedding-0.6b)", shown="(unset)"
+    )
+    threads: str = setting("AGENTFN_EMBEDDING_THREADS", "2", "intra-op threads of the inference engine")
+    threshold: str | None = setting(
+        "AGENTFN_EMBEDDING_THRESHOLD",
+        None,
+        "recall threshold (cosine similarity), overriding models.toml",
+        shown="the model's own",
+    )

@@ -1,0 +1,55 @@
+"""docs/configuration.md's tables are written from the settings objects, and a settings object refuses a bad value
+by the variable's name before the part starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from agentfn.shared import settings
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+
+
+def test_the_configuration_page_is_written_from_the_settings_objects():
+    text = DOC.read_text()
+    assert settings.render(text) == text, "docs/configuration.md is stale: run python -m agentfn.shared.settings"
+
+
+def test_the_check_fails_on_a_stale_page_and_the_writer_mends_it(tmp_path):
+    stale = tmp_path / "configuration.md"
+    stale.write_text(DOC.read_text().replace("| `AGENTFN_PAGE_PORTS` | `80,443` |", "| `AGENTFN_PAGE_PORTS` | `80` |"))
+    assert settings.main(["--check", "--doc", str(stale)]) == 1
+    assert settings.main(["--doc", str(stale)]) == 0
+    assert stale.read_text() == DOC.read_text()
+
+
+def read(path: str, env: dict[str, str]):
+    module, _, name = path.partition(":")
+    return getattr(__import__(module, fromlist=[name]), name).from_env(env)
+
+
+PAGE = "agentfn.page.settings:PageSettings"
+DSN = {"AGENTFN_DATABASE_URL": "postgresql://page@127.0.0.1/page"}
+CASES = [
+    ("required and missing", PAGE, {}, "AGENTFN_DATABASE_URL is required"),
+    ("not a number", PAGE, {**DSN, "AGENTFN_PAGE_DAILY_PAGES": "many"}, "AGENTFN_PAGE_DAILY_PAGES must be a whole number"),
+    ("under its minimum", PAGE, {**DSN, "AGENTFN_PAGE_DAILY_PAGES": "0"}, "AGENTFN_PAGE_DAILY_PAGES must be >= 1"),
+    ("over its maximum", PAGE, {**DSN, "AGENTFN_PAGE_WINDOW": "40001"}, "AGENTFN_PAGE_WINDOW must be <= 40000"),
+    ("one of a list out of bounds", PAGE, {**DSN, "AGENTFN_PAGE_PORTS": "443,70000"}, "AGENTFN_PAGE_PORTS must be <= 65535"),
+    ("not one of its choices", "agentfn.shared.server:ServerSettings", {"AGENTFN_LOG_LEVEL": "loud"}, "must be one of"),
+    ("a float that is not", "agentfn.shared.server:ServerSettings", {"PORT": "80.5"}, "PORT must be a whole number"),
+]
+
+
+@pytest.mark.parametrize(("case", "path", "env", "message"), CASES, ids=[c[0] for c in CASES])
+def test_a_bad_setting_is_refused_by_its_name(case, path, env, message):
+    with pytest.raises(RuntimeError, match=message):
+        read(path, env)
+
+
+def test_an_empty_setting_is_its_default_unless_the_setting_keeps_it():
+    page = read(PAGE, {**DSN, "AGENTFN_PAGE_DAILY_PAGES": "", "AGENTFN_ADMIN_GROUPS": ""})
+    assert (page.daily_pages, page.admin_groups) == (200, ())
+    page = read(PAGE, {**DSN, "AGENTFN_ADMIN_GROUPS": " auditors , sre "})
+    assert page.admin_groups == ("auditors", "sre")
