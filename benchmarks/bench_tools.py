@@ -50,6 +50,7 @@ from agentfn.run_code.bounds import Bounds  # noqa: E402
 from agentfn.run_code.bubblewrap import Bubblewrap  # noqa: E402
 from agentfn.run_code.rootfs import LazyRoot, default_python  # noqa: E402
 from agentfn.run_code.sandbox import Limits, Uids  # noqa: E402
+from agentfn.run_code.settings import SandboxSettings  # noqa: E402
 from agentfn.shared.dev_issuer import DevIssuer  # noqa: E402
 from agentfn.shared.dev_issuer import create_app as issuer_app  # noqa: E402
 from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
@@ -277,7 +278,7 @@ def main() -> None:
         uids = Uids(3900000, 2) if os.geteuid() == 0 else None
         limits = Limits(memory_bytes=256 << 20, processes=16)
         bounds = Bounds("auto", limits)
-        bubblewrap = Bubblewrap({}, limits, LazyRoot(python), uids, bounds)
+        bubblewrap = Bubblewrap(SandboxSettings(), limits, LazyRoot(python), uids, bounds)
         door_server = ColdStart("agentfn.run_code.app:create_app()", run_env, logs / "run_code-door.log")
         door_server.start()
         session = requests.Session()
@@ -299,7 +300,9 @@ def main() -> None:
 
             runsc_bounds = Bounds("off", limits)
             sandbox["runsc"] = {
-                **sandbox_overhead(Runsc({}, limits, LazyRoot(python), None, runsc_bounds), python, max(5, args.runs // 8)),
+                **sandbox_overhead(
+                    Runsc(SandboxSettings(), limits, LazyRoot(python), None, runsc_bounds), python, max(5, args.runs // 8)
+                ),
                 "bounds": runsc_bounds.name,
             }
             print("runsc", sandbox["runsc"], flush=True)

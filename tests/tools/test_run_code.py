@@ -381,8 +381,9 @@ from agentfn.run_code.bubblewrap import Bubblewrap
 from agentfn.run_code.rootfs import LazyRoot, default_python
 from agentfn.run_code.bounds import Bounds
 from agentfn.run_code.sandbox import Limits, Uids
+from agentfn.run_code.settings import SandboxSettings
 limits = Limits(wall_seconds=60)
-sandbox = Bubblewrap({{}}, limits, LazyRoot(default_python()), Uids({base}, 1), Bounds("auto", limits))
+sandbox = Bubblewrap(SandboxSettings(), limits, LazyRoot(default_python()), Uids({base}, 1), Bounds("auto", limits))
 sandbox.run("import time\\ntime.sleep(60)")
 """)
     process = subprocess.Popen([sys.executable, str(service)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
