@@ -13,18 +13,7 @@ map, so a turn's calls after the first cost a dictionary lookup.
 `AGENTFN_TOKEN_FORWARDING=raw` is the weaker setting for an issuer without token exchange: the caller's
 token is sent on as it came, and every part must then take the gateway's token (see `identity`).
 
-Configuration (environment):
-
-| name | default | meaning |
-|---|---|---|
-| `AGENTFN_TOKEN_FORWARDING` | `exchange` | `exchange`, or `raw` (send the caller's token on unchanged; weaker) |
-| `AGENTFN_TOKEN_EXCHANGE_URL` | the issuer's `/token` | the issuer's token endpoint |
-| `AGENTFN_EXCHANGE_TOKEN_FILE` | `/var/run/secrets/agentfn/exchange-token` | this workload's token for client authentication (read on each exchange) |
-| `AGENTFN_TOKEN_EXCHANGE_CLIENT_ID` | (none) | `client_id` sent along, for issuers that want it with a client assertion |
-| `AGENTFN_TOKEN_EXCHANGE_CLIENT_SECRET_FILE` | (none) | a client secret instead of the assertion (HTTP Basic with the client id; read on each exchange), for issuers that take no workload token |
-| `AGENTFN_TOKEN_EXCHANGE_TOKEN_TYPE` | `urn:ietf:params:oauth:token-type:access_token` | `requested_token_type` (`...:jwt` where the issuer's access tokens are otherwise opaque) |
-| `AGENTFN_TOKEN_EXCHANGE_TIMEOUT_SECONDS` | `3` | bound on one exchange |
-| `AGENTFN_TOKEN_EXCHANGE_CACHE` | `4096` | exchanged tokens kept (least recently used go first) |
+Configuration: `ExchangeSettings` below (docs/configuration.md), and identity's issuer and forwarding.
 """
 
 from __future__ import annotations
@@ -38,18 +27,51 @@ import time
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import jwt
 
-from .identity import Caller
+from .identity import Caller, IdentitySettings
 from .problems import ProblemError, problem_type
+from .settings import Settings, setting
 
 GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"
 JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 MARGIN = 30  # seconds: an exchanged token is renewed this long before it expires (a call takes up to 15 s)
 MAX_BYTES = 64 * 1024  # a token response is a few kilobytes
+
+
+@dataclass(frozen=True)
+class ExchangeSettings(Settings):
+    url: str | None = setting(
+        "AGENTFN_TOKEN_EXCHANGE_URL", None, "the issuer's token endpoint (RFC 8693)", shown="`<AGENTFN_JWT_ISSUER>/token`"
+    )
+    token_file: str = setting(
+        "AGENTFN_EXCHANGE_TOKEN_FILE",
+        "/var/run/secrets/agentfn/exchange-token",
+        "the function's own projected token (audience: the issuer), its RFC 7523 client assertion; read on each exchange",
+    )
+    client_id: str | None = setting(
+        "AGENTFN_TOKEN_EXCHANGE_CLIENT_ID",
+        None,
+        "`client_id` sent along (Keycloak's federated client authentication wants it)",
+    )
+    client_secret_file: str | None = setting(
+        "AGENTFN_TOKEN_EXCHANGE_CLIENT_SECRET_FILE",
+        None,
+        "a client secret instead of the assertion (HTTP Basic with the client id), for issuers that take no workload token",
+    )
+    token_type: str = setting(
+        "AGENTFN_TOKEN_EXCHANGE_TOKEN_TYPE",
+        ACCESS_TOKEN,
+        "`requested_token_type` (`urn:ietf:params:oauth:token-type:jwt` for ZITADEL)",
+    )
+    timeout_seconds: float = setting("AGENTFN_TOKEN_EXCHANGE_TIMEOUT_SECONDS", 3.0, "bound on one exchange", minimum=0.1)
+    cache: int = setting(
+        "AGENTFN_TOKEN_EXCHANGE_CACHE", 4096, "exchanged tokens kept per process (least recently used go first)", minimum=1
+    )
 
 
 class ExchangeFailed(ProblemError):
@@ -86,16 +108,16 @@ class TokenExchange:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> TokenExchange:
-        issuer = env.get("AGENTFN_JWT_ISSUER", "").rstrip("/")
+        identity, s = IdentitySettings.from_env(env), ExchangeSettings.from_env(env)
         return cls(
-            mode=(env.get("AGENTFN_TOKEN_FORWARDING") or "exchange").strip(),
-            url=env.get("AGENTFN_TOKEN_EXCHANGE_URL") or f"{issuer}/token",
-            token_file=env.get("AGENTFN_EXCHANGE_TOKEN_FILE", "/var/run/secrets/agentfn/exchange-token"),
-            client_id=env.get("AGENTFN_TOKEN_EXCHANGE_CLIENT_ID") or None,
-            timeout=float(env.get("AGENTFN_TOKEN_EXCHANGE_TIMEOUT_SECONDS", "3")),
-            size=int(env.get("AGENTFN_TOKEN_EXCHANGE_CACHE", "4096")),
-            secret_file=env.get("AGENTFN_TOKEN_EXCHANGE_CLIENT_SECRET_FILE") or None,
-            token_type=env.get("AGENTFN_TOKEN_EXCHANGE_TOKEN_TYPE") or ACCESS_TOKEN,
+            mode=identity.token_forwarding,
+            url=s.url or f"{identity.jwt_issuer.rstrip('/')}/token",
+            token_file=s.token_file,
+            client_id=s.client_id,
+            timeout=s.timeout_seconds,
+            size=s.cache,
+            secret_file=s.client_secret_file,
+            token_type=s.token_type,
         )
 
     def token_for(self, caller: Caller, audience: str, timeout: float | None = None) -> str:

@@ -12,24 +12,7 @@ the caller carries a token the model function got by token exchange (RFC 8693): 
 requesting client there) that must be one this part trusts. A part behind no route (the page fetcher,
 the tools) accepts only those, so it is never callable on its own, by signature and not only by network.
 
-Configuration (environment):
-
-| name | default | meaning |
-|---|---|---|
-| `AGENTFN_JWT_ISSUER` | (required) | `iss` of caller tokens |
-| `AGENTFN_JWT_AUDIENCE` | `agentfn` | `aud` of the gateway's caller tokens |
-| `AGENTFN_EXCHANGED_AUDIENCE` | the part's (`agentfn:memory`, `agentfn:page`, `agentfn:tool:<name>`) | `aud` of exchanged tokens meant for this part |
-| `AGENTFN_TRUSTED_ACTORS` | (none) | comma-separated actors (`act.sub`/`azp`) whose exchanged tokens this part accepts |
-| `AGENTFN_TOKEN_FORWARDING` | `exchange` | `raw`: the weaker setting for issuers without exchange; internal parts accept the gateway's token too |
-| `AGENTFN_JWKS_URL` | (required) | keys of the caller token issuer |
-| `AGENTFN_JWT_LEEWAY_SECONDS` | `10` | clock skew allowed on `exp`/`nbf`/`iat` |
-| `AGENTFN_JWKS_COOLDOWN_SECONDS` | `30` | least time between two fetches of a key set for an unknown `kid` |
-| `AGENTFN_SERVICE_JWT_ISSUER` | the caller issuer | `iss` of service tokens (the cluster's service-account issuer) |
-| `AGENTFN_SERVICE_JWT_AUDIENCE` | `agentfn-memory` | `aud` of service tokens (the projected token's audience) |
-| `AGENTFN_SERVICE_JWKS_URL` | the caller JWKS | keys of the service-account issuer (the API server's `/openid/v1/jwks`) |
-| `AGENTFN_SERVICE_JWKS_CA_FILE` | (none) | CA bundle for the service JWKS (the cluster CA) |
-| `AGENTFN_SERVICE_JWKS_TOKEN_FILE` | (none) | bearer token sent when fetching the service JWKS (read on each fetch: it rotates) |
-| `AGENTFN_TRUSTED_SERVICE_ACCOUNTS` | (none) | comma-separated service accounts allowed at service doors |
+Configuration: `IdentitySettings` below (docs/configuration.md).
 """
 
 from __future__ import annotations
@@ -45,6 +28,7 @@ import jwt
 from flask import current_app, g, request
 
 from .problems import forbidden, unauthorized, unavailable
+from .settings import REQUIRED, Settings, setting
 
 # Asymmetric only: a symmetric algorithm would let anyone holding the public key sign.
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
@@ -249,8 +233,67 @@ def verify_service(verifier: Verifier, token: str, trusted: frozenset[str]) -> S
     return Service(account=account)
 
 
-def csv(value: str | None) -> list[str]:
-    return [v.strip() for v in (value or "").split(",") if v.strip()]
+@dataclass(frozen=True)
+class IdentitySettings(Settings):
+    jwt_issuer: str = setting(
+        "AGENTFN_JWT_ISSUER", REQUIRED, "`iss` of caller tokens (the gateway's and the exchanged ones)"
+    )
+    jwt_audience: str = setting(
+        "AGENTFN_JWT_AUDIENCE",
+        GATEWAY_AUDIENCE,
+        "`aud` of the gateway's caller tokens (taken by memory's public doors and the model function)",
+    )
+    exchanged_audience: str | None = setting(
+        "AGENTFN_EXCHANGED_AUDIENCE",
+        None,
+        "`aud` of exchanged tokens meant for this part",
+        shown="the part's: `agentfn:memory`, `agentfn:page`, `agentfn:tool:<name>`",
+    )
+    trusted_actors: tuple[str, ...] = setting(
+        "AGENTFN_TRUSTED_ACTORS",
+        (),
+        "comma-separated actors (`act.sub`, else `azp`) whose exchanged tokens this part takes: the model function's "
+        "account",
+        shown="(none; required by the page fetcher and the tools)",
+    )
+    token_forwarding: str = setting(
+        "AGENTFN_TOKEN_FORWARDING",
+        "exchange",
+        "`raw`: the weaker setting for issuers without token exchange (the caller's token is sent on unchanged and "
+        "every part takes it)",
+        choices=("exchange", "raw"),
+    )
+    jwks_url: str = setting("AGENTFN_JWKS_URL", REQUIRED, "keys of the caller token issuer")
+    jwt_leeway_seconds: int = setting("AGENTFN_JWT_LEEWAY_SECONDS", 10, "clock skew allowed on `exp`/`nbf`/`iat`", minimum=0)
+    jwks_cooldown_seconds: float = setting(
+        "AGENTFN_JWKS_COOLDOWN_SECONDS", 30.0, "least time between two key-set fetches for an unknown `kid`", minimum=0
+    )
+    service_jwt_issuer: str | None = setting(
+        "AGENTFN_SERVICE_JWT_ISSUER",
+        None,
+        "`iss` of service tokens (the cluster's service-account issuer)",
+        shown="the caller issuer",
+    )
+    service_jwt_audience: str = setting(
+        "AGENTFN_SERVICE_JWT_AUDIENCE", "agentfn-memory", "`aud` of service tokens (the projected token's audience)"
+    )
+    service_jwks_url: str | None = setting(
+        "AGENTFN_SERVICE_JWKS_URL",
+        None,
+        "keys of the service-account issuer (the API server's `/openid/v1/jwks`)",
+        shown="the caller JWKS",
+    )
+    service_jwks_ca_file: str | None = setting(
+        "AGENTFN_SERVICE_JWKS_CA_FILE", None, "CA bundle for the service JWKS (the cluster CA)"
+    )
+    service_jwks_token_file: str | None = setting(
+        "AGENTFN_SERVICE_JWKS_TOKEN_FILE",
+        None,
+        "bearer token sent when fetching the service JWKS (read on each fetch: it rotates)",
+    )
+    trusted_service_accounts: tuple[str, ...] = setting(
+        "AGENTFN_TRUSTED_SERVICE_ACCOUNTS", (), "comma-separated service accounts allowed at service doors"
+    )
 
 
 @dataclass(frozen=True)
@@ -265,22 +308,11 @@ class Identity:
     def from_env(cls, env: Mapping[str, str], *, gateway: bool = True, audience: str | None = None) -> Identity:
         """`gateway`: the part is behind a route and takes the gateway's tokens; `audience`: the default of its
         own audience for exchanged tokens (None: it takes none)."""
-
-        def need(name: str) -> str:
-            value = env.get(name, "").strip()
-            if not value:
-                raise RuntimeError(f"{name} must be set")
-            return value
-
-        forwarding = env.get("AGENTFN_TOKEN_FORWARDING", "exchange").strip() or "exchange"
-        if forwarding not in ("exchange", "raw"):
-            raise RuntimeError("AGENTFN_TOKEN_FORWARDING is `exchange` or `raw`")
-        leeway = int(env.get("AGENTFN_JWT_LEEWAY_SECONDS", "10"))
-        cooldown = float(env.get("AGENTFN_JWKS_COOLDOWN_SECONDS", "30"))
-        issuer, jwks = need("AGENTFN_JWT_ISSUER"), need("AGENTFN_JWKS_URL")
-        gateway_audience = env.get("AGENTFN_JWT_AUDIENCE", GATEWAY_AUDIENCE)
-        own = (env.get("AGENTFN_EXCHANGED_AUDIENCE") or audience or "").strip() or None
-        actors = frozenset(csv(env.get("AGENTFN_TRUSTED_ACTORS")))
+        s = IdentitySettings.from_env(env)
+        forwarding, leeway, cooldown = s.token_forwarding, s.jwt_leeway_seconds, s.jwks_cooldown_seconds
+        issuer, jwks, gateway_audience = s.jwt_issuer, s.jwks_url, s.jwt_audience
+        own = s.exchanged_audience or (audience or "").strip() or None
+        actors = frozenset(s.trusted_actors)
         takes_gateway = gateway or forwarding == "raw"  # raw forwarding: what reaches a part is the gateway's
         if not takes_gateway and not actors:
             raise RuntimeError(
@@ -289,17 +321,17 @@ class Identity:
         door = Door(gateway_audience if takes_gateway else None, own, actors)
         caller = CallerVerifier(Trust(issuer, gateway_audience, jwks, leeway, cooldown=cooldown), door)
         service = Trust(
-            env.get("AGENTFN_SERVICE_JWT_ISSUER") or issuer,
-            env.get("AGENTFN_SERVICE_JWT_AUDIENCE", "agentfn-memory"),
-            env.get("AGENTFN_SERVICE_JWKS_URL") or jwks,
+            s.service_jwt_issuer or issuer,
+            s.service_jwt_audience,
+            s.service_jwks_url or jwks,
             leeway,
-            env.get("AGENTFN_SERVICE_JWKS_CA_FILE") or None,
-            env.get("AGENTFN_SERVICE_JWKS_TOKEN_FILE") or None,
+            s.service_jwks_ca_file,
+            s.service_jwks_token_file,
             cooldown,
         )
         if service.audience in (gateway_audience, own) or own == gateway_audience:
             raise RuntimeError("caller, exchanged and service tokens need different audiences")
-        trusted = frozenset(csv(env.get("AGENTFN_TRUSTED_SERVICE_ACCOUNTS")))
+        trusted = frozenset(s.trusted_service_accounts)
         return cls(caller, Verifier(service), trusted)
 
     def verifier_for(self, audience: str) -> Verifier:

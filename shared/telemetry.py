@@ -24,7 +24,10 @@ import os
 import uuid
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
+
+from .settings import Settings, setting
 
 SEMCONV = "1.41.0"
 SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV}"
@@ -94,6 +97,40 @@ METRICS: dict[str, tuple[str, str, str, list[float] | None]] = {
     "agentfn.runs": ("counter", "{run}", "Sandboxed code runs, by the limit that stopped them (none: ran to its end)", None),
 }
 
+
+@dataclass(frozen=True)
+class TelemetrySettings(Settings):
+    """The OpenTelemetry SDK's standard names; the exporter itself reads the headers (and its timeout and
+    certificate)."""
+
+    endpoint: str = setting(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "",
+        "the collector's OTLP/HTTP base URL (`/v1/traces`, `/v1/metrics` added)",
+        shown="(none: nothing exported)",
+    )
+    traces_endpoint: str = setting(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "", "the traces' full URL (only traces are exported when only it is set)"
+    )
+    metrics_endpoint: str = setting(
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "", "the metrics' full URL (only metrics are exported when only it is set)"
+    )
+    headers: str = setting(
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "",
+        "headers for the collector, e.g. an API key (the chart's `telemetry.headersSecret`; read by the exporter)",
+    )
+    service_name: str | None = setting(
+        "OTEL_SERVICE_NAME", None, "the service name of the spans and metrics", shown="`agentfn-<part>`"
+    )
+    semconv_opt_in: str = setting(
+        "OTEL_SEMCONV_STABILITY_OPT_IN",
+        "gen_ai_latest_experimental",
+        "the GenAI conventions' version emitted: the latest experimental one (v1.41.0); set when unset",
+    )
+    sdk_disabled: bool = setting("OTEL_SDK_DISABLED", False, "`true`: export nothing even with an endpoint", shown="`false`")
+
+
 _state: dict[str, Any] = {}  # set by `setup` in this process: tracer, meter, instruments, propagator
 
 
@@ -106,19 +143,20 @@ def setup(service: str, env: Mapping[str, str] | None = None) -> bool:
     env = os.environ if env is None else env
     if _state:
         return True
-    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip().rstrip("/")
-    traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip() or (base + "/v1/traces" if base else "")
-    metrics = env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "").strip() or (base + "/v1/metrics" if base else "")
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true" or not (traces or metrics):
+    settings = TelemetrySettings.from_env(env)
+    base = settings.endpoint.rstrip("/")
+    traces = settings.traces_endpoint or (base + "/v1/traces" if base else "")
+    metrics = settings.metrics_endpoint or (base + "/v1/metrics" if base else "")
+    if settings.sdk_disabled or not (traces or metrics):
         return False
-    os.environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
+    os.environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", settings.semconv_opt_in)
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     # One instance per process (gunicorn workers each export their own series).
     resource = Resource.create(
         {
-            "service.name": env.get("OTEL_SERVICE_NAME", "").strip() or f"agentfn-{service}",
+            "service.name": settings.service_name or f"agentfn-{service}",
             "service.namespace": "agentfn",
             "service.instance.id": uuid.uuid4().hex,
         }

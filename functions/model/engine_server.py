@@ -24,6 +24,7 @@ import time
 import urllib.request
 
 from . import weights
+from .settings import EngineSettings
 
 
 def serve(host: str, port: int, threads: int, ctx: int, parallel: int, model: weights.Model, file: str | None = None):
@@ -66,22 +67,23 @@ def wait_ready(url: str, timeout: float) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    settings = EngineSettings.from_env()
     parser = argparse.ArgumentParser(prog="python -m agentfn.model.engine_server", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("AGENTFN_ENGINE_PORT", "8810")))
+    parser.add_argument("--port", type=int, default=settings.port)
     parser.add_argument(
         "--threads",
         type=int,
-        default=int(os.environ.get("AGENTFN_ENGINE_THREADS", "0")) or threads(),
+        default=settings.threads or threads(),
         help="threads (default: the cores but one, at most 8)",
     )
     parser.add_argument(
         "--ctx",
         type=int,
-        default=int(os.environ.get("AGENTFN_ENGINE_CONTEXT", "0")) or None,
+        default=settings.context or None,
         help="context tokens per parallel slot (default: the model's)",
     )
-    parser.add_argument("--parallel", type=int, default=int(os.environ.get("AGENTFN_ENGINE_PARALLEL", "2")))
+    parser.add_argument("--parallel", type=int, default=settings.parallel)
     parser.add_argument(
         "--model",
         default=None,

@@ -11,19 +11,7 @@ Every message reaches the engine with the special-token markers of the common ch
 The stream is read by a pump thread into a queue, so the turn's deadline is kept on the wall clock
 even when an engine stalls in the middle of a reply: the waiting side gives up at the deadline.
 
-Configuration (environment), one block per tier named in `AGENTFN_TIERS`:
-
-| name | default | meaning |
-|---|---|---|
-| `AGENTFN_TIERS` | `fast` | the tiers served, comma-separated |
-| `AGENTFN_TIER_<T>_URL` | (required) | the engine's OpenAI-compatible base URL, e.g. `http://127.0.0.1:8810/v1` |
-| `AGENTFN_TIER_<T>_MODEL` | `default` | the model name sent to the engine |
-| `AGENTFN_TIER_<T>_API_KEY_FILE` | (none) | a file holding the engine's API key (else the key `none`) |
-| `AGENTFN_TIER_<T>_TOOL_MODE` | `native` | `native` or `constrained` |
-| `AGENTFN_TIER_<T>_DEADLINE_SECONDS` | `60` | wall clock of a whole turn (an agent's own limit may be shorter) |
-| `AGENTFN_TIER_<T>_MAX_TOKENS` | `512` | completion tokens of one round |
-| `AGENTFN_TIER_<T>_CONTEXT_TOKENS` | `8192` | the prompt's bound; older messages are dropped to fit |
-| `AGENTFN_TIER_<T>_TEMPERATURE` | (engine's) | sampling temperature |
+Configuration: `TiersSettings` and one `TierSettings` per tier (agentfn.model.settings; docs/configuration.md).
 """
 
 from __future__ import annotations
@@ -37,7 +25,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-MODES = ("native", "constrained")
+from .settings import TierSettings, TiersSettings
+
 TIER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 
 
@@ -56,32 +45,25 @@ class Tier:
 
 def tiers_from_env(env: Mapping[str, str]) -> dict[str, Tier]:
     tiers = {}
-    for name in (t.strip() for t in env.get("AGENTFN_TIERS", "fast").split(",")):
-        if not name:
-            continue
+    for name in TiersSettings.from_env(env).tiers:
         if not TIER_NAME.match(name):
             raise RuntimeError(f"AGENTFN_TIERS: {name!r} is not a tier name")
-        prefix = f"AGENTFN_TIER_{name.upper().replace('-', '_')}_"
-        url = env.get(prefix + "URL", "").strip()
-        if not url.startswith(("http://", "https://")):
-            raise RuntimeError(f"{prefix}URL must be the engine's http(s) base URL")
-        mode = env.get(prefix + "TOOL_MODE", "native")
-        if mode not in MODES:
-            raise RuntimeError(f"{prefix}TOOL_MODE must be native or constrained")
+        settings = TierSettings.from_env(env, T=name.replace("-", "_"))
+        if not settings.url.startswith(("http://", "https://")):
+            raise RuntimeError(f"AGENTFN_TIER_{name.upper().replace('-', '_')}_URL must be the engine's http(s) base URL")
         key = "none"
-        if env.get(prefix + "API_KEY_FILE"):
-            with open(env[prefix + "API_KEY_FILE"]) as f:
+        if settings.api_key_file:
+            with open(settings.api_key_file) as f:
                 key = f.read().strip()
-        temperature = env.get(prefix + "TEMPERATURE")
         tiers[name] = Tier(
             name,
-            url.rstrip("/"),
-            env.get(prefix + "MODEL", "default"),
-            mode,
-            float(env.get(prefix + "DEADLINE_SECONDS", "60")),
-            int(env.get(prefix + "MAX_TOKENS", "512")),
-            int(env.get(prefix + "CONTEXT_TOKENS", "8192")),
-            float(temperature) if temperature else None,
+            settings.url.rstrip("/"),
+            settings.model,
+            settings.tool_mode,
+            settings.deadline_seconds,
+            settings.max_tokens,
+            settings.context_tokens,
+            settings.temperature,
             key,
         )
     if not tiers:

@@ -24,7 +24,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT = "qwen2.5-coder-1.5b"
+from .settings import EngineSettings
+
+DEFAULT = EngineSettings.model
 
 
 @dataclass(frozen=True)
@@ -79,14 +81,14 @@ class Missing(SystemExit):
 
 
 def chosen(name: str | None = None) -> Model:
-    name = (name or os.environ.get("AGENTFN_ENGINE_MODEL") or DEFAULT).strip()
+    name = (name or EngineSettings.from_env().model).strip()
     if name not in MODELS:
         raise Missing(f"AGENTFN_ENGINE_MODEL: unknown model {name!r}; the shipped models are {', '.join(MODELS)}")
     return MODELS[name]
 
 
 def models_dir() -> Path:
-    return Path(os.environ.get("AGENTFN_ENGINE_MODELS_DIR") or Path(sys.prefix) / "share" / "agentfn" / "models")
+    return Path(EngineSettings.from_env().models_dir or Path(sys.prefix) / "share" / "agentfn" / "models")
 
 
 def path(model: Model) -> Path:
