@@ -7,20 +7,20 @@ commands show those two lines and nothing else (never a traceback).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import requests
 
-DEFAULT_PORT_BASE = "8800"
+from .settings import CliSettings
+
 TOKEN_HINT = "export AGENTFN_TOKEN=$(agentfn token alice --groups developers)"
 TIMEOUT = (5, 600)  # connect; read between two chunks (a turn on a small CPU engine pauses long)
 
 
 def default_url() -> str:
     """The local stack's gateway (`agentfn up`)."""
-    return f"http://127.0.0.1:{os.environ.get('AGENTFN_DEV_PORT_BASE', DEFAULT_PORT_BASE)}"
+    return f"http://127.0.0.1:{CliSettings.from_env().dev_port_base}"
 
 
 class Failure(Exception):

@@ -14,7 +14,6 @@ through unchanged. Responses stream through as they come, so a turn's events arr
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator, Mapping
 from urllib.parse import quote
@@ -24,6 +23,8 @@ from agentfn.shared.problems import PROBLEM_JSON, ProblemError
 from werkzeug.datastructures import Headers
 from werkzeug.http import is_hop_by_hop_header
 from werkzeug.wrappers import Request, Response
+
+from .settings import GatewaySettings
 
 # The public doors, matched against the whole decoded path: path -> upstream.
 ROUTES = (
@@ -107,8 +108,8 @@ def relay(answer: requests.Response) -> Iterator[bytes]:
 
 
 def create_app(env: Mapping[str, str] | None = None) -> Gateway:
-    env = os.environ if env is None else env
-    upstreams = {"memory": env["AGENTFN_GATEWAY_MEMORY_URL"], "model": env["AGENTFN_GATEWAY_MODEL_URL"]}
-    if env.get("AGENTFN_GATEWAY_WORKBENCH_URL"):  # without it, the site root is 404 like any other path
-        upstreams["workbench"] = env["AGENTFN_GATEWAY_WORKBENCH_URL"]
+    settings = GatewaySettings.from_env(env)
+    upstreams = {"memory": settings.memory_url, "model": settings.model_url}
+    if settings.workbench_url:  # without it, the site root is 404 like any other path
+        upstreams["workbench"] = settings.workbench_url
     return Gateway(upstreams)

@@ -8,7 +8,6 @@ The work is in the modules beside this one: client (the doors, problems), chat, 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from rich.text import Text
 
 from . import render
 from .client import Client, Failure, default_url
+from .settings import CliSettings
 from .stack import PORTS, Stack
 
 app = typer.Typer(
@@ -35,7 +35,7 @@ app.add_typer(memory, name="memory")
 console = Console(stderr=True)
 out = Console()
 
-ISSUER = os.environ.get("AGENTFN_ISSUER_URL", f"http://127.0.0.1:{PORTS['issuer']}")
+ISSUER = CliSettings.from_env().issuer_url or f"http://127.0.0.1:{PORTS['issuer']}"
 
 
 @dataclass
@@ -288,7 +288,7 @@ def call(
 def audit(
     ctx: typer.Context,
     registry: str = typer.Argument(
-        os.environ.get("AGENTFN_REGISTRY_FILE", "var/registry.json"),
+        CliSettings.from_env().registry_file,
         help="the registry file, or - for standard input; or `calls`: the tool calls made, from the gateway (admins only)",
     ),
     kube: bool = typer.Option(False, "--kube", help="read the ConfigMap agentfn-registry through kubectl"),

@@ -3,15 +3,7 @@ the public functions answer /readyz through their Services, GET /v1/agents answe
 caller token, and the page fetcher and the tools do NOT answer (only the model function may reach them: the
 NetworkPolicies' promise, as far as a pod that is not the model function can see it).
 
-Configuration (environment):
-
-| variable | default | meaning |
-|---|---|---|
-| `AGENTFN_PROBE_READY_URLS` | (none) | base URLs whose `/readyz` must answer 200, comma-separated |
-| `AGENTFN_PROBE_CLOSED_URLS` | (none) | base URLs whose `/readyz` must not answer at all, comma-separated |
-| `AGENTFN_PROBE_GATEWAY_URL` | (none) | the gateway's base URL; empty: no `/v1/agents` check |
-| `AGENTFN_PROBE_TOKEN_FILE` | (none) | a file with the caller token for `/v1/agents` (never printed) |
-| `AGENTFN_PROBE_TIMEOUT_SECONDS` | `5` | how long each request waits, and so how long a closed function is given |
+Configuration: `ProbeSettings` (agentfn.cli.settings; docs/configuration.md).
 
 One line per check on standard output; exit 1 when any fails.
 """
@@ -26,6 +18,8 @@ from pathlib import Path
 
 import requests
 
+from .settings import ProbeSettings
+
 
 @dataclass(frozen=True)
 class Check:
@@ -37,18 +31,14 @@ class Check:
         return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.detail}"
 
 
-def _urls(value: str) -> list[str]:
-    return [u.strip().rstrip("/") for u in value.split(",") if u.strip()]
-
-
 def run(env: Mapping[str, str]) -> list[Check]:
     """Every check the environment names, gateway first (a call through it wakes the model function from zero)."""
-    timeout = float(env.get("AGENTFN_PROBE_TIMEOUT_SECONDS", "5"))
-    checks = []
-    if gateway := env.get("AGENTFN_PROBE_GATEWAY_URL", "").rstrip("/"):
-        checks.append(agents_through(gateway, Path(env["AGENTFN_PROBE_TOKEN_FILE"]).read_text().strip(), timeout))
-    checks += [ready(url, timeout) for url in _urls(env.get("AGENTFN_PROBE_READY_URLS", ""))]
-    checks += [closed(url, timeout) for url in _urls(env.get("AGENTFN_PROBE_CLOSED_URLS", ""))]
+    settings = ProbeSettings.from_env(env)
+    timeout, checks = settings.timeout_seconds, []
+    if gateway := settings.gateway_url.rstrip("/"):
+        checks.append(agents_through(gateway, Path(settings.token_file or "").read_text().strip(), timeout))
+    checks += [ready(url.rstrip("/"), timeout) for url in settings.ready_urls]
+    checks += [closed(url.rstrip("/"), timeout) for url in settings.closed_urls]
     return checks
 
 

@@ -25,6 +25,7 @@ from agentfn.shared import db
 from rich.console import Console
 
 from .postgres import EmbeddedPostgres
+from .settings import CliSettings
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +41,7 @@ def account(part: str) -> str:
 
 
 # The gateway on the base port and the parts above it: AGENTFN_DEV_PORT_BASE moves them all.
-BASE = int(os.environ.get("AGENTFN_DEV_PORT_BASE", "8800"))
+BASE = CliSettings.from_env().dev_port_base
 READS = ("platform_status", "list_models", "radar_latest")
 PORTS = {
     "gateway": BASE,

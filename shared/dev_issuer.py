@@ -22,14 +22,7 @@ The verifying code in `identity` is the same one used against a real gateway and
 development tool: it mints a token for whoever asks at `/v1/tokens` and signs in anyone at `/authorize`, so it
 only ever listens on loopback.
 
-Configuration (environment, for `create_app()`):
-
-| name | default | meaning |
-|---|---|---|
-| `AGENTFN_DEV_ISSUER_DIR` | `var/issuer` | where its keys are kept |
-| `AGENTFN_DEV_ISSUER_CLIENTS` | `{}` | JSON: service account -> `{"subject_audiences": [...], "audiences": [...]}` it may exchange |
-| `AGENTFN_DEV_ISSUER_EXCHANGE_SECONDS` | `300` | lifetime of an exchanged token (never past the subject token's) |
-| `AGENTFN_DEV_ISSUER_WEB_CLIENTS` | `{}` | JSON: client_id -> `{"redirect_uris": [...], "audience": "agentfn"}` |
+Configuration: `DevIssuerSettings` below (docs/configuration.md), read by `create_app()`.
 """
 
 from __future__ import annotations
@@ -69,6 +62,7 @@ from .dev_sign_in import (
     with_query,
 )
 from .identity import SERVICE_ACCOUNT_PREFIX
+from .settings import REQUIRED, Settings, setting
 
 KEY_FILE = "dev-issuer-key.pem"
 RSA_KEY_FILE = "dev-issuer-rsa-key.pem"
@@ -288,15 +282,41 @@ def clients_from_env(value: str | None) -> dict[str, ExchangeClient]:
     }
 
 
+@dataclass(frozen=True)
+class DevIssuerSettings(Settings):
+    directory: str = setting("AGENTFN_DEV_ISSUER_DIR", "var/issuer", "the dev issuer's key pairs")
+    issuer: str = setting("AGENTFN_JWT_ISSUER", REQUIRED, "the dev issuer's own URL: the `iss` of what it signs")
+    clients: str = setting(
+        "AGENTFN_DEV_ISSUER_CLIENTS",
+        "{}",
+        "the dev issuer's token exchange clients: JSON, service account -> "
+        '`{"subject_audiences": [...], "audiences": [...]}` (`agentfn up` sets it)',
+    )
+    exchange_seconds: int = setting(
+        "AGENTFN_DEV_ISSUER_EXCHANGE_SECONDS",
+        EXCHANGE_SECONDS,
+        "lifetime of a token the dev issuer exchanges (never past the subject token's)",
+        minimum=1,
+    )
+    web_clients: str = setting(
+        "AGENTFN_DEV_ISSUER_WEB_CLIENTS",
+        "{}",
+        "the dev issuer's public clients that sign people in (authorization code + PKCE): JSON, client_id -> "
+        '`{"redirect_uris": [...], "audience": "agentfn"}`, redirect URIs matched exactly (`agentfn up` registers '
+        "`agentfn-workbench` at `http://127.0.0.1:<gateway port>/`)",
+    )
+
+
 def create_app(issuer: DevIssuer | None = None) -> Flask:
     """The issuer's HTTP face: discovery, JWKS, the token endpoint, sign-in and a token counter for the dev CLI."""
     if issuer is None:
+        settings = DevIssuerSettings.from_env()
         issuer = DevIssuer(
-            os.environ.get("AGENTFN_DEV_ISSUER_DIR", "var/issuer"),
-            os.environ["AGENTFN_JWT_ISSUER"],
-            clients_from_env(os.environ.get("AGENTFN_DEV_ISSUER_CLIENTS")),
-            int(os.environ.get("AGENTFN_DEV_ISSUER_EXCHANGE_SECONDS", str(EXCHANGE_SECONDS))),
-            web_clients_from_env(os.environ.get("AGENTFN_DEV_ISSUER_WEB_CLIENTS"), CALLER_AUDIENCE),
+            settings.directory,
+            settings.issuer,
+            clients_from_env(settings.clients),
+            settings.exchange_seconds,
+            web_clients_from_env(settings.web_clients, CALLER_AUDIENCE),
         )
     app = Flask("agentfn.dev_issuer")
 

@@ -16,6 +16,7 @@ import psycopg
 
 from . import embedder as embedding
 from .memory import Memory
+from .settings import ReembedSettings
 from .store import Store
 
 STALE_SUBJECTS = "SELECT DISTINCT subject FROM memory.entries WHERE model <> %s ORDER BY subject"
@@ -25,12 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agentfn.memory.reembed", description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=64, help="entries embedded per batch")
     args = parser.parse_args(argv)
-    env = os.environ
-    model = embedding.open_embedder(embedding.config_from_env(env))
-    store = Store(env["AGENTFN_DATABASE_URL"], pool_size=1)
+    settings = ReembedSettings.from_env()
+    model = embedding.open_embedder(embedding.config_from_env(os.environ))
+    store = Store(settings.database_url, pool_size=1)
     try:
         memory = Memory(store, model, max_tokens=0)
-        with psycopg.connect(env["AGENTFN_ADMIN_DATABASE_URL"]) as admin:
+        with psycopg.connect(settings.admin_database_url) as admin:
             subjects = [row[0] for row in admin.execute(STALE_SUBJECTS, (model.config.name,))]
         moved = sum(memory.reembed(subject, args.batch) for subject in subjects)
     finally:

@@ -47,3 +47,13 @@ class EmbeddingSettings(Settings):
         "recall threshold (cosine similarity), overriding models.toml",
         shown="the model's own",
     )
+
+
+@dataclass(frozen=True)
+class ReembedSettings(Settings):
+    """`python -m agentfn.memory.reembed`: every entry embedded again with the configured model."""
+
+    database_url: str = setting("AGENTFN_DATABASE_URL", REQUIRED, "reembed: memory's own role, as the function's")
+    admin_database_url: str = setting(
+        "AGENTFN_ADMIN_DATABASE_URL", REQUIRED, "`agentfn.memory.reembed`: a role that may list every subject"
+    )

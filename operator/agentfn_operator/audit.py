@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from agentfn.shared.grants import HEADER, Row, records, rows, table
+
+from .config import Config
 
 __all__ = ["HEADER", "Row", "main", "records", "rows", "table"]
 
@@ -25,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "registry",
         nargs="?",
-        default=os.environ.get("AGENTFN_REGISTRY_FILE", "var/registry.json"),
+        default=Config.from_env().registry_file,
         help="the registry file, or - for standard input",
     )
     parser.add_argument("--json", action="store_true", help="rows as JSON objects")

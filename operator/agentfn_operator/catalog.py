@@ -13,7 +13,6 @@ mounted from a ConfigMap); unset, the source tree's `functions/` is used, or els
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -21,6 +20,8 @@ from pathlib import Path
 
 from agentfn.shared.contract import NEVER_ALONE_OR_MCP, STEP, builtin_tools
 from agentfn.shared.tools import DESCRIPTOR_FILE, check_descriptor
+
+from .config import Config
 
 SOURCE_FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 # Tools only some agents may ever be given (RFC 0002: only the reviewer runs code and opens pages).
@@ -73,8 +74,7 @@ def _installed_descriptors() -> list[tuple[str, dict]]:
 
 
 def load(env: Mapping[str, str] | None = None) -> dict[str, CatalogEntry]:
-    env = os.environ if env is None else env
-    configured = env.get("AGENTFN_TOOL_CATALOG_DIR", "").strip()
+    configured = Config.from_env(env).tool_catalog_dir
     if configured:
         if not Path(configured).is_dir():
             raise RuntimeError(f"AGENTFN_TOOL_CATALOG_DIR={configured} is not a folder")

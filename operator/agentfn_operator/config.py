@@ -1,25 +1,15 @@
-"""The operator's settings, all from the environment (`AGENTFN_` names, listed in the README's configuration table).
-
-| name | default | meaning |
-|---|---|---|
-| `AGENTFN_NAMESPACE` | the pod's, else `agentfn` | where objects are read and outputs written (= kopf's `--namespace`) |
-| `AGENTFN_REGISTRY_CONFIGMAP` | `agentfn-registry` | the ConfigMap holding the registry (key `registry.json`) |
-| `AGENTFN_TOOLS_NETWORK_POLICY` | `agentfn-model-to-tools` | the NetworkPolicy: model function -> tool functions in use |
-| `AGENTFN_FUNCTION_LABEL` | `serving.knative.dev/service` | the pod label naming a function (Knative sets it) |
-| `AGENTFN_FUNCTION_PREFIX` | (empty) | prefix of the functions' Service names, e.g. `agentfn-` |
-| `AGENTFN_OPERATOR_LEASE` | `agentfn-operator` | the Lease that keeps a single replica writing |
-| `AGENTFN_OPERATOR_LEASE_SECONDS` | `15` | how long a replica's hold lasts without renewal |
-| `AGENTFN_TOOL_CATALOG_DIR` | the source tree's `functions/` | folder of `<function>/tool.json` (see catalog.py) |
-"""
+"""The operator's settings, all from the environment (docs/configuration.md is written from `Config`)."""
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import secrets
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from agentfn.shared.settings import Settings, setting
 
 POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 REGISTRY_KEY = "registry.json"
@@ -28,33 +18,52 @@ LABELS = {"app.kubernetes.io/name": "agentfn", "app.kubernetes.io/managed-by": "
 
 
 @dataclass(frozen=True)
-class Config:
-    namespace: str
-    configmap: str = "agentfn-registry"
-    network_policy: str = "agentfn-model-to-tools"
-    function_label: str = "serving.knative.dev/service"
-    function_prefix: str = ""
-    lease: str = "agentfn-operator"
-    lease_seconds: int = 15
-    identity: str = ""
+class Config(Settings):
+    namespace: str = setting(
+        "AGENTFN_NAMESPACE",
+        "",
+        "where objects are read and outputs written (= kopf's `--namespace`)",
+        shown="the pod's, else `agentfn`",
+    )
+    configmap: str = setting(
+        "AGENTFN_REGISTRY_CONFIGMAP", "agentfn-registry", "the ConfigMap holding the registry (key `registry.json`)"
+    )
+    network_policy: str = setting(
+        "AGENTFN_TOOLS_NETWORK_POLICY",
+        "agentfn-model-to-tools",
+        "the NetworkPolicy: model function -> tool functions in use",
+    )
+    function_label: str = setting(
+        "AGENTFN_FUNCTION_LABEL", "serving.knative.dev/service", "the pod label naming a function (Knative sets it)"
+    )
+    function_prefix: str = setting(
+        "AGENTFN_FUNCTION_PREFIX", "", "prefix of the functions' Service names, e.g. `agentfn-`", shown="(empty)"
+    )
+    lease: str = setting("AGENTFN_OPERATOR_LEASE", "agentfn-operator", "the Lease that keeps a single replica writing")
+    lease_seconds: int = setting(
+        "AGENTFN_OPERATOR_LEASE_SECONDS", 15, "how long a replica's hold lasts without renewal", minimum=1
+    )
+    registry_file: str = setting(
+        "AGENTFN_REGISTRY_FILE",
+        "var/registry.json",
+        "local mode and audit: the registry file (the model function reads the same name)",
+    )
+    tool_catalog_dir: str = setting(
+        "AGENTFN_TOOL_CATALOG_DIR",
+        "",
+        "folder of `<function>/tool.json` (see catalog.py)",
+        shown="the source tree's `functions/`",
+    )
+    identity: str = ""  # this replica's name in the Lease: not a setting
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
-        env = os.environ if env is None else env
-        namespace = env.get("AGENTFN_NAMESPACE", "").strip()
+        config = super().from_env(env)
+        namespace = config.namespace
         if not namespace:
             namespace = POD_NAMESPACE_FILE.read_text().strip() if POD_NAMESPACE_FILE.is_file() else "agentfn"
-        return cls(
-            namespace=namespace,
-            configmap=env.get("AGENTFN_REGISTRY_CONFIGMAP", cls.configmap),
-            network_policy=env.get("AGENTFN_TOOLS_NETWORK_POLICY", cls.network_policy),
-            function_label=env.get("AGENTFN_FUNCTION_LABEL", cls.function_label),
-            function_prefix=env.get("AGENTFN_FUNCTION_PREFIX", cls.function_prefix),
-            lease=env.get("AGENTFN_OPERATOR_LEASE", cls.lease),
-            lease_seconds=int(env.get("AGENTFN_OPERATOR_LEASE_SECONDS", str(cls.lease_seconds))),
-            # A pod's name is its hostname; the suffix tells two runs on one machine apart.
-            identity=f"{socket.gethostname()}-{secrets.token_hex(3)}",
-        )
+        # A pod's name is its hostname; the suffix tells two runs on one machine apart.
+        return dataclasses.replace(config, namespace=namespace, identity=f"{socket.gethostname()}-{secrets.token_hex(3)}")
 
     def function_service(self, function: str) -> str:
         """A function's Service name: its folder's name as a DNS label (`run_code` -> `run-code`)."""

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from . import catalog
+from .config import Config
 from .reconcile import API_VERSION, Reconciled, dumps, reconcile
 
 KINDS = ("Agent", "ToolGrant")
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out",
         type=Path,
-        default=Path(os.environ.get("AGENTFN_REGISTRY_FILE", "var/registry.json")),
+        default=Path(Config.from_env().registry_file),
         help="the registry file (default: $AGENTFN_REGISTRY_FILE or var/registry.json)",
     )
     parser.add_argument("--watch", action="store_true", help="rewrite whenever a file changes")
