@@ -3,6 +3,7 @@ by the variable's name before the part starts."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -25,8 +26,7 @@ def test_the_check_fails_on_a_stale_page_and_the_writer_mends_it(tmp_path):
 
 
 def read(path: str, env: dict[str, str]):
-    module, _, name = path.partition(":")
-    return getattr(__import__(module, fromlist=[name]), name).from_env(env)
+    return read_object(path).from_env(env)
 
 
 PAGE = "agentfn.page.settings:PageSettings"
@@ -53,3 +53,27 @@ def test_an_empty_setting_is_its_default_unless_the_setting_keeps_it():
     assert (page.daily_pages, page.admin_groups) == (200, ())
     page = read(PAGE, {**DSN, "AGENTFN_ADMIN_GROUPS": " auditors , sre "})
     assert page.admin_groups == ("auditors", "sre")
+
+
+def described() -> list[re.Pattern]:
+    """Every variable the settings objects on the page describe, a placeholder (`<T>`) matching any name."""
+    names = set()
+    for match in settings.BLOCK.finditer(DOC.read_text()):
+        for path in match[2].split(","):
+            names |= {name for name, _, _ in read_object(path.strip()).describe()}
+    return [re.compile("^" + re.sub(r"<[A-Z]+>", "[A-Z0-9_]+", name) + "$") for name in names]
+
+
+def read_object(path: str):
+    module, _, name = path.partition(":")
+    return getattr(__import__(module, fromlist=[name]), name)
+
+
+def test_every_variable_the_code_names_belongs_to_a_settings_object():
+    root = DOC.parent.parent
+    code = "".join(
+        p.read_text() for folder in ("functions", "shared", "operator", "cli") for p in (root / folder).rglob("*.py")
+    )
+    named = set(re.findall(r"\b(?:AGENTFN|OTEL)_[A-Z0-9_]*[A-Z0-9]\b(?![_{<])", code))
+    patterns = described()
+    assert sorted(n for n in named if not any(p.match(n) for p in patterns)) == []
