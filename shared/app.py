@@ -17,7 +17,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
@@ -27,8 +27,14 @@ from .identity import Identity
 from .problems import PROBLEM_JSON, ProblemError, unavailable
 from .server import ServerSettings
 
-if TYPE_CHECKING:
-    from .db import SchemaStore
+
+class Database(Protocol):
+    """A function's store, as the app factory needs it (`db.SchemaStore` is one)."""
+
+    outages: tuple[type[Exception], ...]  # what its driver raises when the database is not answering
+
+    def ready(self) -> bool: ...
+
 
 log = logging.getLogger("agentfn.http")
 
@@ -73,7 +79,7 @@ def create_app(
     readiness: Mapping[str, Callable[[], bool]],
     identity: Identity | None,
     max_request_bytes: int = DEFAULT_MAX_BYTES,
-    database: SchemaStore | None = None,
+    database: Database | None = None,
 ) -> Flask:
     # Flask looks for an instance folder by package; agentfn's packages are mapped folders, and we use none.
     app = Flask(name, instance_path=os.path.join(os.path.dirname(__file__), "instance"))
@@ -136,8 +142,15 @@ def create_app(
         return problem_response(ProblemError(500, "Internal Server Error", "the request failed; see request_id"))
 
     if database is not None:
-        readiness = {"database": _ready(database), **readiness}
-        _database_outage(app, name.removeprefix("agentfn."))
+        readiness = {"database": database.ready, **readiness}
+        part = name.removeprefix("agentfn.")
+
+        def database_down(_error):
+            # Nothing was written: the statement's transaction never committed. The pool reconnects by itself.
+            return problem_response(unavailable(f"the {part} database is not answering; try again shortly"))
+
+        for outage in database.outages:
+            app.register_error_handler(outage, database_down)
 
     @app.get("/healthz")
     def healthz():
@@ -162,26 +175,6 @@ def create_app(
         return jsonify(openapi)
 
     return app
-
-
-def _ready(store: SchemaStore) -> Callable[[], bool]:
-    def database() -> bool:
-        store.migrate()
-        return store.ping()
-
-    return database
-
-
-def _database_outage(app: Flask, part: str) -> None:
-    # Imported here: a function without a database (a read tool) starts without the driver.
-    import psycopg
-    from psycopg_pool import PoolTimeout
-
-    @app.errorhandler(psycopg.OperationalError)
-    @app.errorhandler(PoolTimeout)
-    def database_down(_error):
-        # Nothing was written: the statement's transaction never committed. The pool reconnects by itself.
-        return problem_response(unavailable(f"the {part} database is not answering; try again shortly"))
 
 
 def _trace_requests(app: Flask) -> None:

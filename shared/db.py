@@ -15,7 +15,7 @@ from importlib import resources
 
 import psycopg
 from psycopg import sql
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 log = logging.getLogger("agentfn.db")
 
@@ -118,6 +118,7 @@ class SchemaStore:
 
     schema: str
     package: str
+    outages = (psycopg.OperationalError, PoolTimeout)  # the database is not answering: a 503, never a 500
 
     def __init__(self, dsn: str, *, pool_size: int, configure: Callable[[psycopg.Connection], None] | None = None):
         self.pool = open_pool(dsn, schema=self.schema, size=pool_size, configure=configure)
@@ -136,6 +137,11 @@ class SchemaStore:
 
     def after_migrate(self, conn: psycopg.Connection) -> None:
         pass
+
+    def ready(self) -> bool:
+        """Readiness: the migrations applied, and the database answers."""
+        self.migrate()
+        return self.ping()
 
     def ping(self) -> bool:
         with self.pool.connection(timeout=2) as conn:
