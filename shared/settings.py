@@ -55,7 +55,8 @@ class Setting:
         try:
             value = self._parse(raw)
         except ValueError:
-            raise RuntimeError(f"{name} must be {self._kind()}, not {raw!r}") from None
+            # The value is not repeated: a misplaced secret must not reach the log.
+            raise RuntimeError(f"{name} must be {self._kind()}") from None
         if self.choices and value not in self.choices:
             raise RuntimeError(f"{name} must be one of {', '.join(self.choices)}")
         for number in value if isinstance(value, tuple) else (value,):
@@ -87,7 +88,7 @@ class Setting:
         return raw
 
     def _kind(self) -> str:
-        kind = type(self.default)
+        kind = self.parse if self.parse in (int, float) else type(self.default)
         return {bool: "1 or 0", int: "a whole number", float: "a number"}.get(kind, "valid")
 
     def default_text(self) -> str:
