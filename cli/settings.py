@@ -34,7 +34,9 @@ class CliSettings(Settings):
 class GatewaySettings(Settings):
     """The dev gateway (`agentfn.cli.gateway`)."""
 
-    memory_url: str = setting("AGENTFN_GATEWAY_MEMORY_URL", REQUIRED, "the dev gateway: where memory's public doors go")
+    memory_url: str = setting(
+        "AGENTFN_GATEWAY_MEMORY_URL", REQUIRED, "the dev gateway (`agentfn.cli.gateway`): where memory's public doors go"
+    )
     model_url: str = setting(
         "AGENTFN_GATEWAY_MODEL_URL", REQUIRED, "the dev gateway: where the model function's public doors go"
     )
@@ -51,7 +53,10 @@ class ProbeSettings(Settings):
     """The `helm test` probe (`agentfn.cli.probe`); the chart sets them."""
 
     ready_urls: tuple[str, ...] = setting(
-        "AGENTFN_PROBE_READY_URLS", (), "the probe: base URLs whose `/readyz` must answer 200, comma-separated"
+        "AGENTFN_PROBE_READY_URLS",
+        (),
+        "the `helm test` probe (`agentfn.cli.probe`; the chart sets its settings): base URLs whose `/readyz` must "
+        "answer 200, comma-separated",
     )
     closed_urls: tuple[str, ...] = setting(
         "AGENTFN_PROBE_CLOSED_URLS", (), "the probe: base URLs that must not answer at all, comma-separated"
