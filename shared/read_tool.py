@@ -1,0 +1,45 @@
+"""A read tool's app: its descriptor and doors (`tools`), its work done by the platform service behind it,
+called as the caller (`upstream`), and its readiness that service's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from flask import Flask
+
+from .app import create_app
+from .exchange import TokenExchange
+from .identity import Caller, Identity
+from .tools import doors, load_descriptor, openapi
+from .upstream import Upstream
+
+
+def read_tool_app(
+    package: str,
+    env: Mapping[str, str],
+    *,
+    service: str,
+    url_variable: str,
+    summarise: Callable[[Upstream, Caller, dict[str, Any]], Any],
+    content_schema: dict[str, Any],
+) -> Flask:
+    """A read tool's app: descriptor, doors, upstream as the caller, readiness = the upstream answers."""
+    base = env.get(url_variable, "").strip()
+    if not base:
+        raise RuntimeError(f"{url_variable} must be set")
+    descriptor = load_descriptor(package)
+    name = descriptor["name"]
+    audience = env.get(url_variable.replace("_URL", "_AUDIENCE"), "").strip() or f"agentfn:upstream:{name}"
+    upstream = Upstream(
+        service, base, float(env.get("AGENTFN_UPSTREAM_TIMEOUT_SECONDS", "5")), TokenExchange.from_env(env), audience
+    )
+    app = create_app(
+        f"agentfn.{descriptor['name']}",
+        openapi=openapi(descriptor, content_schema, call_problems=(403, 502, 504)),
+        readiness={"upstream": upstream.healthy},
+        identity=Identity.from_env(env, gateway=False, audience=f"agentfn:tool:{name}"),
+        max_request_bytes=int(env.get("AGENTFN_MAX_REQUEST_BYTES", str(16 * 1024))),
+    )
+    app.register_blueprint(doors(descriptor, lambda caller, arguments: summarise(upstream, caller, arguments)))
+    return app
