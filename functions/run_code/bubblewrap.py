@@ -14,8 +14,9 @@ import shutil
 from collections.abc import Mapping
 
 from .bounds import Bounds
+from .limits import Limits, SandboxError
 from .rootfs import LazyRoot
-from .sandbox import Launch, Limits, Result, SandboxError, Uids, find_prlimit, supervise
+from .sandbox import Launch, Result, Uids, find_prlimit, supervise
 
 WORK = "/tmp"
 PROGRAM = "/tmp/main.py"

@@ -20,8 +20,9 @@ import uuid
 from collections.abc import Mapping
 
 from .bounds import Bounds
+from .limits import Limits, SandboxError
 from .rootfs import LazyRoot, Root
-from .sandbox import Launch, Limits, Result, SandboxError, Uids, supervise
+from .sandbox import Launch, Result, Uids, supervise
 
 PROGRAM = "/program/main.py"
 WORK = "/tmp"
