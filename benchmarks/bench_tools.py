@@ -50,8 +50,9 @@ from agentfn.devstack.issuer import DevIssuer  # noqa: E402
 from agentfn.devstack.issuer import create_app as issuer_app  # noqa: E402
 from agentfn.run_code.bounds import Bounds  # noqa: E402
 from agentfn.run_code.bubblewrap import Bubblewrap  # noqa: E402
+from agentfn.run_code.limits import Limits  # noqa: E402
 from agentfn.run_code.rootfs import LazyRoot, default_python  # noqa: E402
-from agentfn.run_code.sandbox import Limits, Uids  # noqa: E402
+from agentfn.run_code.sandbox import Uids  # noqa: E402
 from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"

@@ -52,8 +52,9 @@ from psycopg_pool import PoolTimeout
 
 from .bounds import MODES, Bounds
 from .bubblewrap import Bubblewrap
+from .limits import Limits, SandboxError
 from .rootfs import LazyRoot, default_python
-from .sandbox import Limits, Sandbox, SandboxError, SelfTest, Uids
+from .sandbox import Sandbox, SelfTest, Uids
 from .store import Store
 
 log = logging.getLogger("agentfn.run_code")

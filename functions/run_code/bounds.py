@@ -9,7 +9,7 @@
   all its processes) is sampled every `POLL_SECONDS`, the run killed once it is over the bound.
 
 In both, each process keeps its own rlimits (address space, CPU time, file size, open files), and the run its
-wall deadline and output caps (`sandbox.supervise`).
+wall deadline and output caps (`supervisor.supervise`).
 """
 
 from __future__ import annotations

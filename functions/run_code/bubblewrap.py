@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from .bounds import Bounds
 from .limits import Limits, SandboxError
 from .rootfs import LazyRoot
-from .sandbox import Launch, Result, Uids, find_prlimit, supervise
+from .sandbox import Uids
+from .supervisor import Launch, Result, find_prlimit, supervise
 
 WORK = "/tmp"
 PROGRAM = "/tmp/main.py"

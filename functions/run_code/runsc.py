@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from .bounds import Bounds
 from .limits import Limits, SandboxError
 from .rootfs import LazyRoot, Root
-from .sandbox import Launch, Result, Uids, supervise
+from .sandbox import Uids
+from .supervisor import Launch, Result, supervise
 
 PROGRAM = "/program/main.py"
 WORK = "/tmp"
