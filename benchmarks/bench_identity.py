@@ -41,7 +41,7 @@ from werkzeug.serving import make_server
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from agentfn.cli.postgres import free_port  # noqa: E402
-from agentfn.shared.dev_issuer import DevIssuer  # noqa: E402
+from agentfn.devstack.issuer import DevIssuer  # noqa: E402
 from agentfn.shared.exchange import TokenExchange  # noqa: E402
 from agentfn.shared.identity import Caller  # noqa: E402
 from bench_model import ENGINE_MAIN, wait_http  # noqa: E402  the scripted engine's process and its wait, shared
@@ -107,7 +107,7 @@ class Bench:
             "AGENTFN_LOG_LEVEL": "WARNING",
         }
         served = Gunicorn(
-            "agentfn.shared.dev_issuer:create_app()",
+            "agentfn.devstack.issuer:create_app()",
             {**ident, "AGENTFN_DEV_ISSUER_DIR": str(self.tmp / "issuer"), "AGENTFN_DEV_ISSUER_CLIENTS": json.dumps(clients)},
             self.tmp / "issuer.log",
         )
@@ -128,7 +128,7 @@ class Bench:
         self.models, self._upstreams = {}, []
         dsn = self.pg.provision("model", "agentfn_model")  # both model functions keep their records in one schema
         for mode in ("exchange", "raw"):
-            from agentfn.platform_status.dev_upstream import create_app as upstream_app
+            from agentfn.devstack.platform_status import create_app as upstream_app
 
             env = {**ident, "AGENTFN_TOKEN_FORWARDING": mode}
             up_port = free_port()

@@ -55,12 +55,12 @@ from werkzeug.serving import make_server
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # for support: the tests' Postgres and gunicorn helpers
 from agentfn.cli.postgres import free_port  # noqa: E402
+from agentfn.devstack.issuer import DevIssuer  # noqa: E402
+from agentfn.devstack.issuer import create_app as issuer_app  # noqa: E402
 from agentfn.memory.embedder import DEFAULT_MODEL, load_models, model_config, open_embedder  # noqa: E402
 from agentfn.memory.memory import Memory  # noqa: E402
 from agentfn.memory.quotas import Limits  # noqa: E402
 from agentfn.memory.store import Store  # noqa: E402
-from agentfn.shared.dev_issuer import DevIssuer  # noqa: E402
-from agentfn.shared.dev_issuer import create_app as issuer_app  # noqa: E402
 from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
 
 APP, THREADS, DIMS, SMALL_MAX = "agentfn.memory.app:create_app()", 2, 384, 200

@@ -49,8 +49,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "model"))
 from agentfn.cli.postgres import free_port  # noqa: E402
-from agentfn.shared.dev_issuer import DevIssuer  # noqa: E402
-from agentfn.shared.dev_issuer import create_app as issuer_app  # noqa: E402
+from agentfn.devstack.issuer import DevIssuer  # noqa: E402
+from agentfn.devstack.issuer import create_app as issuer_app  # noqa: E402
 from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -153,7 +153,7 @@ class Bench:
         )
         self.engine = f"http://127.0.0.1:{engine_port}"
         wait_http(self.engine + "/v1/models")
-        from agentfn.platform_status.dev_upstream import create_app as upstream_app
+        from agentfn.devstack.platform_status import create_app as upstream_app
 
         up_port = free_port()
         self._upstream = make_server("127.0.0.1", up_port, upstream_app(ident), threaded=True)

@@ -86,9 +86,9 @@ def inside(args) -> None:
     import requests
     import trafilatura
     from agentfn.cli.postgres import EmbeddedPostgres, free_port
+    from agentfn.devstack.issuer import DevIssuer
+    from agentfn.devstack.issuer import create_app as issuer_app
     from agentfn.shared import db
-    from agentfn.shared.dev_issuer import DevIssuer
-    from agentfn.shared.dev_issuer import create_app as issuer_app
     from werkzeug.serving import make_server
 
     work = Path(tempfile.mkdtemp(prefix="agentfn-bench-pg-"))

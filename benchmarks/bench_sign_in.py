@@ -38,7 +38,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from agentfn.cli.postgres import free_port  # noqa: E402
-from agentfn.shared.dev_issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES, DevIssuer  # noqa: E402
+from agentfn.devstack.issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES, DevIssuer  # noqa: E402
 from bench_model import wait_http  # noqa: E402
 from support import MODEL_SERVICE, Gunicorn  # noqa: E402
 
@@ -67,7 +67,7 @@ class Bench:
         self.issuer = DevIssuer(self.tmp / "issuer", self.url)  # the served one's keys: signs the client assertion
         clients = {MODEL_SERVICE: {"subject_audiences": ["agentfn"], "audiences": ["agentfn:memory"]}}
         self.served = Gunicorn(
-            "agentfn.shared.dev_issuer:create_app()",
+            "agentfn.devstack.issuer:create_app()",
             {
                 "AGENTFN_JWT_ISSUER": self.url,
                 "AGENTFN_DEV_ISSUER_DIR": str(self.tmp / "issuer"),

@@ -46,13 +46,14 @@ from werkzeug.serving import make_server
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from agentfn.cli.postgres import free_port  # noqa: E402
+from agentfn.devstack.issuer import DevIssuer  # noqa: E402
+from agentfn.devstack.issuer import create_app as issuer_app  # noqa: E402
 from agentfn.run_code.bounds import Bounds  # noqa: E402
 from agentfn.run_code.bubblewrap import Bubblewrap  # noqa: E402
+from agentfn.run_code.limits import Limits  # noqa: E402
 from agentfn.run_code.rootfs import LazyRoot, default_python  # noqa: E402
-from agentfn.run_code.sandbox import Limits, Uids  # noqa: E402
+from agentfn.run_code.sandbox import Uids  # noqa: E402
 from agentfn.run_code.settings import SandboxSettings  # noqa: E402
-from agentfn.shared.dev_issuer import DevIssuer  # noqa: E402
-from agentfn.shared.dev_issuer import create_app as issuer_app  # noqa: E402
 from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -236,7 +237,7 @@ def main() -> None:
         "AGENTFN_TOKEN_FORWARDING": "raw",
     }
     headers = {"Authorization": f"Bearer {issuer.caller_token('bench', GROUPS)}"}
-    upstreams = {t: Served(importlib.import_module(f"agentfn.{t}.dev_upstream").create_app(identity)) for t in READ_TOOLS}
+    upstreams = {t: Served(importlib.import_module(f"agentfn.devstack.{t}").create_app(identity)) for t in READ_TOOLS}
     pg = Postgres(work / "pg")
     pg.start()
     try:

@@ -40,10 +40,10 @@ from werkzeug.serving import make_server
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # for support: the tests' Postgres and gunicorn helpers
 from agentfn.cli.postgres import free_port  # noqa: E402
+from agentfn.devstack.issuer import DevIssuer  # noqa: E402
+from agentfn.devstack.issuer import create_app as issuer_app  # noqa: E402
 from agentfn.memory import schemas as memory_schemas  # noqa: E402
 from agentfn.model import schemas as model_schemas  # noqa: E402
-from agentfn.shared.dev_issuer import DevIssuer  # noqa: E402
-from agentfn.shared.dev_issuer import create_app as issuer_app  # noqa: E402
 from agentfn.shared.problems import ProblemError  # noqa: E402
 from agentfn.shared.validation import Schema  # noqa: E402
 from jsonschema import Draft202012Validator  # noqa: E402

@@ -8,6 +8,7 @@ everything is ready (with the stack's resident memory) and stops everything on C
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import json
 import os
 import secrets
@@ -126,6 +127,13 @@ class Stack:
         self.secret("approval-key", 48)
         return self.var / "secrets" / "approval-key"
 
+    def check_stand_ins(self) -> None:
+        # The dev issuer and the platform services' test doubles are a distribution of their own, never in an image.
+        if importlib.util.find_spec("agentfn.devstack") is None:
+            raise SystemExit(
+                f"agentfn up runs the dev stack's stand-ins, which are not installed: pip install -e {ROOT / 'devstack'}"
+            )
+
     def check_ports(self) -> None:
         taken = [f"{name} ({port})" for name, port in PORTS.items() if port_taken(port)]
         if taken:
@@ -201,7 +209,7 @@ class Stack:
         self.parts = [
             Part(
                 "issuer",
-                "agentfn.shared.dev_issuer:create_app()",
+                "agentfn.devstack.issuer:create_app()",
                 PORTS["issuer"],
                 {
                     **ident,
@@ -262,7 +270,7 @@ class Stack:
             self.parts += [
                 Part(
                     upstream,
-                    f"agentfn.{tool}.dev_upstream:create_app()",
+                    f"agentfn.devstack.{tool}:create_app()",
                     PORTS[upstream],
                     {**ident, "AGENTFN_TRUSTED_ACTORS": account(tool)},
                     ready="/healthz",
@@ -384,6 +392,7 @@ class Stack:
     def up(self) -> None:
         (self.var / "logs").mkdir(parents=True, exist_ok=True)
         self.tier_env()  # an unknown or missing offline model is one line before anything starts
+        self.check_stand_ins()
         self.check_ports()
         self.plan(self.start_postgres())
         (self.var / "registry.json").unlink(missing_ok=True)  # rewritten from examples/ at every start

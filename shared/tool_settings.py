@@ -1,4 +1,4 @@
-"""The read tools' settings, and their dev upstreams' (docs/configuration.md is written from them:
+"""The read tools' settings (docs/configuration.md is written from them:
 `python -m agentfn.shared.settings`). `<TOOL>` is the tool's name in capitals: `PLATFORM_STATUS`,
 `LIST_MODELS`, `RADAR_LATEST`."""
 
@@ -24,18 +24,3 @@ class ReadToolSettings(Settings):
         "AGENTFN_UPSTREAM_TIMEOUT_SECONDS", 5.0, "connect and read timeout of one call to it", minimum=0.1
     )
     max_request_bytes: int = setting("AGENTFN_MAX_REQUEST_BYTES", 16 * 1024, "larger bodies get 413", minimum=1024)
-
-
-@dataclass(frozen=True)
-class DevUpstreamSettings(Settings):
-    """Test doubles of the platform services: the faults a test (or the dev stack) asks them to play."""
-
-    delay_seconds: float = setting(
-        "AGENTFN_DEV_UPSTREAM_DELAY_SECONDS", 0.0, "the dev upstreams (test doubles): a delay before each answer", minimum=0
-    )
-    fail_status: int = setting(
-        "AGENTFN_DEV_UPSTREAM_FAIL_STATUS",
-        0,
-        "the dev upstreams: a status every answer fails with (e.g. `500`)",
-        shown="(none)",
-    )

@@ -9,8 +9,8 @@ import threading
 import pytest
 import requests
 from agentfn.cli.postgres import free_port
-from agentfn.shared.dev_issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES, DevIssuer
-from agentfn.shared.dev_issuer import create_app as issuer_app
+from agentfn.devstack.issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES, DevIssuer
+from agentfn.devstack.issuer import create_app as issuer_app
 from support import MODEL_SERVICE, Client, Gunicorn, Postgres, account, exchange_clients, postgres_dir, web_clients
 from werkzeug.serving import make_server
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import requests
 from agentfn.cli.postgres import EmbeddedPostgres, free_port
+from agentfn.devstack.issuer import CALLER_AUDIENCE, ExchangeClient
+from agentfn.devstack.sign_in import WebClient
 from agentfn.shared import db
-from agentfn.shared.dev_issuer import CALLER_AUDIENCE, ExchangeClient
-from agentfn.shared.dev_sign_in import WebClient
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -16,9 +16,9 @@ import jwt
 import pytest
 import requests
 from agentfn.cli.postgres import free_port
-from agentfn.shared.dev_issuer import DevIssuer
-from agentfn.shared.dev_issuer import create_app as issuer_app
-from agentfn.shared.dev_sign_in import Codes
+from agentfn.devstack.issuer import DevIssuer
+from agentfn.devstack.issuer import create_app as issuer_app
+from agentfn.devstack.sign_in import Codes
 from support import WORKBENCH, WORKBENCH_URL, web_clients
 from werkzeug.serving import make_server
 

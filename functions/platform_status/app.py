@@ -1,7 +1,7 @@
 """platform_status: the arena's snapshot, summarised, as the caller sees it.
 
 `gunicorn -c python:agentfn.shared.gunicorn_conf 'agentfn.platform_status.app:create_app()'`. The service behind
-it and its contract: `upstream.md` beside this file; its test double: `dev_upstream.py`.
+it and its contract: `upstream.md` beside this file; its test double: `devstack/platform_status.py`.
 
 Configuration: `ReadToolSettings` (agentfn.shared.tool_settings; docs/configuration.md), and identity's.
 """
@@ -14,7 +14,8 @@ from typing import Any
 
 from agentfn.shared import app as http
 from agentfn.shared.identity import Caller
-from agentfn.shared.tools import Upstream, clip, outside_contract, read_tool_app
+from agentfn.shared.read_tool import read_tool_app
+from agentfn.shared.upstream import Upstream, clip, outside_contract
 from flask import Flask
 
 SERVICE = "arena status"

@@ -1,7 +1,7 @@
 """radar_latest: the Radar's latest published digests the caller may read.
 
 `gunicorn -c python:agentfn.shared.gunicorn_conf 'agentfn.radar_latest.app:create_app()'`. The service behind it
-and its contract: `upstream.md` beside this file; its test double: `dev_upstream.py`.
+and its contract: `upstream.md` beside this file; its test double: `devstack/radar_latest.py`.
 
 Configuration: `ReadToolSettings` (agentfn.shared.tool_settings; docs/configuration.md), and identity's.
 """
@@ -15,7 +15,8 @@ from typing import Any
 
 from agentfn.shared import app as http
 from agentfn.shared.identity import Caller
-from agentfn.shared.tools import Upstream, clip, outside_contract, read_tool_app
+from agentfn.shared.read_tool import read_tool_app
+from agentfn.shared.upstream import Upstream, clip, outside_contract
 from flask import Flask
 
 SERVICE = "Radar"

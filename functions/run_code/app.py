@@ -25,8 +25,9 @@ from flask import Flask
 
 from .bounds import Bounds
 from .bubblewrap import Bubblewrap
+from .limits import SandboxError
 from .rootfs import LazyRoot, default_python
-from .sandbox import Limits, Sandbox, SandboxError, SelfTest, Uids
+from .sandbox import Sandbox, SelfTest, Uids
 from .settings import RunCodeSettings, SandboxSettings
 from .store import Store
 
@@ -88,7 +89,7 @@ class RunsSpent(ProblemError):
 
 
 def open_sandbox(settings: SandboxSettings) -> Sandbox:
-    backend, mode, limits = settings.backend, settings.cgroup, Limits.from_settings(settings)
+    backend, mode, limits = settings.backend, settings.cgroup, settings.limits()
     root = LazyRoot(settings.python or default_python())
     uids = Uids(settings.uid_base, settings.concurrency) if os.geteuid() == 0 else None
     if backend == "runsc" and mode == "required":

@@ -9,7 +9,7 @@
   all its processes) is sampled every `POLL_SECONDS`, the run killed once it is over the bound.
 
 In both, each process keeps its own rlimits (address space, CPU time, file size, open files), and the run its
-wall deadline and output caps (`sandbox.supervise`).
+wall deadline and output caps (`supervisor.supervise`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ import itertools
 import os
 import resource
 import time
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .sandbox import Limits
+from .limits import Limits, SandboxError
 
 MODES = ("auto", "required", "off")
 NEEDED = ("memory", "pids")
@@ -53,8 +51,6 @@ class Bounds:
     def for_run(self) -> RunBound:
         if not self.tree:
             return Sampled(self.limits)
-        from .sandbox import SandboxError
-
         try:
             return CgroupRun(self.tree, self.limits)
         except OSError as e:

@@ -13,9 +13,11 @@ import os
 import shutil
 
 from .bounds import Bounds
+from .limits import Limits, SandboxError
 from .rootfs import LazyRoot
-from .sandbox import Launch, Limits, Result, SandboxError, Uids, find_prlimit, supervise
+from .sandbox import Uids
 from .settings import SandboxSettings
+from .supervisor import Launch, Result, find_prlimit, supervise
 
 WORK = "/tmp"
 PROGRAM = "/tmp/main.py"

@@ -16,6 +16,8 @@ import subprocess
 import threading
 from dataclasses import dataclass
 
+from .limits import SandboxError
+
 PROBE = """
 import json, sys, sysconfig
 paths = sysconfig.get_paths()
@@ -79,8 +81,6 @@ class LazyRoot:
         self._lock = threading.Lock()
 
     def get(self) -> Root:
-        from .sandbox import SandboxError
-
         with self._lock:
             if self._root is None:
                 try:

@@ -19,9 +19,11 @@ import tempfile
 import uuid
 
 from .bounds import Bounds
+from .limits import Limits, SandboxError
 from .rootfs import LazyRoot, Root
-from .sandbox import Launch, Limits, Result, SandboxError, Uids, supervise
+from .sandbox import Uids
 from .settings import SandboxSettings
+from .supervisor import Launch, Result, supervise
 
 PROGRAM = "/program/main.py"
 WORK = "/tmp"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from agentfn.shared.settings import REQUIRED, Settings, setting
 
 from .bounds import MODES
+from .limits import MB, Limits
 
 
 @dataclass(frozen=True)
@@ -87,3 +88,16 @@ class SandboxSettings(Settings):
         "first host uid of the runs' own uids (used when the service is root)",
         minimum=1,
     )
+
+    def limits(self) -> Limits:
+        """What one run may use."""
+        return Limits(
+            wall_seconds=self.wall_seconds,
+            cpu_seconds=self.cpu_seconds,
+            memory_bytes=self.memory_mb * MB,
+            processes=self.processes,
+            file_bytes=self.file_mb * MB,
+            open_files=self.open_files,
+            output_bytes=self.output_bytes,
+            tmpfs_bytes=self.tmpfs_mb * MB,
+        )

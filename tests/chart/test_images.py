@@ -10,6 +10,10 @@ import json
 import re
 import runpy
 import shlex
+import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -213,3 +217,37 @@ def test_dockerignore_keeps_what_the_images_copy():
     copied = {"pyproject.toml", "README.md", "shared", "cli", "functions", "operator"}
     assert not copied & set(ignored)
     assert Path(".venv").name in ignored
+    assert "devstack" in ignored  # the dev issuer and the test doubles never reach a build context
+
+
+def build_sources(text: str) -> list[str]:
+    """What a Dockerfile's build stage copies from the repository (the tree its wheel is built from)."""
+    copies = [shlex.split(args) for name, args in stages(text)[0] if name == "COPY"]
+    return [source for words in copies if not any(w.startswith("--from=") for w in words) for source in words[:-1]]
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory) -> dict[str, bytes]:
+    """The files of the project's wheel as the images build it: from only what their build stage copies."""
+    [sources] = {tuple(build_sources(path.read_text())) for path in DOCKERFILES.values()}
+    tree = tmp_path_factory.mktemp("image-context")
+    for source in sources:
+        if (ROOT / source).is_dir():
+            shutil.copytree(ROOT / source, tree / source, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy(ROOT / source, tree / source)
+    # uv beside the interpreter (./dev installs it); its cache holds the build backend ./dev installed with.
+    uv = Path(sys.executable).with_name("uv")
+    subprocess.run([uv, "build", "--wheel", "--offline", "--out-dir", tree / "dist", tree], check=True, capture_output=True)
+    [wheel] = (tree / "dist").glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in (ROOT / "devstack").glob("*.py")))
+def test_no_image_ships_a_stand_in(shipped, module):
+    """The dev issuer (it mints a token for whoever asks) and the platform services' test doubles are in no
+    image: neither under their package nor copied anywhere else in the wheel the images install."""
+    assert any(name.startswith("agentfn/shared/") for name in shipped)  # the wheel holds the project
+    assert not [name for name in shipped if name.startswith("agentfn/devstack/")]
+    assert (ROOT / "devstack" / module).read_bytes() not in shipped.values()

@@ -124,7 +124,7 @@ def stack(postgres, model_dsn, issuer, tmp_path_factory):
     )
     # the platform service behind platform_status: its dev upstream (a test double), which its /readyz asks
     upstream = AnyAnswer(
-        "agentfn.platform_status.dev_upstream:create_app()", issuer.upstream_env("platform_status"), var / "upstream.log"
+        "agentfn.devstack.platform_status:create_app()", issuer.upstream_env("platform_status"), var / "upstream.log"
     )
     tool = Gunicorn(
         "agentfn.platform_status.app:create_app()",

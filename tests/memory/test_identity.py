@@ -11,7 +11,7 @@ import time
 import jwt
 import pytest
 import requests
-from agentfn.shared.dev_issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
+from agentfn.devstack.issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 

@@ -66,8 +66,7 @@ def engine():
 @pytest.fixture(scope="session")
 def upstreams(issuer):
     served = {
-        t: Served(importlib.import_module(f"agentfn.{t}.dev_upstream").create_app(issuer.upstream_env(t)))
-        for t in READ_TOOLS
+        t: Served(importlib.import_module(f"agentfn.devstack.{t}").create_app(issuer.upstream_env(t))) for t in READ_TOOLS
     }
     yield served
     for s in served.values():

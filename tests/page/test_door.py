@@ -7,7 +7,7 @@ import jwt
 import pytest
 import requests
 import schemathesis
-from agentfn.shared.dev_issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
+from agentfn.devstack.issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
 from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import HealthCheck, settings
 

@@ -57,7 +57,7 @@ class Served:
 
 
 def dev_upstream(tool: str, env: dict) -> Served:
-    return Served(importlib.import_module(f"agentfn.{tool}.dev_upstream").create_app(env))
+    return Served(importlib.import_module(f"agentfn.devstack.{tool}").create_app(env))
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ audience asked for, `act` = `{"sub": <client>}` (nesting the subject token's own
 Errors are RFC 6749's (`invalid_request`, `invalid_client`, `invalid_grant`, `invalid_target`,
 `unauthorized_client`, `unsupported_grant_type`), never a 500.
 
-It signs people in as an OIDC issuer does for a browser app (`dev_sign_in`): authorization code with PKCE for the
+It signs people in as an OIDC issuer does for a browser app (`sign_in`): authorization code with PKCE for the
 public web clients it is configured with, at `/authorize` (a page where the person picks a subject and groups) and
 `/token`, with CORS on the token endpoint, discovery and JWKS for those clients' origins only.
 
@@ -37,12 +37,13 @@ from pathlib import Path
 from typing import Any
 
 import jwt
+from agentfn.shared.identity import SERVICE_ACCOUNT_PREFIX
+from agentfn.shared.settings import REQUIRED, Settings, setting
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from flask import Flask, jsonify, redirect, request, url_for
 
-from . import dev_sign_in_page
-from .dev_sign_in import (
+from .sign_in import (
     AUTHORIZATION_CODE,
     DEV_GROUPS,
     SCOPES,
@@ -61,8 +62,7 @@ from .dev_sign_in import (
     web_clients_from_env,
     with_query,
 )
-from .identity import SERVICE_ACCOUNT_PREFIX
-from .settings import REQUIRED, Settings, setting
+from .sign_in_page import CSS, ERROR, PAGE
 
 KEY_FILE = "dev-issuer-key.pem"
 RSA_KEY_FILE = "dev-issuer-rsa-key.pem"
@@ -422,8 +422,8 @@ def create_app(issuer: DevIssuer | None = None) -> Flask:
 def sign_in_routes(app: Flask, issuer: DevIssuer) -> None:
     """`/authorize`: the sign-in page (GET) and its form (POST), with the page's own strict headers."""
     # Compiled once; Flask's environment autoescapes a template made from a string (every value is text).
-    sign_in_template = app.jinja_env.from_string(dev_sign_in_page.PAGE)
-    error_template = app.jinja_env.from_string(dev_sign_in_page.ERROR)
+    sign_in_template = app.jinja_env.from_string(PAGE)
+    error_template = app.jinja_env.from_string(ERROR)
 
     def page_headers(response, form_action: str = "'none'"):
         response.headers["Content-Security-Policy"] = (
@@ -502,7 +502,7 @@ def sign_in_routes(app: Flask, issuer: DevIssuer) -> None:
 
     @app.get("/sign-in.css")
     def sign_in_css():
-        response = app.response_class(dev_sign_in_page.CSS, mimetype="text/css")
+        response = app.response_class(CSS, mimetype="text/css")
         response.headers["Cache-Control"] = "max-age=3600"
         response.headers["X-Content-Type-Options"] = "nosniff"
         return response

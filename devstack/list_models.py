@@ -3,7 +3,7 @@
 It speaks the contract in `upstream.md`, takes only a token exchanged for it (audience `agentfn:upstream:list_models`,
 actor its read tool), verified with `agentfn.shared.identity` as the real service would, and lists the tiers each
 caller's groups allow: readers are `platform-users` and `research`; only `research` sees the `deep` tier.
-`flask --app 'agentfn.list_models.dev_upstream:create_app()' run -h 127.0.0.1` (loopback only).
+`flask --app 'agentfn.devstack.list_models:create_app()' run -h 127.0.0.1` (loopback only).
 
 Configuration: `DevUpstreamSettings` (agentfn.shared.tool_settings; docs/configuration.md), and identity's.
 """
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agentfn.shared.tools import dev_upstream_app, require_group
 from flask import Flask, jsonify
+
+from .upstream import dev_upstream_app, require_group
 
 READERS = {"platform-users", "research"}
 RESEARCH = "research"

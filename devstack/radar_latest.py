@@ -4,7 +4,7 @@ It speaks the contract in `upstream.md`, takes only a token exchanged for it (au
 `agentfn:upstream:radar_latest`, actor its read tool), verified with `agentfn.shared.identity` as the real service
 would, and lists the digests each caller's groups allow: readers are `platform-users` and `staff`; only `staff` reads
 the internal digests.
-`flask --app 'agentfn.radar_latest.dev_upstream:create_app()' run -h 127.0.0.1` (loopback only).
+`flask --app 'agentfn.devstack.radar_latest:create_app()' run -h 127.0.0.1` (loopback only).
 
 Configuration: `DevUpstreamSettings` (agentfn.shared.tool_settings; docs/configuration.md), and identity's.
 """
@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agentfn.shared.tools import dev_upstream_app, require_group
 from flask import Flask, abort, jsonify, request
+
+from .upstream import dev_upstream_app, require_group
 
 READERS = {"platform-users", "staff"}
 STAFF = "staff"

@@ -4,7 +4,7 @@ It speaks the contract in `upstream.md`, takes only a token exchanged for it (au
 `agentfn:upstream:platform_status`, actor its read tool), verified with `agentfn.shared.identity` as the real service
 would, and shows each caller what its groups allow: readers are `platform-users` and `platform-ops`; only
 `platform-ops` sees the internal services and the incidents.
-`flask --app 'agentfn.platform_status.dev_upstream:create_app()' run -h 127.0.0.1` (loopback only).
+`flask --app 'agentfn.devstack.platform_status:create_app()' run -h 127.0.0.1` (loopback only).
 
 Configuration: `DevUpstreamSettings` (agentfn.shared.tool_settings; docs/configuration.md), and identity's.
 """
@@ -14,8 +14,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from agentfn.shared.tools import dev_upstream_app, require_group
 from flask import Flask, jsonify
+
+from .upstream import dev_upstream_app, require_group
 
 READERS = {"platform-users", "platform-ops"}
 OPS = "platform-ops"
