@@ -11,15 +11,26 @@ import requests
 from agentfn.cli.postgres import free_port
 from agentfn.shared.dev_issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES, DevIssuer
 from agentfn.shared.dev_issuer import create_app as issuer_app
-from support import MODEL_SERVICE, Client, Gunicorn, Postgres, account, exchange_clients, postgres_dir, web_clients
+from support import (
+    MODEL_SERVICE,
+    READ_TOOLS,
+    Client,
+    Gunicorn,
+    Postgres,
+    account,
+    exchange_clients,
+    postgres_dir,
+    web_clients,
+)
+from support.tools import dev_upstream
 from werkzeug.serving import make_server
 
 
 @pytest.fixture(scope="session")
 def apiserver():
     """One real kube-apiserver (and etcd) on loopback for the session, for every folder that needs one
-    (tests/apiserver.py; the binary is built once per machine)."""
-    from apiserver import KubeAPI, build
+    (tests/support/apiserver.py; the binary is built once per machine)."""
+    from support.apiserver import KubeAPI, build
 
     api = KubeAPI()
     try:
@@ -109,6 +120,24 @@ def issuer(tmp_path_factory):
     thread.start()
     yield issuer
     server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def upstreams(issuer):
+    """Each read tool's dev upstream (a test double of the platform service behind it), in this process."""
+    served = {tool: dev_upstream(tool, issuer.upstream_env(tool)) for tool in READ_TOOLS}
+    yield served
+    for s in served.values():
+        s.stop()
+
+
+@pytest.fixture(autouse=True)
+def calm_upstreams(request):
+    """Faults a test asked a dev upstream for end with the test."""
+    yield
+    if "upstreams" in request.fixturenames:
+        for served in request.getfixturevalue("upstreams").values():
+            served.controls.delay_seconds, served.controls.fail_status = 0, 0
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,7 @@ import pytest
 import yaml
 from agentfn_operator.config import Config
 from agentfn_operator.network import MODEL_FUNCTION
-
-from .conftest import FUNCTIONS, NAMESPACE, ROOT, VALUES_SETS, env_of, knative_services, objects
+from support.chart import FUNCTIONS, NAMESPACE, ROOT, VALUES_SETS, env_of, knative_services, objects
 
 CONFIGURATION = (ROOT / "docs" / "configuration.md").read_text()
 INTERNAL = {"page", "platform_status", "list_models", "radar_latest", "run_code"}

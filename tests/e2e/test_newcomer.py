@@ -2,8 +2,8 @@
 
 Everything is real and offline: embedded Postgres, the multilingual embedder, the default shipped model
 (Qwen2.5-Coder-1.5B) on llama.cpp (greedy), every function under gunicorn behind the dev gateway.
-The small model's wording is never asserted; the events, the records and the entries are. The dev upstreams behind the read tools are the
-one test double (the platform services), as in `agentfn up` itself.
+The small model's wording is never asserted; the events, the records and the entries are. The dev upstreams behind the
+read tools are the one test double (the platform services), as in `agentfn up` itself.
 
 The tests of this module run in order and share one platform (it is started, stopped and restarted).
 """

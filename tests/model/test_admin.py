@@ -16,9 +16,9 @@ import pytest
 import requests
 from agentfn.shared import db
 from agentfn.shared.grants import records, rows
-from conftest import Person, registry_document, take_turn
 from psycopg import sql
 from support import Gunicorn
+from support.model import Person, registry_document, take_turn
 
 DOORS = ("/v1/admin/generations", "/v1/admin/grants", "/v1/admin/calls")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 from agentfn_operator.audit import records, rows
-from conftest import Person, registry_document
+from support.model import Person, registry_document
 
 AGENTFN = Path(sys.executable).parent / "agentfn"
 NOTE = "Prefers four spaces for indentation in Python code."

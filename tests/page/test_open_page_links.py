@@ -7,19 +7,14 @@ page opened, is in tests/model/test_tool_results.py.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 
 import psycopg
 import pytest
 import requests
 from support import Gunicorn
+from support.scripted_engine import create_app as engine_app
 from werkzeug.serving import make_server
-
-from .conftest import HERE
-
-sys.path.insert(0, str(HERE.parent / "model"))  # the scripted engine
-from scripted_engine import create_app as engine_app  # noqa: E402
 
 PUB = "http://www.pub.test"
 ARTICLE = f"{PUB}/deep/dir/article"

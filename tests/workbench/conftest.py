@@ -1,7 +1,5 @@
 """The workbench's test parts: the dev stack as `agentfn up` runs it, its engine the scripted one (a TEST DOUBLE
 of the LLM's choices, outside this project), and Debian's Chromium driven by Playwright.
-
-Screenshots of each screen are kept in var/screenshots/workbench/ (test artifacts, never committed).
 """
 
 from __future__ import annotations
@@ -10,48 +8,18 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import requests
 from agentfn.cli.postgres import EmbeddedPostgres, free_port
+from support import BIN, ROOT
+from support.scripted_engine import create_app as engine_app
+from support.workbench import Stack
 from werkzeug.serving import make_server
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "model"))  # the scripted engine
-from scripted_engine import create_app as engine_app  # noqa: E402
-from support import ROOT  # noqa: E402
-
-BIN = Path(sys.executable).parent
 CHROMIUM = Path(os.environ.get("AGENTFN_TEST_CHROMIUM", "/usr/bin/chromium"))
-SHOTS = ROOT / "var" / "screenshots" / "workbench"
-
-
-@dataclass
-class Stack:
-    url: str
-    issuer: str
-    engine: str
-    env: dict
-
-    def token(self, subject: str, groups: str = "developers,platform-users") -> str:
-        return subprocess.run(
-            [str(BIN / "agentfn"), "token", subject, "--groups", groups],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-
-    def door(self, method: str, path: str, token: str, **kwargs) -> requests.Response:
-        return requests.request(method, self.url + path, headers={"Authorization": f"Bearer {token}"}, timeout=60, **kwargs)
-
-    def script(self, *rounds: dict) -> str:
-        """A script for the engine's next rounds; the person's message names it (`script:<id>`)."""
-        return requests.post(self.engine + "/scripts", json={"rounds": list(rounds)}, timeout=5).json()["id"]
 
 
 @pytest.fixture(scope="session")
@@ -123,10 +91,3 @@ def page(browser, request):
     yield opened
     context.close()
     assert not troubles, troubles
-
-
-def shot(page, name: str) -> Path:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    path = SHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    return path

@@ -1,6 +1,9 @@
-"""What tests of every part share: a function under gunicorn on loopback, and a caller of it.
+"""What tests of every part share: a function under gunicorn on loopback, a WSGI app in this process, and a
+caller of them.
 
-On the path through pytest's `pythonpath`: `from support import Gunicorn, Client`.
+On the path through pytest's `pythonpath`: `from support import Gunicorn, Client`. The modules of this package
+hold each part's own helpers (`support.model`, `support.tools`, ...) and the test doubles of what lies outside
+the project (`support.scripted_engine`); fixtures stay in the conftest files.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import secrets
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -18,12 +22,18 @@ from agentfn.cli.postgres import EmbeddedPostgres, free_port
 from agentfn.shared import db
 from agentfn.shared.dev_issuer import CALLER_AUDIENCE, ExchangeClient
 from agentfn.shared.dev_sign_in import WebClient
+from werkzeug.serving import make_server
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 MODEL_SERVICE = "system:serviceaccount:agentfn:agentfn-model"
-READS = ("platform_status", "list_models", "radar_latest")
-TOOLS = (*READS, "run_code")
+# Each read tool and the setting naming its upstream (a dev upstream in the tests).
+READ_TOOLS = {
+    "platform_status": "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL",
+    "list_models": "AGENTFN_LIST_MODELS_UPSTREAM_URL",
+    "radar_latest": "AGENTFN_RADAR_LATEST_UPSTREAM_URL",
+}
+TOOLS = (*READ_TOOLS, "run_code")
 MCP_RESOURCE = "https://agentfn.test/mcp"  # /mcp's resource URL in the tests (AGENTFN_MCP_RESOURCE)
 WORKBENCH = "agentfn-workbench"  # the workbench's client at the issuer: a browser app at the site root
 WORKBENCH_URL = "https://agentfn.test/"
@@ -42,7 +52,7 @@ def exchange_clients() -> dict[str, ExchangeClient]:
             frozenset({"agentfn:memory", "agentfn:page", *(f"agentfn:tool:{t}" for t in TOOLS)}),
         )
     }
-    for tool in READS:
+    for tool in READ_TOOLS:
         clients[account(tool)] = ExchangeClient(frozenset({f"agentfn:tool:{tool}"}), frozenset({f"agentfn:upstream:{tool}"}))
     return clients
 
@@ -93,6 +103,27 @@ class Gunicorn:
             self.process.terminate()
             self.process.wait(15)
         self._out.close()
+
+
+class Served:
+    """A WSGI app on a loopback port in this process (the scripted engine, the dev upstreams, a function built by
+    its factory)."""
+
+    def __init__(self, app):
+        self.app, self.port = app, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._server = make_server("127.0.0.1", self.port, app, threaded=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def controls(self):
+        """A dev upstream's controls: the faults a test asks for, the tokens it received."""
+        return self.app.extensions["agentfn.dev_upstream"]
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
 
 
 class Client:
