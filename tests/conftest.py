@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import threading
 
 import pytest
 import requests
@@ -17,13 +16,13 @@ from support import (
     Client,
     Gunicorn,
     Postgres,
+    Served,
     account,
     exchange_clients,
     postgres_dir,
     web_clients,
 )
 from support.tools import dev_upstream
-from werkzeug.serving import make_server
 
 
 @pytest.fixture(scope="session")
@@ -115,11 +114,9 @@ def issuer(tmp_path_factory):
     issuer = Issuer(
         tmp_path_factory.mktemp("issuer"), f"http://127.0.0.1:{port}", exchange_clients(), web_clients=web_clients()
     )
-    server = make_server("127.0.0.1", port, issuer_app(issuer), threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    served = Served(issuer_app(issuer), port)
     yield issuer
-    server.shutdown()
+    served.stop()
 
 
 @pytest.fixture(scope="session")

@@ -19,8 +19,7 @@ from agentfn.cli.postgres import free_port
 from agentfn.shared.dev_issuer import CALLER_AUDIENCE, DevIssuer
 from agentfn.shared.dev_issuer import create_app as issuer_app
 from agentfn.shared.dev_sign_in import WebClient
-from support import ROOT
-from werkzeug.serving import make_server
+from support import ROOT, Served
 
 CHROMIUM = Path(os.environ.get("AGENTFN_TEST_CHROMIUM", "/usr/bin/chromium"))
 SHOTS = ROOT / "var" / "screenshots" / "sign-in"  # test artifacts, never committed
@@ -67,10 +66,9 @@ def issuer(tmp_path, site):
         f"http://127.0.0.1:{port}",
         web_clients={"agentfn-workbench": WebClient("agentfn-workbench", frozenset({site}), CALLER_AUDIENCE)},
     )
-    server = make_server("127.0.0.1", port, issuer_app(issuer), threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    served = Served(issuer_app(issuer), port)
     yield issuer
-    server.shutdown()
+    served.stop()
 
 
 @pytest.fixture

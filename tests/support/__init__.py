@@ -109,8 +109,8 @@ class Served:
     """A WSGI app on a loopback port in this process (the scripted engine, the dev upstreams, a function built by
     its factory)."""
 
-    def __init__(self, app):
-        self.app, self.port = app, free_port()
+    def __init__(self, app, port: int | None = None):
+        self.app, self.port = app, port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._server = make_server("127.0.0.1", self.port, app, threaded=True)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

@@ -8,25 +8,21 @@ import os
 import random
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from agentfn.cli.postgres import EmbeddedPostgres, free_port
-from support import BIN, ROOT
+from agentfn.cli.postgres import EmbeddedPostgres
+from support import BIN, ROOT, Served
 from support.scripted_engine import create_app as engine_app
 from support.workbench import Stack
-from werkzeug.serving import make_server
 
 CHROMIUM = Path(os.environ.get("AGENTFN_TEST_CHROMIUM", "/usr/bin/chromium"))
 
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory):
-    port = free_port()
-    engine = make_server("127.0.0.1", port, engine_app(), threaded=True)
-    threading.Thread(target=engine.serve_forever, daemon=True).start()
+    engine = Served(engine_app())
     home = tmp_path_factory.mktemp("workbench")
     home.chmod(0o755)  # Postgres (its own user) reaches its data directory
     base = random.randrange(20000, 32000, 100)
@@ -35,7 +31,7 @@ def stack(tmp_path_factory):
         "AGENTFN_DEV_PORT_BASE": str(base),
         "AGENTFN_URL": f"http://127.0.0.1:{base}",
         "AGENTFN_ISSUER_URL": f"http://127.0.0.1:{base + 1}",
-        "AGENTFN_TIER_FAST_URL": f"http://127.0.0.1:{port}/v1",
+        "AGENTFN_TIER_FAST_URL": engine.url + "/v1",
         "AGENTFN_TIER_FAST_MODEL": "scripted",
         "AGENTFN_TIER_FAST_TOOL_MODE": "native",
     }
@@ -53,14 +49,14 @@ def stack(tmp_path_factory):
         assert process.poll() is None, log.read_text()
         assert time.monotonic() < deadline, f"no banner in 300 s:\n{log.read_text()[-3000:]}"
         time.sleep(0.2)
-    yield Stack(f"http://127.0.0.1:{base}", f"http://127.0.0.1:{base + 1}", f"http://127.0.0.1:{port}", env)
+    yield Stack(f"http://127.0.0.1:{base}", f"http://127.0.0.1:{base + 1}", engine.url, env)
     process.send_signal(signal.SIGINT)
     try:
         process.wait(60)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
     EmbeddedPostgres(home / "var" / "postgres").stop("immediate")
-    engine.shutdown()
+    engine.stop()
 
 
 @pytest.fixture(scope="session")
