@@ -20,7 +20,7 @@ from pathlib import Path
 import requests
 from agentfn.cli.postgres import EmbeddedPostgres, free_port
 from agentfn.shared import db
-from agentfn.shared.dev_issuer import CALLER_AUDIENCE, ExchangeClient
+from agentfn.shared.dev_issuer import CALLER_AUDIENCE, JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES, DevIssuer, ExchangeClient
 from agentfn.shared.dev_sign_in import WebClient
 from werkzeug.serving import make_server
 
@@ -60,6 +60,61 @@ def exchange_clients() -> dict[str, ExchangeClient]:
 def web_clients() -> dict[str, WebClient]:
     """The public clients people sign in with, as the dev stack configures the workbench."""
     return {WORKBENCH: WebClient(WORKBENCH, frozenset({WORKBENCH_URL}), CALLER_AUDIENCE)}
+
+
+class Issuer(DevIssuer):
+    """The dev issuer as the tests serve it, with the settings and tokens each part's tests ask of it."""
+
+    def env(self) -> dict[str, str]:
+        """A part's identity settings: the model function trusted at WriteEpisode and as the actor of exchanges."""
+        return {
+            "AGENTFN_JWT_ISSUER": self.url,
+            "AGENTFN_JWKS_URL": self.jwks_url,
+            "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": MODEL_SERVICE,
+            "AGENTFN_TRUSTED_ACTORS": MODEL_SERVICE,
+        }
+
+    def upstream_env(self, tool: str) -> dict[str, str]:
+        """A dev upstream's: it trusts its read tool as the actor."""
+        return {**self.env(), "AGENTFN_TRUSTED_ACTORS": account(tool)}
+
+    def headers(self, subject: str, groups: list[str] | None = None) -> dict[str, str]:
+        """The gateway's caller token (audience agentfn): memory's and the model function's doors."""
+        return {"Authorization": f"Bearer {self.caller_token(subject, groups)}"}
+
+    def assertion_file(self, directory, part: str):
+        """A part's workload token for the issuer (what a projected token with the issuer's audience is)."""
+        path = directory / f"exchange-token-{part}"
+        path.write_text(self.service_token(account(part), audience=self.url))
+        return path
+
+    def exchanged(
+        self,
+        audience: str,
+        subject: str,
+        groups: list[str] | None = None,
+        *,
+        actor: str = MODEL_SERVICE,
+        token: str | None = None,
+    ) -> str:
+        """A real exchange at the issuer's token endpoint, as `actor` does it, of the caller's gateway token
+        (or `token`) for `audience`."""
+        form = {
+            "grant_type": TOKEN_EXCHANGE,
+            "subject_token": token or self.caller_token(subject, groups),
+            "subject_token_type": TOKEN_TYPES[0],
+            "audience": audience,
+            "client_assertion_type": JWT_BEARER,
+            "client_assertion": self.service_token(actor, audience=self.url),
+        }
+        answer = requests.post(self.token_endpoint, data=form, timeout=10)
+        assert answer.status_code == 200, answer.text
+        return answer.json()["access_token"]
+
+    def tool_headers(self, tool: str, subject: str, groups: list[str] | None = None) -> dict[str, str]:
+        """What the model function sends a tool function (or the page fetcher, `tool="page"`) for the caller."""
+        audience = "agentfn:page" if tool == "page" else f"agentfn:tool:{tool}"
+        return {"Authorization": f"Bearer {self.exchanged(audience, subject, groups)}"}
 
 
 class Gunicorn:
