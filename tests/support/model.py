@@ -1,20 +1,23 @@
 """The model function's test helpers: the scripted engine's client, the registry the tests serve, a caller, a
-turn and its events."""
+turn and its events, and the `agentfn` CLI run as a person runs it."""
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import subprocess
 import time
 
 import jwt
 import requests
 
-from support import MCP_RESOURCE, MODEL_SERVICE, Gunicorn, Served, account
+from support import BIN, MCP_RESOURCE, MODEL_SERVICE, Gunicorn, Served, account
 
 EVERYONE = "system:authenticated"
 SERVED_READS = ("platform_status", "list_models")  # the read tools the model function's tests serve and name
 TOOL_TIMEOUT = 1.5  # the model function's bound on one tool call (the tool's own upstream timeout is longer)
+AGENTFN = BIN / "agentfn"  # the CLI
 SMALL_DAILY = 5000  # a round of an agent with six tools holds about 3,500 (the listings' bytes)
 
 
@@ -171,3 +174,12 @@ class GatewayServer(Gunicorn):
             except (requests.ConnectionError, requests.Timeout):
                 time.sleep(0.05)
         raise RuntimeError(f"the gateway not ready in {timeout}s; see {self.log}")
+
+
+def agentfn(
+    *args: str, url: str | None = None, token: str | None = None, stdin: str | None = None, timeout: float = 90
+) -> subprocess.CompletedProcess:
+    """The CLI as a subprocess, its URL and token given or unset (never the ones of the environment running the tests)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTFN_URL", "AGENTFN_TOKEN")}
+    env.update({"COLUMNS": "200", **({"AGENTFN_URL": url} if url else {}), **({"AGENTFN_TOKEN": token} if token else {})})
+    return subprocess.run([str(AGENTFN), *args], input=stdin, capture_output=True, text=True, env=env, timeout=timeout)
