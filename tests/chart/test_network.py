@@ -7,8 +7,6 @@ The table in docs/deploying.md is this module's MATRIX, rendered by `matrix_mark
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from agentfn_operator.config import Config
 from agentfn_operator.network import policy
