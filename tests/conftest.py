@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 
@@ -9,6 +10,7 @@ import pytest
 from agentfn.cli.postgres import free_port
 from agentfn.shared.dev_issuer import create_app as issuer_app
 from support import (
+    CHROMIUM,
     READ_TOOLS,
     Client,
     Gunicorn,
@@ -79,6 +81,24 @@ def calm_upstreams(request):
     if "upstreams" in request.fixturenames:
         for served in request.getfixturevalue("upstreams").values():
             served.controls.delay_seconds, served.controls.fail_status = 0, 0
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's headless Chromium driven by Playwright, one for the session: Playwright's sync API runs one event
+    loop, so a second one in the same process fails (the workbench's tests and the sign-in page's share this)."""
+    if not CHROMIUM.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{CHROMIUM} is not installed: .ci/run installs Debian's chromium")
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=60_000)  # a turn on a busy 2-core machine: recall, the engine, a sandboxed run
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"], headless=True)
+        yield launched
+        launched.close()
 
 
 @pytest.fixture(scope="session")

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import secrets
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import jwt
@@ -21,7 +19,6 @@ from agentfn.shared.dev_issuer import create_app as issuer_app
 from agentfn.shared.dev_sign_in import WebClient
 from support import ROOT, Served
 
-CHROMIUM = Path(os.environ.get("AGENTFN_TEST_CHROMIUM", "/usr/bin/chromium"))
 SHOTS = ROOT / "var" / "screenshots" / "sign-in"  # test artifacts, never committed
 
 
@@ -69,20 +66,6 @@ def issuer(tmp_path, site):
     served = Served(issuer_app(issuer), port)
     yield issuer
     served.stop()
-
-
-@pytest.fixture
-def browser():
-    if not CHROMIUM.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{CHROMIUM} is not installed: .ci/run installs Debian's chromium")
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
 
 
 def pkce() -> tuple[str, str]:

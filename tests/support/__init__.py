@@ -37,6 +37,7 @@ TOOLS = (*READ_TOOLS, "run_code")
 MCP_RESOURCE = "https://agentfn.test/mcp"  # /mcp's resource URL in the tests (AGENTFN_MCP_RESOURCE)
 WORKBENCH = "agentfn-workbench"  # the workbench's client at the issuer: a browser app at the site root
 WORKBENCH_URL = "https://agentfn.test/"
+CHROMIUM = Path(os.environ.get("AGENTFN_TEST_CHROMIUM", "/usr/bin/chromium"))  # Debian's, which .ci/run installs
 
 
 def account(part: str) -> str:

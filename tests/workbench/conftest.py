@@ -9,15 +9,12 @@ import random
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 from agentfn.cli.postgres import EmbeddedPostgres
 from support import BIN, ROOT, Served
 from support.scripted_engine import create_app as engine_app
 from support.workbench import Stack
-
-CHROMIUM = Path(os.environ.get("AGENTFN_TEST_CHROMIUM", "/usr/bin/chromium"))
 
 
 @pytest.fixture(scope="session")
@@ -57,22 +54,6 @@ def stack(tmp_path_factory):
         os.killpg(process.pid, signal.SIGKILL)
     EmbeddedPostgres(home / "var" / "postgres").stop("immediate")
     engine.stop()
-
-
-@pytest.fixture(scope="session")
-def browser():
-    if not CHROMIUM.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{CHROMIUM} is not installed: .ci/run installs Debian's chromium")
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=60_000)  # a turn on a busy 2-core machine: recall, the engine, a sandboxed run
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"], headless=True)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture
