@@ -47,7 +47,6 @@ from werkzeug.serving import make_server
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "tests" / "model"))
 from agentfn.cli.postgres import free_port  # noqa: E402
 from agentfn.devstack.issuer import DevIssuer  # noqa: E402
 from agentfn.devstack.issuer import create_app as issuer_app  # noqa: E402
@@ -60,7 +59,7 @@ ENGINE_MAIN = """
 import sys
 from werkzeug.serving import make_server
 sys.path.insert(0, sys.argv[2])
-from scripted_engine import create_app
+from support.scripted_engine import create_app
 make_server("127.0.0.1", int(sys.argv[1]), create_app(), threaded=True).serve_forever()
 """
 BARE_FLASK = "from flask import Flask\napp = Flask('bare')\n@app.get('/readyz')\ndef ready():\n    return 'ok'\n"
@@ -149,7 +148,7 @@ class Bench:
         }
         engine_port = free_port()
         self.engine_process = subprocess.Popen(
-            [sys.executable, "-c", ENGINE_MAIN, str(engine_port), str(ROOT / "tests" / "model")], stderr=subprocess.DEVNULL
+            [sys.executable, "-c", ENGINE_MAIN, str(engine_port), str(ROOT / "tests")], stderr=subprocess.DEVNULL
         )
         self.engine = f"http://127.0.0.1:{engine_port}"
         wait_http(self.engine + "/v1/models")

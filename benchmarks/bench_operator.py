@@ -5,7 +5,7 @@ Not a test; run by hand (2 cores, loopback only):
     .venv/bin/python benchmarks/bench_operator.py [--applies 20] [--runs 5]
 
 1. apply -> ConfigMap: the real kube-apiserver v1.20.2 + etcd of the tests (scripts/kube-apiserver.sh,
-   tests/operator/apiserver.py), the CRDs, RBAC and examples applied, the operator as its own process
+   tests/support/apiserver.py), the CRDs, RBAC and examples applied, the operator as its own process
    (`kopf run -m agentfn_operator`, as its ServiceAccount). Then --applies times: `kubectl apply` of one
    ToolGrant with a new dailyLimit, and the time until the registry ConfigMap shows a new revision
    (polled every 5 ms with the admin token). Timed from kubectl's start (what an admin waits for) and
@@ -33,11 +33,11 @@ import requests
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "operator"))
+sys.path.insert(0, str(ROOT / "tests"))
 from agentfn_operator.catalog import CatalogEntry  # noqa: E402
 from agentfn_operator.reconcile import dumps, reconcile  # noqa: E402
 from agentfn_operator.status import desired  # noqa: E402
-from apiserver import KubeAPI, build  # noqa: E402
+from support.apiserver import KubeAPI, build  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 NS = "agentfn"

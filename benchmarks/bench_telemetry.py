@@ -7,7 +7,7 @@ Not a test; run by hand (2 cores, loopback only, about two minutes):
 It starts the parts of bench_model.py (embedded Postgres, the dev issuer, the scripted engine and the
 platform_status dev upstream, test doubles of what lies outside the project; platform_status, memory and
 the model function under gunicorn), then the same three again with `OTEL_EXPORTER_OTLP_ENDPOINT` naming the
-tests' OTLP/HTTP receiver (tests/otlp_receiver.py, a test double of a collector, in this process), on the
+tests' OTLP/HTTP receiver (tests/support/otlp_receiver.py, a test double of a collector, in this process), on the
 same database. A turn recalls, calls platform_status twice and answers; the two stacks take turns
 alternately (so other load hits both alike), and the client's wall time per turn is compared, p50, for an
 engine that answers at once (the worst case for a ratio) and one whose first token takes 200 ms (a small
@@ -31,8 +31,8 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_model import RESULTS, Bench, parse_sse  # noqa: E402
-from otlp_receiver import Receiver  # noqa: E402
 from support import Gunicorn  # noqa: E402
+from support.otlp_receiver import Receiver  # noqa: E402
 
 GOAL_RATIO = 1.02
 

@@ -2,24 +2,33 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
-import threading
 
 import pytest
-import requests
 from agentfn.cli.postgres import free_port
-from agentfn.devstack.issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES, DevIssuer
 from agentfn.devstack.issuer import create_app as issuer_app
-from support import MODEL_SERVICE, Client, Gunicorn, Postgres, account, exchange_clients, postgres_dir, web_clients
-from werkzeug.serving import make_server
+from support import (
+    CHROMIUM,
+    READ_TOOLS,
+    Client,
+    Gunicorn,
+    Issuer,
+    Postgres,
+    Served,
+    exchange_clients,
+    postgres_dir,
+    web_clients,
+)
+from support.tools import dev_upstream
 
 
 @pytest.fixture(scope="session")
 def apiserver():
     """One real kube-apiserver (and etcd) on loopback for the session, for every folder that needs one
-    (tests/apiserver.py; the binary is built once per machine)."""
-    from apiserver import KubeAPI, build
+    (tests/support/apiserver.py; the binary is built once per machine)."""
+    from support.apiserver import KubeAPI, build
 
     api = KubeAPI()
     try:
@@ -45,70 +54,51 @@ def model_dsn(postgres) -> str:
     return postgres.provision("model", "agentfn_model")
 
 
-class Issuer(DevIssuer):
-    def env(self) -> dict[str, str]:
-        """A part's identity settings: the model function trusted at WriteEpisode and as the actor of exchanges."""
-        return {
-            "AGENTFN_JWT_ISSUER": self.url,
-            "AGENTFN_JWKS_URL": self.jwks_url,
-            "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": MODEL_SERVICE,
-            "AGENTFN_TRUSTED_ACTORS": MODEL_SERVICE,
-        }
-
-    def upstream_env(self, tool: str) -> dict[str, str]:
-        """A dev upstream's: it trusts its read tool as the actor."""
-        return {**self.env(), "AGENTFN_TRUSTED_ACTORS": account(tool)}
-
-    def headers(self, subject: str, groups: list[str] | None = None) -> dict[str, str]:
-        """The gateway's caller token (audience agentfn): memory's and the model function's doors."""
-        return {"Authorization": f"Bearer {self.caller_token(subject, groups)}"}
-
-    def assertion_file(self, directory, part: str):
-        """A part's workload token for the issuer (what a projected token with the issuer's audience is)."""
-        path = directory / f"exchange-token-{part}"
-        path.write_text(self.service_token(account(part), audience=self.url))
-        return path
-
-    def exchanged(
-        self,
-        audience: str,
-        subject: str,
-        groups: list[str] | None = None,
-        *,
-        actor: str = MODEL_SERVICE,
-        token: str | None = None,
-    ) -> str:
-        """A real exchange at the issuer's token endpoint, as `actor` does it, of the caller's gateway token
-        (or `token`) for `audience`."""
-        form = {
-            "grant_type": TOKEN_EXCHANGE,
-            "subject_token": token or self.caller_token(subject, groups),
-            "subject_token_type": TOKEN_TYPES[0],
-            "audience": audience,
-            "client_assertion_type": JWT_BEARER,
-            "client_assertion": self.service_token(actor, audience=self.url),
-        }
-        answer = requests.post(self.token_endpoint, data=form, timeout=10)
-        assert answer.status_code == 200, answer.text
-        return answer.json()["access_token"]
-
-    def tool_headers(self, tool: str, subject: str, groups: list[str] | None = None) -> dict[str, str]:
-        """What the model function sends a tool function (or the page fetcher, `tool="page"`) for the caller."""
-        audience = "agentfn:page" if tool == "page" else f"agentfn:tool:{tool}"
-        return {"Authorization": f"Bearer {self.exchanged(audience, subject, groups)}"}
-
-
 @pytest.fixture(scope="session")
 def issuer(tmp_path_factory):
     port = free_port()
     issuer = Issuer(
         tmp_path_factory.mktemp("issuer"), f"http://127.0.0.1:{port}", exchange_clients(), web_clients=web_clients()
     )
-    server = make_server("127.0.0.1", port, issuer_app(issuer), threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    served = Served(issuer_app(issuer), port)
     yield issuer
-    server.shutdown()
+    served.stop()
+
+
+@pytest.fixture(scope="session")
+def upstreams(issuer):
+    """Each read tool's dev upstream (a test double of the platform service behind it), in this process."""
+    served = {tool: dev_upstream(tool, issuer.upstream_env(tool)) for tool in READ_TOOLS}
+    yield served
+    for s in served.values():
+        s.stop()
+
+
+@pytest.fixture(autouse=True)
+def calm_upstreams(request):
+    """Faults a test asked a dev upstream for end with the test."""
+    yield
+    if "upstreams" in request.fixturenames:
+        for served in request.getfixturevalue("upstreams").values():
+            served.controls.delay_seconds, served.controls.fail_status = 0, 0
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's headless Chromium driven by Playwright, one for the session: Playwright's sync API runs one event
+    loop, so a second one in the same process fails (the workbench's tests and the sign-in page's share this)."""
+    if not CHROMIUM.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{CHROMIUM} is not installed: .ci/run installs Debian's chromium")
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=60_000)  # a turn on a busy 2-core machine: recall, the engine, a sandboxed run
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"], headless=True)
+        yield launched
+        launched.close()
 
 
 @pytest.fixture(scope="session")

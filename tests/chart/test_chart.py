@@ -11,11 +11,11 @@ import pytest
 import yaml
 from agentfn_operator.config import Config
 from agentfn_operator.network import MODEL_FUNCTION
-
-from .conftest import FUNCTIONS, NAMESPACE, ROOT, VALUES_SETS, env_of, knative_services, objects
+from support import TOOLS
+from support.chart import FUNCTIONS, NAMESPACE, ROOT, VALUES_SETS, env_of, knative_services, objects
 
 CONFIGURATION = (ROOT / "docs" / "configuration.md").read_text()
-INTERNAL = {"page", "platform_status", "list_models", "radar_latest", "run_code"}
+INTERNAL = {"page", *TOOLS}
 DB_PARTS = {"memory", "page", "run_code", "model"}
 SETS = list(VALUES_SETS)
 
@@ -146,7 +146,7 @@ def test_the_model_function_finds_every_part_by_its_service_name(values_set):
     names = {fn: s["metadata"]["name"] for fn, s in services.items()}
     assert env["AGENTFN_MEMORY_URL"] == f"http://{names['memory']}.{NAMESPACE}.svc.cluster.local"
     assert env["AGENTFN_PAGE_URL"] == f"http://{names['page']}.{NAMESPACE}.svc.cluster.local"
-    for tool in ("platform_status", "list_models", "radar_latest", "run_code"):
+    for tool in TOOLS:
         assert env[f"AGENTFN_TOOL_{tool.upper()}_URL"] == f"http://{names[tool]}.{NAMESPACE}.svc.cluster.local"
     for tier in env["AGENTFN_TIERS"].split(","):
         assert env[f"AGENTFN_TIER_{tier.upper()}_URL"].startswith("http")
@@ -162,7 +162,7 @@ def test_the_operator_selects_the_pods_the_chart_names(values_set):
     assert config.function_service(MODEL_FUNCTION) == services["model"]["metadata"]["name"]
     # the descriptors the catalog reads, each back at <function>/tool.json
     [tools] = [c for c in objects(values_set, "ConfigMap") if c["metadata"]["name"] == "agentfn-tool-descriptors"]
-    for tool in ("platform_status", "list_models", "radar_latest", "run_code"):
+    for tool in TOOLS:
         assert tools["data"][f"{tool}.json"] == (ROOT / "functions" / tool / "tool.json").read_text()
 
 

@@ -1,4 +1,4 @@
-"""The chart on a real kube-apiserver (v1.20.2 on loopback, tests/apiserver.py): the CRDs it needs
+"""The chart on a real kube-apiserver (v1.20.2 on loopback, tests/support/apiserver.py): the CRDs it needs
 (agentfn's, Knative Serving's, Gateway API's, CloudNativePG's), then the rendered chart with server-side
 dry-run, then for real, then deleted. Nothing runs pods here, so this proves what the API server checks:
 schemas (built-in and CRD), references it resolves, RBAC.
@@ -16,36 +16,16 @@ import functools
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-
-from .conftest import CHART, CRD_FILES, SCHEMAS, VALUES_SETS, Loader, helm
+from support.chart import CHART, CRD_FILES, SCHEMAS, VALUES_SETS, Loader, for_1_20, helm
 
 # The first build of the apiserver on a fresh machine takes minutes (scripts/kube-apiserver.sh).
 pytestmark = pytest.mark.timeout(1500)
 NAMESPACE = "agentfn-chart"  # apart from the operator's tests, which use agentfn
 NOT_IN_1_20 = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 APPLIED_FIRST = {"CustomResourceDefinition"}  # by the cluster fixture, made fit for 1.20
-CRD_FIELDS_1_20_REFUSES = {"x-kubernetes-validations", "selectableFields"}
-
-
-def for_1_20(node: Any) -> Any:
-    """A CRD with what 1.20 does not take out: CEL rules, selectable fields, and empty-string defaults
-    (1.20 reads `default: ""` as null and refuses the CRD)."""
-    if isinstance(node, dict):
-        keys = node.get("x-kubernetes-list-map-keys", [])
-        items = node.get("items", {}).get("properties", {})
-        if any(items.get(k, {}).get("default") == "" for k in keys):
-            # a map-list key must have a default: without it, the list is kept whole (atomic)
-            node = {k: v for k, v in node.items() if k not in ("x-kubernetes-list-map-keys", "x-kubernetes-list-type")}
-        return {
-            k: for_1_20(v) for k, v in node.items() if k not in CRD_FIELDS_1_20_REFUSES and not (k == "default" and v == "")
-        }
-    if isinstance(node, list):
-        return [for_1_20(v) for v in node]
-    return node
 
 
 @functools.cache

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from .conftest import FUNCTIONS, ROOT, env_of, knative_services, objects, values_schema
+from support.chart import FUNCTIONS, ROOT, env_of, knative_services, objects, values_schema
 
 FUNCTION_DOCKERFILE = ROOT / "functions" / "Dockerfile"
 DOCKERFILES = {fn: FUNCTION_DOCKERFILE for fn in FUNCTIONS} | {"operator": ROOT / "operator" / "Dockerfile"}

@@ -10,9 +10,8 @@ from __future__ import annotations
 import pytest
 from agentfn_operator.config import Config
 from agentfn_operator.network import policy
-
-from .conftest import NAMESPACE, ROOT, objects
-from .network import ADDRESSES, allowed, cluster_pods, connectivity, run_nca
+from support.chart import NAMESPACE, ROOT, objects
+from support.network import ADDRESSES, allowed, cluster_pods, connectivity, run_nca
 
 # The chart as a cluster would run it: the caller token issuer in namespace `auth`.
 SETS = ("identityEgress.namespaces[0]=auth",)

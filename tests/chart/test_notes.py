@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
-from .conftest import CHART, NAMESPACE, VALUES_SETS, helm
+from support.chart import CHART, NAMESPACE, VALUES_SETS, helm
 
 
 def notes(values_set: str, sets: tuple[str, ...] = ()) -> str:

@@ -16,8 +16,7 @@ import pytest
 import requests
 from agentfn.cli.postgres import free_port
 from support import ROOT, Gunicorn
-
-from .conftest import FUNCTIONS, NAMESPACE, env_of, objects
+from support.chart import FUNCTIONS, NAMESPACE, env_of, objects
 
 PROBE = "agentfn-test-probe"
 

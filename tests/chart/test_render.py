@@ -11,8 +11,7 @@ import re
 import kubernetes_validate
 import pytest
 from kubernetes_validate.utils import latest_version
-
-from .conftest import CHART, NAMESPACE, VALUES_SETS, crd_validator, helm, objects
+from support.chart import CHART, NAMESPACE, VALUES_SETS, crd_validator, helm, objects
 
 K8S_VERSION = latest_version()
 CUSTOM = {"serving.knative.dev/v1", "gateway.networking.k8s.io/v1", "postgresql.cnpg.io/v1"}

@@ -19,9 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from .conftest import CHART, CRD_FILES, ROOT, SCHEMAS, Loader, helm, objects
-from .test_cluster import for_1_20
+from support.chart import CHART, CRD_FILES, ROOT, SCHEMAS, Loader, for_1_20, helm, objects
 
 pytestmark = pytest.mark.timeout(1500)
 NAMESPACE = "agentfn"  # the examples' namespace
@@ -36,7 +34,7 @@ OWNED = {
 
 @pytest.fixture(scope="module")
 def kube():
-    from apiserver import KubeAPI, build
+    from support.apiserver import KubeAPI, build
 
     api = KubeAPI()
     try:

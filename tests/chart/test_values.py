@@ -11,8 +11,7 @@ import sys
 
 import pytest
 from jsonschema import Draft7Validator
-
-from .conftest import CHART, ROOT, helm, template_args, values_defaults, values_schema
+from support.chart import CHART, ROOT, helm, template_args, values_defaults, values_schema
 
 VALIDATOR = Draft7Validator(values_schema())
 

@@ -5,7 +5,6 @@ import hashlib
 import hmac
 import json
 import secrets
-import threading
 import time
 
 import jwt
@@ -14,6 +13,7 @@ import requests
 from agentfn.devstack.issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from support import Served
 
 SERVICE = "system:serviceaccount:agentfn:agentfn-model"
 MODEL = SERVICE
@@ -190,14 +190,9 @@ class RotatingKeySet:
     and its keys and that token change together, as when the cluster rotates keys and the kubelet the token."""
 
     def __init__(self):
-        from support import free_port
-        from werkzeug.serving import make_server
-
         self.keys, self.wanted, self.fetches = [], "", []
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = make_server("127.0.0.1", self.port, self.app, threaded=True)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.served = Served(self.app)
+        self.url = self.served.url
 
     def app(self, environ, start_response):
         sent = environ.get("HTTP_AUTHORIZATION", "")
@@ -271,4 +266,4 @@ def test_the_service_key_sets_token_file_is_read_on_each_fetch(memory_env, issue
         assert jwks.fetches[-1] == "Bearer projected-token-2"
     finally:
         server.stop()
-        jwks.server.shutdown()
+        jwks.served.stop()

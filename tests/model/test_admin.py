@@ -16,9 +16,9 @@ import pytest
 import requests
 from agentfn.shared import db
 from agentfn.shared.grants import records, rows
-from conftest import Person, registry_document, take_turn
 from psycopg import sql
 from support import Gunicorn
+from support.model import Person, agentfn, registry_document, take_turn
 
 DOORS = ("/v1/admin/generations", "/v1/admin/grants", "/v1/admin/calls")
 
@@ -127,8 +127,6 @@ def test_only_a_caller_in_an_admin_group_may_use_the_admin_doors(model, issuer, 
 
 
 def test_the_grants_are_the_rows_agentfn_audit_prints(model, admin, registry_file):
-    from test_cli import agentfn
-
     answer = requests.get(model.url + "/v1/admin/grants", headers=admin.headers, timeout=30)
     assert answer.status_code == 200, answer.text
     body = answer.json()
@@ -269,8 +267,6 @@ def test_the_calls_query_is_checked(model, admin, params, detail):
 
 
 def test_agentfn_audit_calls_prints_a_table_json_lines_and_csv_through_the_gateway(gateway, person, admin, audited):
-    from test_cli import agentfn
-
     def run(*extra):
         done = agentfn("audit", "calls", "--since", audited["since"], *extra, url=gateway.url, token=admin.token)
         assert done.returncode == 0, done.stderr
@@ -325,8 +321,6 @@ def test_an_open_page_call_shows_the_page_fetchers_audit_of_it_by_host_and_never
     assert found[1]["page"] is None
     for secret in ("pathcanary", "querycanary", "never-offered", person.subject):
         assert secret not in answer.text
-    from test_cli import agentfn
-
     printed = agentfn("audit", "calls", "--since", since, "--tool", "open_page", "--csv", url=gateway.url, token=admin.token)
     assert printed.returncode == 0, printed.stderr
     rows = sorted(csv.DictReader(io.StringIO(printed.stdout)), key=lambda r: int(r["n"]))

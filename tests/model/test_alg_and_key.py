@@ -16,10 +16,9 @@ import time
 import jwt
 import pytest
 import requests
-from conftest import MODEL_SERVICE
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from support import MCP_RESOURCE
+from support import MCP_RESOURCE, MODEL_SERVICE
 
 
 def claims(issuer, audience: str, **extra) -> dict:

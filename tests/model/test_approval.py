@@ -19,7 +19,7 @@ import jwt
 import psycopg
 import pytest
 import requests
-from conftest import Person, take_turn
+from support.model import Person, take_turn
 
 MODES = {"native": "", "constrained": "-small"}
 NOTE = {"kind": "fact", "text": "I work on the ledger team."}
@@ -122,7 +122,7 @@ def test_a_declined_call_is_a_declined_step_and_the_model_is_told(model, engine,
 
 
 def test_a_waived_grant_runs_the_call_without_asking(model, engine, memory, person):
-    # The keeper's grant of remember waives approval; the asker's does not (tests/model/conftest.py).
+    # The keeper's grant of remember waives approval; the asker's does not (tests/support/model.py).
     _, events, _ = ask(model, engine, person, "keeper")
     assert steps(events) == [(1, "remember", "started"), (1, "remember", "ok")]
     assert [e["text"] for e in mine(memory, person)] == [NOTE["text"]]

@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
-from conftest import SMALL_DAILY, take_turn
+from support.model import SMALL_DAILY, take_turn
 
 MAX_ROUND = 100  # the frugal instance's completion tokens per round
 

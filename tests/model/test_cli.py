@@ -6,28 +6,17 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 import requests
 from agentfn_operator.audit import records, rows
-from conftest import Person, registry_document
+from support.model import AGENTFN, Person, agentfn, registry_document
 
-AGENTFN = Path(sys.executable).parent / "agentfn"
 NOTE = "Prefers four spaces for indentation in Python code."
 QUESTION = "How should my Python code be formatted and indented?"
 SUMMARY = "The person asked how to indent Python code and settled on four spaces for each level."
-
-
-def agentfn(
-    *args: str, url: str | None = None, token: str | None = None, stdin: str | None = None, timeout: float = 90
-) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("AGENTFN_URL", "AGENTFN_TOKEN")}
-    env.update({"COLUMNS": "200", **({"AGENTFN_URL": url} if url else {}), **({"AGENTFN_TOKEN": token} if token else {})})
-    return subprocess.run([str(AGENTFN), *args], input=stdin, capture_output=True, text=True, env=env, timeout=timeout)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import time
 import psycopg
 import pytest
 import requests
-from conftest import Person, exchanged_for_upstream, registry_document, take_turn
+from support.model import Person, exchanged_for_upstream, registry_document, take_turn
 
 
 def generations(model_env, subject):

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
-from conftest import parse_sse
+from support.model import parse_sse
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 HIDDEN = (

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 import pytest
-from conftest import TOOL_TIMEOUT, take_turn
+from support.model import TOOL_TIMEOUT, take_turn
 
 MODES = {"native": "", "constrained": "-small"}
 STATUS = {"name": "platform_status", "arguments": {}}

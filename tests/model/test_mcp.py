@@ -11,11 +11,11 @@ from pathlib import Path
 import httpx2
 import psycopg
 import pytest
-from conftest import exchanged_for_upstream
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from support import MCP_RESOURCE
+from support.model import exchanged_for_upstream
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"  # 0.x CLIs have no --header

@@ -6,7 +6,8 @@ import uuid
 
 import pytest
 import requests
-from conftest import MODEL_SERVICE, take_turn
+from support import MODEL_SERVICE
+from support.model import Person, take_turn
 
 MODES = {"native": "", "constrained": "-small"}
 NOTE = "Prefers four spaces for indentation in Python code."
@@ -62,8 +63,6 @@ def test_an_agent_that_keeps_nothing_recalls_nothing(model, engine, person, note
 
 
 def test_recall_runs_as_the_caller(model, engine, issuer, notes):
-    from conftest import Person
-
     other = Person(issuer)
     sid = engine.script({"text": "Hello."})
     _, events = take_turn(model.url, other, "reviewer", f"{QUESTION} script:{sid}")

@@ -18,7 +18,7 @@ import pytest
 import requests
 from agentfn.model import weights
 from agentfn.model.engines import Engine, Tier, Usage, neutral
-from conftest import take_turn
+from support.model import take_turn
 
 pytestmark = pytest.mark.slow
 

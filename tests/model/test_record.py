@@ -12,8 +12,8 @@ import time
 
 import psycopg
 import requests
-from conftest import take_turn
 from psycopg import sql
+from support.model import take_turn
 
 
 def test_the_record_keeps_counts_and_never_the_conversation(model, engine, memory, person, postgres, logs, model_env):

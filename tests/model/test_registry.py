@@ -13,8 +13,8 @@ from agentfn.shared.identity import Caller
 from agentfn_operator import catalog
 from agentfn_operator.local import read_objects
 from agentfn_operator.reconcile import reconcile
-from conftest import access, registry_document, take_turn
 from jsonschema import Draft202012Validator
+from support.model import access, registry_document, take_turn
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCHEMA = json.loads((ROOT / "shared" / "contract" / "registry.schema.json").read_text())

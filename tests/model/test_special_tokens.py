@@ -14,7 +14,7 @@ import pytest
 import requests
 from agentfn.model import weights
 from agentfn.model.engines import neutral
-from conftest import take_turn
+from support.model import take_turn
 
 MODES = {"native": "", "constrained": "-small"}
 JOINER = "\u200d"

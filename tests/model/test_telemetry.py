@@ -2,7 +2,7 @@
 and nothing anyone said, asked for, was answered or kept leaves in them.
 
 The parts run under gunicorn with `OTEL_EXPORTER_OTLP_ENDPOINT` naming a test receiver on loopback (a test
-double of a collector, tests/otlp_receiver.py); the turn recalls a note, calls two tools in one round (one
+double of a collector, tests/support/otlp_receiver.py); the turn recalls a note, calls two tools in one round (one
 fails: its platform service answers 503) and answers.
 """
 
@@ -15,9 +15,9 @@ import sys
 import pytest
 import requests
 from agentfn.shared.app import subject_hash
-from conftest import READ_TOOLS, take_turn
-from otlp_receiver import Receiver
-from support import Gunicorn
+from support import READ_TOOLS, Gunicorn
+from support.model import SERVED_READS, Person, take_turn
+from support.otlp_receiver import Receiver
 
 # Marker words, one for each kind of content: none may appear anywhere in what is exported.
 MARKERS = {"message": "xylophonemarker", "argument": "zanzibarx", "answer": "quokkamarker", "entry": "wombatmarker"}
@@ -50,12 +50,12 @@ def traced(receiver, memory_env, model_env, upstreams, issuer, logs, page):
             logs / "page-traced.log",
         ),
     }
-    for tool, variable in READ_TOOLS.items():
+    for tool in SERVED_READS:
         servers[tool] = Gunicorn(
             f"agentfn.{tool}.app:create_app()",
             {
                 **issuer.env(),
-                variable: upstreams[tool].url,
+                READ_TOOLS[tool]: upstreams[tool].url,
                 "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": "5",
                 "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(logs, tool)),
                 **otel,
@@ -88,8 +88,6 @@ def traced(receiver, memory_env, model_env, upstreams, issuer, logs, page):
 @pytest.fixture(scope="module")
 def turn(traced, engine, upstreams, issuer, receiver):
     """The turn: a note recalled, platform_status (ok) and list_models (fails) in one round, then the answer."""
-    from conftest import Person
-
     person = Person(issuer)
     note = requests.post(
         traced["memory"].url + "/v1/entries",
@@ -293,8 +291,6 @@ def test_without_a_collector_nothing_of_opentelemetry_is_loaded(env, on):
 
 
 def test_an_opened_page_is_a_child_span_with_its_outcome_and_never_its_url(traced, engine, issuer, receiver):
-    from conftest import Person
-
     person, url = Person(issuer), "http://127.0.0.1/pathmarkerzz?q=querymarkerzz"
     sid = engine.script({"call": {"name": "open_page", "arguments": {"url": url}}}, {"text": "It would not open."})
     _, events = take_turn(traced["model"].url, person, "reviewer", f"Open {url} please. script:{sid}")
@@ -328,8 +324,6 @@ def test_an_opened_page_is_a_child_span_with_its_outcome_and_never_its_url(trace
 
 
 def test_a_call_alone_is_an_execute_tool_span_on_its_channel_with_the_tool_function_under_it(traced, issuer, receiver):
-    from conftest import Person
-
     person = Person(issuer)
     answer = requests.post(
         traced["model"].url + "/v1/tools/platform_status/call",
@@ -360,8 +354,6 @@ def test_a_call_alone_is_an_execute_tool_span_on_its_channel_with_the_tool_funct
 
 
 def test_memorys_writes_are_spans_with_their_operation_and_counts_and_never_the_text(traced, issuer, receiver):
-    from conftest import Person
-
     person, marker = Person(issuer), "notemarkerzz"
     base, headers = traced["memory"].url, person.headers
     kept = requests.post(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 import requests
-from conftest import take_turn
+from support.model import take_turn
 
 MODES = {"native": "", "constrained": "-small"}
 ANSWER = {"text": "Done."}

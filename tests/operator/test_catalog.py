@@ -7,8 +7,7 @@ import shutil
 
 import pytest
 from agentfn_operator import catalog
-
-from .conftest import ROOT
+from support.operator import ROOT
 
 
 def test_the_catalog_is_the_descriptor_files_plus_the_memory_tools(tools):

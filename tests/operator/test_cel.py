@@ -13,8 +13,7 @@ from typing import Any
 import celpy
 import pytest
 from agentfn_operator.reconcile import reconcile
-
-from .conftest import schema_of
+from support.operator import schema_of
 
 BASE_GRANT = {"tool": "platform_status", "agents": ["site-guide"], "groups": ["visitors"]}
 BASE_AGENT = {"brief": "Answers visitors.", "tools": ["platform_status"]}

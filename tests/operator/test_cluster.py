@@ -18,8 +18,7 @@ from agentfn.cli.postgres import free_port
 from agentfn_operator import audit
 from agentfn_operator.reconcile import dumps, reconcile
 from kopf.testing import KopfRunner
-
-from .conftest import (
+from support.operator import (
     CLUSTER_TIMEOUT,
     EXAMPLES,
     NAMESPACE,

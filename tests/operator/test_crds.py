@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 from agentfn_operator.reconcile import AGENT_DEFAULTS, AGENT_FIELDS, GRANT_DEFAULTS, GRANT_FIELDS, LIMIT_DEFAULTS
 from jsonschema import Draft7Validator
-
-from .conftest import crd, example_objects, schema_of
+from support.operator import crd, example_objects, schema_of
 
 KINDS = ["Agent", "ToolGrant"]
 

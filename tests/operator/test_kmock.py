@@ -14,8 +14,7 @@ import kmock
 import pytest
 import yaml
 from agentfn_operator.reconcile import dumps, reconcile
-
-from .conftest import example_objects
+from support.operator import example_objects
 
 NS = "agentfn"
 AGENTS, GRANTS = "agentfn.dev/v1alpha1/agents", "agentfn.dev/v1alpha1/toolgrants"

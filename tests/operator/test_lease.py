@@ -13,8 +13,7 @@ import pytest
 from agentfn_operator.config import Config
 from agentfn_operator.kube import Api
 from agentfn_operator.lease import Elector
-
-from .conftest import CLUSTER_TIMEOUT, NAMESPACE, wait_for
+from support.operator import CLUSTER_TIMEOUT, NAMESPACE, wait_for
 
 pytestmark = pytest.mark.timeout(CLUSTER_TIMEOUT)
 

@@ -14,8 +14,7 @@ import yaml
 from agentfn_operator import audit
 from agentfn_operator.reconcile import dumps, reconcile
 from jsonschema import Draft202012Validator
-
-from .conftest import EXAMPLES, ROOT, example_objects, wait_for
+from support.operator import EXAMPLES, ROOT, example_objects, wait_for
 
 SCHEMA = json.loads((ROOT / "shared" / "contract" / "registry.schema.json").read_text())
 

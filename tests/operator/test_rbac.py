@@ -6,8 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from .conftest import CLUSTER_TIMEOUT, NAMESPACE
+from support.operator import CLUSTER_TIMEOUT, NAMESPACE
 
 pytestmark = pytest.mark.timeout(CLUSTER_TIMEOUT)
 OPERATOR = f"system:serviceaccount:{NAMESPACE}:agentfn-operator"

@@ -12,8 +12,7 @@ from agentfn_operator.reconcile import functions_in_use, reconcile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
-
-from .conftest import ROOT, example_objects
+from support.operator import ROOT, example_objects
 
 SCHEMA = json.loads((ROOT / "shared" / "contract" / "registry.schema.json").read_text())
 

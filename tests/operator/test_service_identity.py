@@ -10,8 +10,7 @@ import secrets
 import pytest
 import requests
 from support import Client, Gunicorn
-
-from .conftest import CLUSTER_TIMEOUT, NAMESPACE
+from support.operator import CLUSTER_TIMEOUT, NAMESPACE
 
 pytestmark = pytest.mark.timeout(CLUSTER_TIMEOUT)
 MODEL = f"system:serviceaccount:{NAMESPACE}:agentfn-model"

@@ -8,63 +8,18 @@ the namespace, where the only "public" hosts are the lab's and loopback holds re
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import secrets
 import select
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-import requests
+from support.page import Lab, Opener, PageFunction, die_with_parent, fresh_subject, page_env
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
-BIN = Path(sys.executable).parent
-PROXY = "http://127.0.0.1:3128"  # an internal recorder: a fetcher that used it would be caught
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-class Lab:
-    def __init__(self, directory: Path, process: subprocess.Popen, pid: int):
-        self.dir, self.process, self.pid = directory, process, pid
-        self.netns = f"/proc/{pid}/ns/net"
-
-    def _lines(self, name: str) -> list[dict]:
-        return [json.loads(line) for line in (self.dir / name).read_text().splitlines() if line.strip()]
-
-    def internal_hits(self) -> list[dict]:
-        return self._lines("internal.jsonl")
-
-    def public_hits(self) -> list[dict]:
-        return self._lines("public.jsonl")
-
-    def dns_queries(self) -> list[dict]:
-        return self._lines("dns.jsonl")
-
-    def inside(self, code: str, timeout: float = 20) -> subprocess.CompletedProcess:
-        """Run Python code inside the lab's namespace (for probes of the lab itself)."""
-        return subprocess.run(
-            ["nsenter", f"--net={self.netns}", "--", sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.stdin.close()
-            self.process.terminate()
-            self.process.wait(10)
 
 
 @pytest.fixture(scope="session")
@@ -84,7 +39,7 @@ def lab(postgres, issuer, tmp_path_factory):
         str(urlsplit(issuer.url).port),
     ]
     process = subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, preexec_fn=_die_with_parent
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, preexec_fn=die_with_parent
     )
     ready, _, _ = select.select([process.stdout], [], [], 30)
     line = process.stdout.readline() if ready else b""
@@ -97,92 +52,9 @@ def lab(postgres, issuer, tmp_path_factory):
     log.close()
 
 
-class PageFunction:
-    """The page fetcher under gunicorn inside the lab's namespace, answering on host loopback."""
-
-    def __init__(self, lab: Lab, env: dict[str, str], log: Path):
-        self.lab, self.log = lab, log
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(128)
-        self.listener.set_inheritable(True)
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.env = {**os.environ, **env}
-        self.process: subprocess.Popen | None = None
-
-    def start(self, timeout: float = 60) -> float:
-        """Start gunicorn; returns the seconds from start to ready."""
-        started = time.monotonic()
-        self._out = open(self.log, "ab")
-        fd = self.listener.fileno()
-        self.process = subprocess.Popen(
-            [
-                "nsenter",
-                f"--net={self.lab.netns}",
-                "--",
-                str(BIN / "gunicorn"),
-                "-c",
-                "python:agentfn.shared.gunicorn_conf",
-                "-b",
-                f"fd://{fd}",
-                "agentfn.page.app:create_app()",
-            ],
-            env=self.env,
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            pass_fds=[fd],
-            preexec_fn=_die_with_parent,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the page fetcher exited; see {self.log}:\n{self.log.read_text()[-3000:]}")
-            try:
-                if requests.get(self.url + "/readyz", timeout=2).status_code == 200:
-                    return time.monotonic() - started
-            except (requests.ConnectionError, requests.Timeout):
-                pass
-            time.sleep(0.02)
-        raise RuntimeError(f"the page fetcher was not ready in {timeout}s; see {self.log}")
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGQUIT)  # gunicorn's quick shutdown: the tests are done with it
-            self.process.wait(15)
-        self._out.close()
-        self.listener.close()
-
-
 @pytest.fixture(scope="session")
 def page_dsn(postgres):
     return postgres.provision("page", "agentfn_page")
-
-
-def page_env(lab: Lab, issuer, dsn: str, **overrides: str) -> dict[str, str]:
-    env = {
-        **issuer.env(),
-        "AGENTFN_DATABASE_URL": dsn,
-        "AGENTFN_DNS_SERVERS": "127.0.0.1:53",
-        "AGENTFN_PAGE_CA_FILE": str(lab.dir / "ca.pem"),
-        "AGENTFN_PAGE_DEADLINE_SECONDS": "2",
-        "AGENTFN_PAGE_MAX_BYTES": str(1 << 20),
-        "AGENTFN_LOG_LEVEL": "INFO",
-        "AGENTFN_THREADS": "8",
-        # Proxies in the environment must change nothing: each points at an internal recorder. Loopback
-        # is exempt only for the token issuer's keys (fetched by the shared identity code, which honours
-        # proxies); the fetcher never goes to loopback, so every page it opens would meet the proxy.
-        "HTTP_PROXY": PROXY,
-        "HTTPS_PROXY": PROXY,
-        "ALL_PROXY": PROXY,
-        "http_proxy": PROXY,
-        "https_proxy": PROXY,
-        "all_proxy": PROXY,
-        "NO_PROXY": "127.0.0.1",
-        "no_proxy": "127.0.0.1",
-    }
-    env.update(overrides)
-    return env
 
 
 @pytest.fixture(scope="session")
@@ -205,29 +77,6 @@ def tight_page(lab, issuer, page_dsn, tmp_path_factory):
     server.start()
     yield server
     server.stop()
-
-
-class Opener:
-    """A caller of the page door: `opener(url, subject=..., **body)` -> the HTTP response."""
-
-    def __init__(self, base: str, issuer):
-        self.base, self.issuer, self.session = base, issuer, requests.Session()
-        self.session.trust_env = False
-
-    def __call__(
-        self, url: str, *, subject: str | None = None, headers: dict[str, str] | None = None, **body
-    ) -> requests.Response:
-        token = self.issuer.exchanged("agentfn:page", subject or fresh_subject())
-        return self.session.post(
-            self.base + "/v1/open",
-            json={"url": url, **body},
-            headers={**(headers or {}), "Authorization": f"Bearer {token}"},
-            timeout=30,
-        )
-
-
-def fresh_subject() -> str:
-    return f"page-{secrets.token_hex(5)}"
 
 
 @pytest.fixture(scope="session")

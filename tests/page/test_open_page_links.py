@@ -7,43 +7,24 @@ page opened, is in tests/model/test_tool_results.py.
 from __future__ import annotations
 
 import json
-import sys
-import threading
 
 import psycopg
 import pytest
 import requests
 from support import Gunicorn
-from werkzeug.serving import make_server
-
-from .conftest import HERE
-
-sys.path.insert(0, str(HERE.parent / "model"))  # the scripted engine
-from scripted_engine import create_app as engine_app  # noqa: E402
+from support.model import Engine
+from support.scripted_engine import create_app as engine_app
 
 PUB = "http://www.pub.test"
 ARTICLE = f"{PUB}/deep/dir/article"
 NEXT = f"{PUB}/deep/dir/rel/next.html"  # the article's link [1] (relative href, resolved)
 
 
-class Engine:
-    def __init__(self):
-        self.server = make_server("127.0.0.1", 0, engine_app(), threaded=True)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def script(self, *rounds) -> str:
-        return requests.post(self.url + "/scripts", json={"rounds": list(rounds)}, timeout=5).json()["id"]
-
-    def requests(self, sid: str) -> list[dict]:
-        return requests.get(f"{self.url}/scripts/{sid}/requests", timeout=5).json()["requests"]
-
-
 @pytest.fixture(scope="module")
 def engine():
-    served = Engine()
+    served = Engine(engine_app())
     yield served
-    served.server.shutdown()
+    served.stop()
 
 
 @pytest.fixture(scope="module")

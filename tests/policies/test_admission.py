@@ -209,7 +209,7 @@ def test_knative_services_scale_to_zero_and_have_limits(patch, expected):
 
 
 def test_the_charts_own_services_are_admitted():
-    from chart.conftest import knative_services
+    from support.chart import knative_services
 
     for values_set in ("default", "cnpg", "external", "minimal"):
         for fn, service in knative_services(values_set).items():
@@ -253,7 +253,7 @@ def test_run_code_pods_run_under_gvisor(patch, expected):
 
 
 def test_the_pod_knative_makes_from_the_charts_run_code_is_admitted():
-    from chart.conftest import knative_services
+    from support.chart import knative_services
 
     template = knative_services("default")["run_code"]["spec"]["template"]
     pod = {

@@ -11,9 +11,8 @@ import jwt
 import pytest
 import requests
 from cryptography.hazmat.primitives.asymmetric import ec
-from support import MODEL_SERVICE, account
-
-from .conftest import READ_TOOLS, UPSTREAM_TIMEOUT, Served, call, dev_upstream, tool_env
+from support import MODEL_SERVICE, READ_TOOLS, Served, account
+from support.tools import UPSTREAM_TIMEOUT, call, dev_upstream, tool_env
 
 READERS = {"platform_status": ["platform-users"], "list_models": ["platform-users"], "radar_latest": ["platform-users"]}
 # Each tool's privileged group, and what only that group's members see.

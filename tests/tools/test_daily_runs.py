@@ -7,8 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 import requests
-
-from .conftest import RUN_LIMITS, call
+from support.tools import RUN_LIMITS, call
 
 DAILY = int(RUN_LIMITS["AGENTFN_RUN_CODE_DAILY_RUNS"])
 
@@ -76,8 +75,7 @@ def test_a_sandbox_that_cannot_start_is_not_ready_and_costs_no_run(run_code_env,
     import time
 
     from agentfn.run_code.app import create_app
-
-    from .conftest import Served
+    from support import Served
 
     served = Served(create_app({**run_code_env, "AGENTFN_RUN_CODE_PYTHON": "/nonexistent/python3"}))
     try:

@@ -6,8 +6,7 @@ import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, settings
-
-from .conftest import TOOLS
+from support import TOOLS
 
 GROUPS = ["platform-users", "platform-ops", "research", "staff"]
 fresh = itertools.count()

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 from support import BIN, Client, Gunicorn
-
-from .conftest import CANARY, RUN_LIMITS
+from support.tools import CANARY, RUN_LIMITS
 
 ROOT = Path(__file__).resolve().parents[2]
 UID_BASE = int(RUN_LIMITS["AGENTFN_RUN_CODE_UID_BASE"])

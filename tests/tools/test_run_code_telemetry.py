@@ -6,10 +6,9 @@ from __future__ import annotations
 import secrets
 
 import pytest
-from otlp_receiver import Receiver
 from support import Gunicorn
-
-from .conftest import call
+from support.otlp_receiver import Receiver
+from support.tools import call
 
 
 @pytest.fixture(scope="module")

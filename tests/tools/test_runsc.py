@@ -7,8 +7,7 @@ import shutil
 import pytest
 import requests
 from support import Gunicorn
-
-from .conftest import CANARY, RUN_LIMITS
+from support.tools import CANARY, RUN_LIMITS
 
 pytestmark = pytest.mark.skipif(
     shutil.which("runsc") is None or os.geteuid() != 0,

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from support import TOOLS
 
 HEAVY = ["jsonschema", "requests", "urllib3", "psycopg", "psycopg_pool", "numpy", "onnxruntime", "tokenizers"]
 ALLOWED = {"run_code": {"psycopg", "psycopg_pool"}}  # its daily-runs count is part of being ready
@@ -16,7 +17,7 @@ print(json.dumps(sorted(m for m in json.loads(sys.argv[3]) if m in sys.modules))
 """
 
 
-@pytest.mark.parametrize("tool", ["platform_status", "list_models", "radar_latest", "run_code"])
+@pytest.mark.parametrize("tool", TOOLS)
 def test_the_way_to_ready_imports_nothing_heavy(run_code_env, tool):
     env = {
         "AGENTFN_JWT_ISSUER": "http://127.0.0.1:9",

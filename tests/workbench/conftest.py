@@ -1,7 +1,5 @@
 """The workbench's test parts: the dev stack as `agentfn up` runs it, its engine the scripted one (a TEST DOUBLE
 of the LLM's choices, outside this project), and Debian's Chromium driven by Playwright.
-
-Screenshots of each screen are kept in var/screenshots/workbench/ (test artifacts, never committed).
 """
 
 from __future__ import annotations
@@ -10,55 +8,18 @@ import os
 import random
 import signal
 import subprocess
-import sys
-import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-import requests
-from agentfn.cli.postgres import EmbeddedPostgres, free_port
-from werkzeug.serving import make_server
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "model"))  # the scripted engine
-from scripted_engine import create_app as engine_app  # noqa: E402
-from support import ROOT  # noqa: E402
-
-BIN = Path(sys.executable).parent
-CHROMIUM = Path(os.environ.get("AGENTFN_TEST_CHROMIUM", "/usr/bin/chromium"))
-SHOTS = ROOT / "var" / "screenshots" / "workbench"
-
-
-@dataclass
-class Stack:
-    url: str
-    issuer: str
-    engine: str
-    env: dict
-
-    def token(self, subject: str, groups: str = "developers,platform-users") -> str:
-        return subprocess.run(
-            [str(BIN / "agentfn"), "token", subject, "--groups", groups],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-
-    def door(self, method: str, path: str, token: str, **kwargs) -> requests.Response:
-        return requests.request(method, self.url + path, headers={"Authorization": f"Bearer {token}"}, timeout=60, **kwargs)
-
-    def script(self, *rounds: dict) -> str:
-        """A script for the engine's next rounds; the person's message names it (`script:<id>`)."""
-        return requests.post(self.engine + "/scripts", json={"rounds": list(rounds)}, timeout=5).json()["id"]
+from agentfn.cli.postgres import EmbeddedPostgres
+from support import BIN, ROOT, Served
+from support.scripted_engine import create_app as engine_app
+from support.workbench import Stack
 
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory):
-    port = free_port()
-    engine = make_server("127.0.0.1", port, engine_app(), threaded=True)
-    threading.Thread(target=engine.serve_forever, daemon=True).start()
+    engine = Served(engine_app())
     home = tmp_path_factory.mktemp("workbench")
     home.chmod(0o755)  # Postgres (its own user) reaches its data directory
     base = random.randrange(20000, 32000, 100)
@@ -67,7 +28,7 @@ def stack(tmp_path_factory):
         "AGENTFN_DEV_PORT_BASE": str(base),
         "AGENTFN_URL": f"http://127.0.0.1:{base}",
         "AGENTFN_ISSUER_URL": f"http://127.0.0.1:{base + 1}",
-        "AGENTFN_TIER_FAST_URL": f"http://127.0.0.1:{port}/v1",
+        "AGENTFN_TIER_FAST_URL": engine.url + "/v1",
         "AGENTFN_TIER_FAST_MODEL": "scripted",
         "AGENTFN_TIER_FAST_TOOL_MODE": "native",
     }
@@ -85,30 +46,14 @@ def stack(tmp_path_factory):
         assert process.poll() is None, log.read_text()
         assert time.monotonic() < deadline, f"no banner in 300 s:\n{log.read_text()[-3000:]}"
         time.sleep(0.2)
-    yield Stack(f"http://127.0.0.1:{base}", f"http://127.0.0.1:{base + 1}", f"http://127.0.0.1:{port}", env)
+    yield Stack(f"http://127.0.0.1:{base}", f"http://127.0.0.1:{base + 1}", engine.url, env)
     process.send_signal(signal.SIGINT)
     try:
         process.wait(60)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
     EmbeddedPostgres(home / "var" / "postgres").stop("immediate")
-    engine.shutdown()
-
-
-@pytest.fixture(scope="session")
-def browser():
-    if not CHROMIUM.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{CHROMIUM} is not installed: .ci/run installs Debian's chromium")
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=60_000)  # a turn on a busy 2-core machine: recall, the engine, a sandboxed run
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"], headless=True)
-        yield launched
-        launched.close()
+    engine.stop()
 
 
 @pytest.fixture
@@ -123,10 +68,3 @@ def page(browser, request):
     yield opened
     context.close()
     assert not troubles, troubles
-
-
-def shot(page, name: str) -> Path:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    path = SHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    return path

@@ -10,8 +10,7 @@ import re
 import pytest
 import requests
 from playwright.sync_api import Page, expect
-
-from .conftest import shot
+from support.workbench import shot
 
 PEOPLE = "developers,platform-users"
 ADMINS = "developers,platform-users,platform-admins"

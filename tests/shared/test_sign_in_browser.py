@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import secrets
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import jwt
@@ -19,10 +17,8 @@ from agentfn.cli.postgres import free_port
 from agentfn.devstack.issuer import CALLER_AUDIENCE, DevIssuer
 from agentfn.devstack.issuer import create_app as issuer_app
 from agentfn.devstack.sign_in import WebClient
-from support import ROOT
-from werkzeug.serving import make_server
+from support import ROOT, Served
 
-CHROMIUM = Path(os.environ.get("AGENTFN_TEST_CHROMIUM", "/usr/bin/chromium"))
 SHOTS = ROOT / "var" / "screenshots" / "sign-in"  # test artifacts, never committed
 
 
@@ -67,24 +63,9 @@ def issuer(tmp_path, site):
         f"http://127.0.0.1:{port}",
         web_clients={"agentfn-workbench": WebClient("agentfn-workbench", frozenset({site}), CALLER_AUDIENCE)},
     )
-    server = make_server("127.0.0.1", port, issuer_app(issuer), threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    served = Served(issuer_app(issuer), port)
     yield issuer
-    server.shutdown()
-
-
-@pytest.fixture
-def browser():
-    if not CHROMIUM.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{CHROMIUM} is not installed: .ci/run installs Debian's chromium")
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
+    served.stop()
 
 
 def pkce() -> tuple[str, str]:

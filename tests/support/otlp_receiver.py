@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentfn.cli.postgres import free_port
 from flask import Flask, Response, request
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -22,7 +21,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
-from werkzeug.serving import make_server
+
+from support import Served
 
 
 def value_of(v: AnyValue) -> Any:
@@ -139,14 +139,10 @@ def create_app(received: Received, lock: threading.Lock) -> Flask:
     return app
 
 
-class Receiver:
+class Receiver(Served):
     def __init__(self):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.received, self.lock = Received(), threading.Lock()
-        self._server = make_server("127.0.0.1", self.port, create_app(self.received, self.lock), threaded=True)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        super().__init__(create_app(self.received, self.lock))
 
     def spans(self, trace_id: str | None = None) -> list[Span]:
         with self.lock:
@@ -169,7 +165,3 @@ class Receiver:
                 return found
             time.sleep(0.1)
         raise AssertionError(f"the receiver did not get what was awaited in {timeout}s")
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()

@@ -7,7 +7,6 @@ import base64
 import hashlib
 import re
 import secrets
-import threading
 import time
 from html.parser import HTMLParser
 from urllib.parse import parse_qs, urlsplit
@@ -19,8 +18,7 @@ from agentfn.cli.postgres import free_port
 from agentfn.devstack.issuer import DevIssuer
 from agentfn.devstack.issuer import create_app as issuer_app
 from agentfn.devstack.sign_in import Codes
-from support import WORKBENCH, WORKBENCH_URL, web_clients
-from werkzeug.serving import make_server
+from support import WORKBENCH, WORKBENCH_URL, Served, web_clients
 
 ORIGIN = WORKBENCH_URL.rstrip("/")
 MARKUP = "<img src=x onerror=alert(1)>"
@@ -219,13 +217,12 @@ def served(tmp_path):
     def serve(codes: Codes) -> DevIssuer:
         port = free_port()
         issuer = DevIssuer(tmp_path, f"http://127.0.0.1:{port}", web_clients=web_clients(), codes=codes)
-        servers.append(make_server("127.0.0.1", port, issuer_app(issuer), threaded=True))
-        threading.Thread(target=servers[-1].serve_forever, daemon=True).start()
+        servers.append(Served(issuer_app(issuer), port))
         return issuer
 
     yield serve
     for server in servers:
-        server.shutdown()
+        server.stop()
 
 
 def test_an_expired_code_is_refused(served):
@@ -481,8 +478,7 @@ def test_the_dev_stack_registers_the_workbench_at_the_gateways_site_root(tmp_pat
     monkeypatch.setenv("AGENTFN_JWT_ISSUER", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("AGENTFN_DEV_ISSUER_DIR", str(tmp_path / "issuer"))
     monkeypatch.setenv("AGENTFN_DEV_ISSUER_WEB_CLIENTS", Stack(tmp_path, Console()).web_clients())
-    server = make_server("127.0.0.1", port, issuer_app(), threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = Served(issuer_app(), port)
     try:
         site_root = f"http://127.0.0.1:{PORTS['gateway']}/"
         params = {**asked(pkce()[1]), "client_id": "agentfn-workbench", "redirect_uri": site_root}
@@ -490,7 +486,7 @@ def test_the_dev_stack_registers_the_workbench_at_the_gateways_site_root(tmp_pat
         params["redirect_uri"] = f"http://localhost:{PORTS['gateway']}/"  # exact match: another spelling is refused
         assert requests.get(f"http://127.0.0.1:{port}/authorize", params=params, timeout=10).status_code == 400
     finally:
-        server.shutdown()
+        server.stop()
 
 
 @pytest.mark.parametrize(
