@@ -102,7 +102,8 @@ def section(door: dict) -> str:
     lines = [
         "## Through the door (the product as built)",
         "",
-        f"`{study.MODEL}` as shipped (floor {door['threshold']:g}), through the product itself: embedded Postgres, "
+        f"`{study.MODEL}` as shipped (floor {door['threshold']:g}; {study.changes_text(door['changes'])}), through the "
+        "product itself: embedded Postgres, "
         f"the dev issuer, memory under gunicorn on loopback; the {door['notes']} notes kept for one subject through "
         "`POST /v1/entries` (episodes through `POST /internal/v1/episodes`), each question asked through `POST "
         f"/v1/recall`. Recall over HTTP p50 {lat['p50']:.0f} ms, p90 {lat['p90']:.0f} ms (one client). "
@@ -159,6 +160,7 @@ def run(out: Path, corpus_path: Path, cache: Path | None = None) -> dict:
     lat = asked["latency"]
     door = {
         "setting": machine["shipped"]["setting"],
+        "changes": machine["shipped"]["changes"],
         "threshold": asked["threshold"],
         "notes": len(corpus.notes),
         "door": {p: study.figures(asked["shown"], corpus, m) for p, m in corpus.parts.items()},

@@ -1,15 +1,16 @@
 """Recall study: every setting chosen on the tuning part of the corpus, the held-out part reporting the result.
 
     .venv/bin/python studies/recall/corpus.py           # corpus.json from corpus_base.json and corpus.py
-    .venv/bin/python studies/recall/study.py            # results.md / results.json (about 7 minutes on 2 cores)
+    .venv/bin/python studies/recall/study.py            # results.md / results.json (about 12 minutes on 2 cores)
     .venv/bin/python studies/recall/study.py --door     # then: the shipped configuration through the product
 
 The default model (multilingual-e5-small-q4) as memory uses it: every note of the corpus kept for one subject
 in embedded Postgres with the product's migrations, so the full-text half is Postgres' own (the product's
 `store.QUESTION_TERMS` with the lever's parameters, `terms @@ tsquery`, `ts_rank(.., 1)`); the vector half
 is the engine's similarities; the fusion is store.RECALL_HYBRID's rule recomputed here for every setting of
-every lever (the door run checks it against the product). Each lever is tried from the shipped configuration
-with the vector floor chosen again beside its own parameters, by RULE, on the tuning questions only; the
+every lever (the door run checks it against the product). Each lever is tried from the configuration shipped
+before the study (the calibration levers, tried later, from the study's first result, SHIPPED) with the vector
+floor chosen again beside its own parameters, by RULE, on the tuning questions only; the
 held-out questions (whose right notes are not the tuning questions' right notes) score the chosen setting. The
 levers are also combined, on the tuning part alone. Of these candidates the product ships the one whose held-out
 figures RULE ranks first (the held-out part picks among a few finished settings, never a parameter).
@@ -68,6 +69,21 @@ EMBEDDINGS = {  # how notes and questions reach the engine (it always adds "quer
 # an episode is "session:<id>".
 SOURCES = {"fact": "agent:assistant", "preference": "agent:assistant", "episode": "session"}
 GROUPS = ("en", "hr", "xlang", "fact", "preference", "episode", "all")
+BASELINES = ("mean", "near5", "z", "neutral")
+BASELINE_NAMES = {
+    "mean": "the subject's mean",
+    "near5": "the mean of the 5 nearest",
+    "z": "the subject's mean, in its sd (z-score)",
+    "neutral": "the empty passage's",
+}
+LIFTS = {  # each baseline's own scale
+    "mean": np.round(np.arange(0.02, 0.1201, 0.005), 3),
+    "near5": np.round(np.arange(-0.05, 0.0201, 0.005), 3),
+    "z": np.round(np.arange(1.5, 5.01, 0.25), 2),
+    "neutral": np.round(np.arange(-0.06, 0.0801, 0.005), 3),
+}
+LOW_FLOORS = np.round(np.arange(0.70, 0.8501, 0.01), 3)  # an absolute floor beside a relative rule
+RERANK_POOL = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,12 +109,30 @@ class Setting:
     rule_en: str = "none"  # terms.SUFFIX_RULES
     rule_hr: str = "none"
     trigram: bool = False  # text list ranked by pg_trgm word similarity instead of ts_rank
+    # Query-relative calibration: the vector list holds only notes whose similarity, less a baseline for this
+    # question, is at least `lift`: the mean over the subject's notes, the mean of its 5 nearest, a z-score with
+    # the subject's mean and sd, or the question's similarity to the empty passage (the engine's prefix alone).
+    baseline: str = "none"
+    lift: float = float("-inf")
+    cap: int = TOP_K  # shown: at most this many notes
+    text_floor: float = float("-inf")  # the text list holds only notes at least this similar to the question
+    # Re-rank: the fused list's first RERANK_POOL notes (either list's, by fused score) ordered by similarity +
+    # rerank x (the note's ts_rank / the question's best ts_rank); shown only those whose score is at least
+    # rerank_floor and within rerank_margin of the first.
+    rerank: float = 0.0
+    rerank_floor: float = float("-inf")
+    rerank_margin: float = float("inf")
 
     def changes(self) -> dict:
         base = Setting()
         return {
             f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) != getattr(base, f.name)
         }
+
+
+# The study's first result, shipped: prefixes of 6 letters for English, 4 for Croatian. The calibration levers and the
+# levers combined start from it.
+SHIPPED = Setting(stem_en=6, stem_hr=4)
 
 
 class Corpus:
@@ -142,18 +176,23 @@ class Corpus:
 
 
 def similarities(corpus: Corpus, cache: Path | None) -> dict[str, np.ndarray]:
-    """(questions x notes) cosine similarity per embedding variant; kept in `cache` for the same corpus."""
-    digest = hashlib.sha256(json.dumps([corpus.notes, corpus.questions, EMBEDDINGS, SOURCES]).encode()).hexdigest()[:16]
+    """(questions x notes) cosine similarity per embedding variant, and "neutral": each question's similarity to the
+    empty passage (the engine's prefix alone); kept in `cache` for the same corpus."""
+    digest = hashlib.sha256(
+        json.dumps([corpus.notes, corpus.questions, EMBEDDINGS, SOURCES, "neutral"]).encode()
+    ).hexdigest()[:16]
     if cache and cache.exists():
         kept = np.load(cache)
         if str(kept["digest"]) == digest:
-            return {name: kept[name] for name in EMBEDDINGS}
+            return {name: kept[name] for name in [*EMBEDDINGS, "neutral"]}
     out, engines = {}, {}
     for name, (qp, dp, template) in EMBEDDINGS.items():
         config = dataclasses.replace(model_config(MODEL), query_prefix=qp, document_prefix=dp)
         engine = engines.setdefault((qp, dp), open_embedder(config))
         docs = [template.format(text=n["text"], kind=n["kind"], source=SOURCES[n["kind"]]) for n in corpus.notes]
         out[name] = engine.embed_queries([q["text"] for q in corpus.questions]) @ engine.embed_documents(docs).T
+    engine = engines[("query: ", "passage: ")]
+    out["neutral"] = engine.embed_queries([q["text"] for q in corpus.questions]) @ engine.embed_documents([""])[0]
     if cache:
         np.savez(cache, digest=digest, **out)
     return out
@@ -236,13 +275,25 @@ class Recall:
         self.text_ranks = {}
         for key, (score, matched) in texts.items():
             rank = 1 + ((score[:, None, :] > score[:, :, None]) & matched[:, None, :]).sum(-1)  # rank(): ties share
-            self.text_ranks[key] = (np.where(matched, rank, 10**6), matched)
+            best = np.where(matched, score, 0).max(1, keepdims=True)
+            relative = np.where(matched, score / np.where(best > 0, best, 1), 0.0)  # ts_rank / the question's best
+            self.text_ranks[key] = (np.where(matched, rank, 10**6), matched, relative)
+        self.baselines = {}
+        for name in EMBEDDINGS:
+            sim = sims[name]
+            mean, sd = sim.mean(1, keepdims=True), sim.std(1, keepdims=True)
+            self.baselines[name] = {
+                "mean": sim - mean,
+                "near5": sim - np.sort(sim, 1)[:, -5:].mean(1, keepdims=True),
+                "z": (sim - mean) / sd,
+                "neutral": sim - sims["neutral"][:, None],
+            }
 
     def text(self, s: Setting):
         if s.trigram:
             return self.text_ranks["trigram"]
         en, hr = self.text_ranks[(s.stem_en, s.rule_en)], self.text_ranks[(s.stem_hr, s.rule_hr)]
-        return np.where(self.is_hr, hr[0], en[0]), np.where(self.is_hr, hr[1], en[1])
+        return tuple(np.where(self.is_hr, h, e) for e, h in zip(en, hr, strict=True))
 
     def shown(self, s: Setting) -> np.ndarray:
         sim = self.sims[s.embedding]
@@ -253,6 +304,8 @@ class Recall:
             + np.where(self.corpus.kind == "preference", s.preference_shift, 0.0)[None]
         )
         eligible = sim >= floor - 1e-9
+        if s.baseline != "none":
+            eligible &= self.baselines[s.embedding][s.baseline] >= s.lift - 1e-9
         order = np.argsort(-sim, axis=1, kind="stable")
         ranked = np.take_along_axis(sim, order, 1)
         if np.isfinite(s.margin):
@@ -269,9 +322,11 @@ class Recall:
         np.put_along_axis(vrank, vorder, np.arange(1, sim.shape[1] + 1)[None].repeat(len(sim), 0), 1)
         in_vector = eligible & (vrank <= s.depth)
         fused = np.where(in_vector, 1.0 / (s.k + vrank), 0.0)
+        relative, listed = np.zeros_like(sim), in_vector
         if s.hybrid:
-            trank, matched = self.text(s)
-            in_text = matched & (trank <= s.depth)
+            trank, matched, relative = self.text(s)
+            in_text = matched & (trank <= s.depth) & (sim >= s.text_floor - 1e-9)
+            listed = in_vector | in_text
             fused = fused + np.where(in_text, s.text_weight / (s.k + trank), 0.0)
             ok = (
                 ((in_vector | in_text) & (fused >= s.cut / (s.k + 1) - 1e-12))
@@ -281,7 +336,16 @@ class Recall:
         else:
             ok = in_vector
         pick = np.lexsort((-sim, -np.where(ok, fused, -1.0)), axis=1)[:, :TOP_K]
-        return np.where(np.take_along_axis(ok, pick, 1), pick, -1)
+        if s.rerank:
+            pool = np.lexsort((-sim, -np.where(listed, fused, -1.0)), axis=1)[:, :RERANK_POOL]
+            ok = np.take_along_axis(listed, pool, 1)
+            score = np.where(ok, np.take_along_axis(sim + s.rerank * relative, pool, 1), -np.inf)
+            ok &= (score >= s.rerank_floor - 1e-9) & (score >= score.max(1, keepdims=True) - s.rerank_margin - 1e-9)
+            order = np.argsort(-np.where(ok, score, -np.inf), axis=1, kind="stable")[:, :TOP_K]
+            pick, ok = np.take_along_axis(pool, order, 1), np.take_along_axis(ok, order, 1)
+        else:
+            ok = np.take_along_axis(ok, pick, 1)
+        return np.where(ok & (np.arange(TOP_K) < s.cap)[None], pick, -1)
 
 
 def outcome(shown: np.ndarray, right: np.ndarray):
@@ -341,11 +405,12 @@ def grid(base: Setting, **axes) -> list[Setting]:
     ]
 
 
-def levers(base: Setting) -> dict[str, list[Setting]]:
-    """Each lever: the settings it may choose among, the vector floor always among them."""
-    f, c = dict(floor=FLOORS), dict(floor=COARSE)
+def levers(base: Setting, now: Setting) -> dict[str, list[Setting]]:
+    """Each lever: the settings it may choose among, the vector floor always among them. The first levers start from
+    `base`, the calibration levers (tried after the prefix lengths shipped) from `now`."""
+    f, c, low = dict(floor=FLOORS), dict(floor=COARSE), dict(floor=LOW_FLOORS)
     return {
-        "shipped (floor 0.82, k 60, depth 100, prefixes of 5)": [base],
+        "before the study (floor 0.82, k 60, depth 100, prefixes of 5)": [base],
         "similarity alone (no full-text)": grid(base, hybrid=[False], **f),
         "one floor, chosen again": grid(base, **f),
         "floor per question language": grid(base, hr_shift=SHIFTS, **f),
@@ -366,6 +431,23 @@ def levers(base: Setting) -> dict[str, list[Setting]]:
         ),
         "note embedded with its kind": grid(base, embedding=["asym, note with its kind"], **f),
         "note embedded with its source": grid(base, embedding=["asym, note with its source"], **f),
+        **{
+            f"calibrated: similarity less {BASELINE_NAMES[b]}": grid(now, baseline=[b], lift=LIFTS[b], **low)
+            for b in BASELINES
+        },
+        "relative: top notes until a similarity gap, a stricter floor or a cap": grid(
+            now, gap=[0.005, 0.01, 0.015, 0.02, 0.03, 0.04, np.inf], vector_alone=ALONE, cap=[2, 3, 4, 5], **c
+        ),
+        "cut by similarity: a text list note shown only above its own floor": grid(
+            now, text_floor=[-np.inf, *LOW_FLOORS], vector_alone=[1, 2], **f
+        ),
+        "re-rank the fused first 10 by similarity + relative ts_rank, then cut": grid(
+            now,
+            rerank=[0.01, 0.02, 0.03, 0.05, 0.08],
+            rerank_floor=[-np.inf, *np.round(np.arange(0.80, 0.90, 0.01), 3)],
+            rerank_margin=[0.005, 0.01, 0.015, 0.02, 0.03, np.inf],
+            floor=COARSE[::2],
+        ),
     }
 
 
@@ -402,10 +484,10 @@ def combined(recall: Recall) -> tuple[Setting, list[dict]]:
     """Levers added one at a time, from the shipped setting: each round takes the lever whose settings, chosen on
     one half of the tuning part, do best on the other half (both ways), if that beats choosing the floor alone;
     its setting is then chosen on the whole tuning part. Stops when no lever beats the floor alone."""
-    current, steps, used = Setting(), [], set()
-    skip = ("shipped", "similarity alone")
+    current, steps, used = SHIPPED, [], set()
+    skip = ("before the study", "similarity alone")
     while True:
-        options = {n: v for n, v in levers(current).items() if not n.startswith(skip) and n not in used}
+        options = {n: v for n, v in levers(current, current).items() if not n.startswith(skip) and n not in used}
         floor_only = key(cross_checked(recall, options.pop("one floor, chosen again")))
         checked = {n: cross_checked(recall, v) for n, v in options.items()}
         best = min(checked, key=lambda n: key(checked[n]), default=None)
@@ -447,7 +529,7 @@ def fmt(x, pct=False):
 
 
 def changes_text(changes: dict) -> str:
-    return ", ".join(f"{k}={'inf' if v is None else v}" for k, v in changes.items()) or "(as shipped)"
+    return ", ".join(f"{k}={'inf' if v is None else v}" for k, v in changes.items()) or "(the defaults)"
 
 
 def lever_rows(results: dict, part: str) -> list[str]:
@@ -525,8 +607,8 @@ def report(out: dict) -> str:
         f"chose among these {len(out['levers'])} candidates only; no parameter was fitted on it.",
         "",
     ]
-    lines += group_rows(shipped) + ["", "Before (the setting shipped until now):", ""]
-    lines += group_rows(out["levers"][next(iter(out["levers"]))])
+    lines += group_rows(shipped) + ["", f"Before (the setting shipped until now, {changes_text(SHIPPED.changes())}):", ""]
+    lines += group_rows(out["before"])
     lines += [
         "",
         f"Levers combined: **{changes_text(combo['changes'])}**. Levers were added one at a time from the "
@@ -613,7 +695,7 @@ def main(argv=None):
     recall = Recall(corpus, sims, text_view(corpus))
     print(f"full-text from Postgres ({time.time() - start:.0f} s)", file=sys.stderr)
     base, results = Setting(), {}
-    for name, settings in levers(base).items():
+    for name, settings in levers(base, SHIPPED).items():
         results[name] = measure(recall, choose(recall, settings))
         print(f"{name}: {changes_text(results[name]['changes'])} ({time.time() - start:.0f} s)", file=sys.stderr)
     best, steps = combined(recall)
@@ -636,6 +718,7 @@ def main(argv=None):
         "combination steps": steps,
         "shipped lever": shipped,
         "shipped": results[shipped],
+        "before": measure(recall, SHIPPED),
         "seconds": time.time() - start,
     }
     (args.out / "results.json").write_text(json.dumps(out, indent=1, allow_nan=False) + "\n", encoding="utf-8")
