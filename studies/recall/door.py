@@ -142,7 +142,7 @@ def section(door: dict) -> str:
 def run(out: Path, corpus_path: Path, cache: Path | None = None) -> dict:
     start, corpus = time.time(), study.Corpus(corpus_path)
     machine = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    setting = study.Setting(**{k: (np.inf if v is None else v) for k, v in machine["shipped"]["setting"].items()})
+    setting = study.from_json(machine["shipped"]["setting"])
     recall = study.Recall(corpus, study.similarities(corpus, cache), study.text_view(corpus))
     predicted = recall.shown(setting)
     with stack() as (issuer, env, scratch):
