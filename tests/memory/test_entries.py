@@ -3,6 +3,7 @@
 import uuid
 
 import requests
+from agentfn.memory.embedder import DEFAULT_MODEL, model_config
 
 
 def keep(caller, text, kind="fact", source="chat 2026-12-01"):
@@ -94,11 +95,12 @@ def test_recall_terms_are_split_as_the_notes_are(caller):
     assert [e["id"] for e in body["entries"] if "text" in e["matched"]] == [version["id"]]
 
 
-def test_recall_is_capped_at_five_and_by_the_request_limit(caller):
+def test_recall_is_capped_at_five_and_the_models_cap_and_by_the_request_limit(caller):
     for i in range(7):
         keep(caller, f"Deploy note {i}: the ledger deploys from the main branch.")
     query = {"query": "how does the ledger deploy?"}
-    assert len(caller.post("/v1/recall", json=query).json()["entries"]) == 5
+    cap = min(5, model_config(DEFAULT_MODEL).cap)  # the default model's is 3 (studies/recall)
+    assert len(caller.post("/v1/recall", json=query).json()["entries"]) == cap
     assert len(caller.post("/v1/recall", json={**query, "limit": 2}).json()["entries"]) == 2
 
 

@@ -2,21 +2,27 @@
 HTTP doors; and the shipped configuration, checked against the one the study chose (studies/recall/results.json)."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 from agentfn.memory import store, terms
 from agentfn.memory.embedder import DEFAULT_MODEL, model_config
+from agentfn.memory.schemas import MAX_RECALL
 
 RESULTS = Path(__file__).resolve().parents[2] / "studies" / "recall" / "results.json"
 # The study's names for how notes and questions reach the engine: (query prefix, document prefix) -> name.
 EMBEDDINGS = {("query: ", "passage: "): "asym q/p", ("passage: ", "passage: "): "sym p/p", ("query: ", "query: "): "sym q/q"}
 
 
+def finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None  # as the study writes "none"
+
+
 def shipped_setting() -> dict:
     """The product's recall, in the study's terms. The last group is what store.RECALL_HYBRID does and no setting
-    changes: one floor for every language and kind, no relative cut, equal weights, shown what either list ranks
-    first or what both lists find (fused score >= 1/(k + 1)), full-text by ts_rank."""
+    changes: one floor for every language and kind, no margin, no baseline per question, equal weights, shown what
+    either list ranks first or what both lists find (fused score >= 1/(k + 1)), full-text by ts_rank, no re-ranking."""
     config = model_config(DEFAULT_MODEL)
     rules = {v: k for k, v in terms.SUFFIX_RULES.items()}
     return {
@@ -29,16 +35,23 @@ def shipped_setting() -> dict:
         "stem_hr": terms.RULES["hr"]["stem"],
         "rule_en": rules[terms.RULES["en"]["suffixes"]],
         "rule_hr": rules[terms.RULES["hr"]["suffixes"]],
+        "gap": finite(config.gap),
+        "vector_alone": config.vector_alone,
+        "cap": min(config.cap, MAX_RECALL),
         "hr_shift": 0.0,
         "episode_shift": 0.0,
         "preference_shift": 0.0,
         "margin": None,
-        "gap": None,
         "text_weight": 1.0,
         "cut": 1.0,
-        "vector_alone": 1,
         "text_alone": 1,
         "trigram": False,
+        "baseline": "none",
+        "lift": None,
+        "text_floor": None,
+        "rerank": 0.0,
+        "rerank_floor": None,
+        "rerank_margin": None,
     }
 
 
@@ -62,6 +75,19 @@ PETS = [
     "I'm allergic to penicillin.",
 ]
 BIRTHDAYS = ["Marko's birthday is on 12 May.", "Marta's birthday is on 21 May.", "The search service runs 3 replicas."]
+MARKO = [
+    "Marko's birthday is on 12 May.",
+    "Marko lives in Zagreb.",
+    "Marko works at the bank.",
+    "The search service runs 3 replicas.",
+]
+FOUR_BIRTHDAYS = [
+    "Marko's birthday is on 12 May.",
+    "Marta's birthday is on 21 May.",
+    "Ivan's birthday is on 3 June.",
+    "Ana's birthday is on 30 July.",
+    "The search service runs 3 replicas.",
+]
 
 
 # (notes kept, question, the notes shown in order, which lists found the first), measured for the default model.
@@ -71,16 +97,16 @@ BIRTHDAYS = ["Marko's birthday is on 12 May.", "Marta's birthday is on 21 May.",
         pytest.param(
             PETS,
             "kako zovem mačku?",
-            ["Mačka mi se zove Luna."],
+            ["Mačka mi se zove Luna.", "My dog is called Biscuit."],
             ["vector", "text"],
-            id="a Croatian word in another case matches by its first four letters",
+            id="a Croatian word in another case matches by its first four letters; the second nearest shown after it",
         ),
         pytest.param(
             PETS,
             "what's my cat's name?",
-            ["Mačka mi se zove Luna."],
+            ["Mačka mi se zove Luna.", "My dog is called Biscuit."],
             ["vector"],
-            id="across languages, sharing no word: the nearest note above the floor, alone",
+            id="across languages, sharing no word: the two nearest above the floor, not the third",
         ),
         pytest.param(
             BIRTHDAYS,
@@ -88,6 +114,13 @@ BIRTHDAYS = ["Marko's birthday is on 12 May.", "Marta's birthday is on 21 May.",
             ["Marta's birthday is on 21 May."],
             ["vector", "text"],
             id="of two notes one detail apart, only the one naming the asked detail",
+        ),
+        pytest.param(
+            MARKO,
+            "where does Marko live?",
+            ["Marko lives in Zagreb."],
+            ["vector", "text"],
+            id="after a drop in similarity larger than the gap, nothing: not even notes that share the name",
         ),
         pytest.param(PETS, "Što kuhati za večeru s djecom?", [], None, id="no note near enough and no shared word: nothing"),
     ],
@@ -99,3 +132,15 @@ def test_recall_ranks_and_cuts_as_measured(caller, notes, question, shown, first
     assert [e["text"] for e in entries] == shown
     if shown:
         assert entries[0]["matched"] == first_matched
+
+
+# Four birthdays share the asked word (each first in the text list): the model's cap of 3 holds, and a request's
+# limit below it too.
+@pytest.mark.parametrize("limit, count", [(None, 3), (5, 3), (2, 2)])
+def test_recall_shows_at_most_the_models_cap(caller, limit, count):
+    for text in FOUR_BIRTHDAYS:
+        keep(caller, text)
+    body = {"query": "when are the birthdays?"} | ({"limit": limit} if limit else {})
+    entries = caller.post("/v1/recall", json=body).json()["entries"]
+    assert len(entries) == count
+    assert all("birthday" in e["text"] for e in entries)
