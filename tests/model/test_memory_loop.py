@@ -11,7 +11,11 @@ from support.model import Person, take_turn
 
 MODES = {"native": "", "constrained": "-small"}
 NOTE = "Prefers four spaces for indentation in Python code."
-EPISODE = "The person asked how to format Python code and settled on running black before each commit."
+# Both answer the question, within the default model's gap of each other (0.891 and 0.885): recall cuts the
+# nearest notes at the first drop larger than 0.04, and this test is about ids and citations, not that cut.
+EPISODE = (
+    "The person asked how to format and indent Python code and settled on four spaces and running black before each commit."
+)
 QUESTION = "How should my Python code be formatted and indented?"
 
 
