@@ -16,6 +16,7 @@ from .cache import PageCache
 from .fetch import Fetcher
 from .guard import Resolver, parse_servers
 from .pages import Pages
+from .reading import warm_up
 from .refusals import Refusal
 from .routes import bp
 from .schemas import openapi
@@ -58,4 +59,5 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         return response
 
     app.register_blueprint(bp)
+    warm_up()  # trafilatura, off the way to ready
     return app

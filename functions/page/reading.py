@@ -3,16 +3,19 @@
 trafilatura extracts the main content from the bytes the guard fetched (it is never given a URL to
 fetch). Links are resolved here, against the page's final URL or its `<base href>`, and numbered by
 first appearance: the same href keeps one number across the page, so every window agrees.
+
+trafilatura takes about a second to import, most of a cold start's: it is imported on the way to the first
+page, not to ready. `warm_up()` starts that import on a thread once the app is made, so a first page seldom waits.
 """
 
 from __future__ import annotations
 
 import codecs
+import importlib
 import re
+import threading
 from dataclasses import dataclass, field
 from urllib.parse import quote, urljoin, urlsplit
-
-import trafilatura
 
 from .fetch import Fetched
 
@@ -90,7 +93,16 @@ def _text_codec(label: str | None) -> str | None:
     return label
 
 
+def warm_up() -> threading.Thread:
+    """Import trafilatura on a thread of its own; a page read meanwhile waits on the same import."""
+    thread = threading.Thread(target=importlib.import_module, args=("trafilatura",), name="warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
 def read_html(text: str, final_url: str) -> Reading:
+    import trafilatura  # off the way to ready: see the module's docstring
+
     tree = trafilatura.load_html(text)
     if tree is None:
         return Reading(final_url, "", "")

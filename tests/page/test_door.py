@@ -1,6 +1,8 @@
 """The door itself: caller tokens verified, bad input refused with a problem, the OpenAPI document honoured."""
 
 import json
+import subprocess
+import sys
 import time
 
 import jwt
@@ -108,6 +110,22 @@ def test_the_document_lists_the_door_and_the_admins_audit(page):
 
 def test_start_to_ready_under_gunicorn(page):
     assert page.ready_seconds < 10, page.ready_seconds  # the benchmark measures it; this only bounds it
+
+
+WARM_UP = """
+import sys
+import agentfn.page.app
+from agentfn.page.reading import warm_up
+print("trafilatura" in sys.modules)
+warm_up().join(60)
+print("trafilatura" in sys.modules)
+"""
+
+
+def test_trafilatura_is_off_the_way_to_ready_and_warmed_up_after():
+    # Most of a cold start was trafilatura's import: the app imports it on a thread once made, not on its way.
+    probe = subprocess.run([sys.executable, "-c", WARM_UP], capture_output=True, text=True, timeout=120, check=True)
+    assert probe.stdout.split() == ["False", "True"]
 
 
 @pytest.fixture(scope="module")
