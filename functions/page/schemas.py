@@ -194,6 +194,8 @@ def openapi() -> dict:
                             },
                         },
                         **_problems(400, 401, 403, 503),
+                        # Refused by the server before the door: more ids than fit its request line (4094 bytes).
+                        "414": {"description": "the query is longer than the server takes: ask for fewer generations"},
                     },
                 },
             },

@@ -17,7 +17,9 @@ class RunCodeSettings(Settings):
     daily_runs: int = setting(
         "AGENTFN_RUN_CODE_DAILY_RUNS", 50, "runs per caller per UTC day; then 429 until midnight UTC", minimum=1
     )
-    max_request_bytes: int = setting("AGENTFN_MAX_REQUEST_BYTES", 65536, "larger bodies get 413", minimum=1024)
+    # Room for the longest code the descriptor takes (20,000 characters) even written as JSON escapes, 12 bytes a
+    # character for one outside the BMP: a body the schema accepts is never refused for its size.
+    max_request_bytes: int = setting("AGENTFN_MAX_REQUEST_BYTES", 262144, "larger bodies get 413", minimum=1024)
 
 
 @dataclass(frozen=True)

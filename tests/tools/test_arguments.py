@@ -113,7 +113,7 @@ def test_a_refused_run_costs_no_daily_run(run_code, issuer):
     [
         ("bad JSON", b'{"arguments": {', "application/json", 400, "not valid JSON"),
         ("not JSON", b"arguments=1", "application/x-www-form-urlencoded", 415, "application/json"),
-        ("a huge body", json.dumps({"arguments": {"code": "#" * 200_000}}).encode(), "application/json", 413, "larger than"),
+        ("a huge body", json.dumps({"arguments": {"code": "#" * 300_000}}).encode(), "application/json", 413, "larger than"),
     ],
     ids=lambda v: v if isinstance(v, str) and len(v) < 20 else None,
 )
