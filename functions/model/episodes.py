@@ -73,6 +73,9 @@ RULES: list[tuple[str, re.Pattern]] = [
     ),
 ]
 SAME_LANGUAGE = {"bs": "hr", "sr": "hr", "me": "hr"}  # one language to a reader; the identifier splits it
+# "No linguistic content" (ISO 639-2): what the identifier says of ids, numbers and code. It is no person's language,
+# and taking it for one would refuse every summary written in words.
+NO_LANGUAGE = "zxx"
 LANGUAGE_NAMES = {
     "en": "English",
     "hr": "Croatian",
@@ -104,6 +107,8 @@ def language(text: str) -> str | None:
         ranked = _identifier.rank(text)[:10]
     groups: dict[str, float] = {}
     for code, p in ranked:
+        if code == NO_LANGUAGE:
+            continue
         code = SAME_LANGUAGE.get(code, code)
         groups[code] = groups.get(code, 0.0) + p
     best = max(groups.items(), key=lambda kv: kv[1], default=(None, 0.0))

@@ -68,6 +68,11 @@ def test_the_persons_language_is_told_apart():
     assert language(" ".join(m["content"] for m in CHAT_EN if m["role"] == "user")) == "en"
 
 
+def test_ids_and_numbers_are_no_persons_language():
+    assert language("hello 7f3ab21c9d0e") is None
+    assert language("0x1f 12345 9f3a-77b2") is None
+
+
 def end(model, who, agent, messages, **extra):
     return requests.post(
         f"{model.url}/v1/agents/{agent}/sessions/end", json={"messages": messages, **extra}, headers=who.headers, timeout=30
@@ -102,6 +107,14 @@ def test_a_session_ends_as_an_episode_the_person_recalls(model, engine, memory, 
     assert ("Croatian" if chat is CHAT_HR else "English") in sent[0]["messages"][0]["content"]
     ((kind, status, problem, tokens_in, tokens_out, rounds),) = rows(model_env, person.subject)
     assert (kind, status, problem, rounds) == ("session_end", "ok", None, 1) and tokens_in > 0 and tokens_out > 0
+
+
+def test_a_person_who_writes_mostly_ids_gets_the_first_summary_kept(model, engine, memory, person):
+    # The identifier reads "hello <id>" as no language at all: that must not refuse a summary written in words.
+    sid = engine.script({"text": GOOD})
+    response = end(model, person, "reviewer", [{"role": "user", "content": f"hello 7f3ab21c9d0e script:{sid}"}])
+    assert response.status_code == 201, response.text
+    assert response.json()["episode"]["text"] == GOOD and len(engine.requests(sid)) == 1
 
 
 TOUR = [
