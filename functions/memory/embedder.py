@@ -92,8 +92,14 @@ def _parse_field(field: dataclasses.Field, text: str):
 def config_from_env(environ: Mapping[str, str] = os.environ) -> ModelConfig:
     """The config named by AGENTFN_EMBEDDING_MODEL, adjusted by the other embedding settings."""
     settings = EmbeddingSettings.from_env(environ)
-    overrides = {"threads": settings.threads}
-    for field, key in (("model_dir", "model_dir"), ("threshold", "threshold"), ("batch", "batch_size")):
+    overrides = {}
+    for field, key in (
+        ("threads", "threads"),
+        ("engines", "engines"),
+        ("model_dir", "model_dir"),
+        ("threshold", "threshold"),
+        ("batch", "batch_size"),
+    ):
         if getattr(settings, field) is not None:
             overrides[key] = str(getattr(settings, field))
     return model_config(settings.model, overrides)

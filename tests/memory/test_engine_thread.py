@@ -20,7 +20,7 @@ import pytest
 from agentfn.memory import embedder_backends
 from agentfn.memory.app import create_app
 from agentfn.memory.embedder import model_config, open_embedder
-from agentfn.memory.embedder_base import EmbeddingFailed, EngineThread
+from agentfn.memory.embedder_base import EmbeddingFailed, EngineThreads
 from support import Client, Gunicorn
 
 DIMS = 4
@@ -48,13 +48,13 @@ class Engine:
         return vectors
 
 
-def engine_thread(engine: Engine, max_texts: int = 32) -> EngineThread:
-    thread = EngineThread("test-engine", DIMS, lambda: engine.encode, max_texts)
+def engine_thread(engine: Engine, max_texts: int = 32, engines: int = 1) -> EngineThreads:
+    thread = EngineThreads("test-engine", DIMS, lambda: engine.encode, max_texts, engines=engines)
     assert thread.loaded.wait(5)
     return thread
 
 
-def held(engine: Engine, thread: EngineThread) -> threading.Thread:
+def held(engine: Engine, thread: EngineThreads) -> threading.Thread:
     """A call that holds the engine (its gate shut) until the test opens it, so that the next calls wait together."""
     engine.gate.clear()
     engine.entered.clear()
@@ -64,7 +64,7 @@ def held(engine: Engine, thread: EngineThread) -> threading.Thread:
     return first
 
 
-def submit(thread: EngineThread, calls: list[tuple[list[str], bool]]) -> list:
+def submit(thread: EngineThreads, calls: list[tuple[list[str], bool]]) -> list:
     """Starts each call in a thread of its own and waits until all are queued; returns their futures."""
     pool = ThreadPoolExecutor(max_workers=len(calls))
     futures = [pool.submit(thread.encode, texts, query) for texts, query in calls]
@@ -83,10 +83,11 @@ def test_calls_that_wait_while_the_engine_runs_share_its_next_run_and_each_gets_
     futures = submit(thread, [([f"{n} text"], False) for n in range(1, 4)] + [(["1 a", "2 b"], False)])
     engine.gate.set()
     first.join(5)
+    results = [future.result(5) for future in futures]
     assert [texts for texts, _ in engine.runs] == [["0 first"], ["1 text", "2 text", "3 text", "1 a", "2 b"]]
-    for n, future in enumerate(futures[:3], start=1):
-        np.testing.assert_array_equal(future.result(5), np.eye(DIMS, dtype=np.float32)[[n]])
-    np.testing.assert_array_equal(futures[3].result(5), np.eye(DIMS, dtype=np.float32)[[1, 2]])
+    for n in range(1, 4):
+        np.testing.assert_array_equal(results[n - 1], np.eye(DIMS, dtype=np.float32)[[n]])
+    np.testing.assert_array_equal(results[3], np.eye(DIMS, dtype=np.float32)[[1, 2]])
 
 
 def test_queries_and_documents_never_share_a_run_and_a_run_holds_at_most_max_texts():
@@ -114,6 +115,27 @@ def test_a_lone_call_starts_at_once_with_no_window_to_wait_out():
     # The engine's own 50 ms and a thread handoff: a coalescing window of even 20 ms would show.
     assert sorted(took)[2] < 0.05 + 0.015, took
     assert [len(texts) for texts, _ in engine.runs] == [1] * 6
+
+
+def test_engines_run_side_by_side_and_calls_wait_only_when_all_are_busy():
+    engine = Engine()
+    thread = engine_thread(engine, engines=2)
+    engine.gate.clear()
+    with ThreadPoolExecutor(max_workers=5) as pool:
+        first, second = (pool.submit(thread.encode, [f"{n} held"], False) for n in (1, 2))
+        deadline = time.monotonic() + 5
+        while len(thread._queue) + sum(1 for f in (first, second) if f.running()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.1)
+        assert len(thread._queue) == 0  # each engine took one
+        later = [pool.submit(thread.encode, [f"{n} later"], False) for n in (1, 2, 3)]
+        while len(thread._queue) < 3 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert len(thread._queue) == 3  # both engines busy: they wait
+        engine.gate.set()
+        for future in [first, second, *later]:
+            future.result(5)
+    assert sorted(len(texts) for texts, _ in engine.runs)[:2] == [1, 1] and sum(len(t) for t, _ in engine.runs) == 5
 
 
 def test_a_failed_run_fails_every_call_in_it_clearly_and_the_engine_keeps_serving(caplog):
@@ -171,7 +193,7 @@ def test_e5_texts_that_share_a_run_get_their_lone_vectors(e5):
         busy = pool.submit(e5.embed_documents, [" ".join(texts * 20)])
         shared = list(pool.map(lambda text: e5.embed_documents([text])[0], texts))
         busy.result()
-    assert e5._thread.runs - runs < len(texts) + 1  # some calls did share a run
+    assert e5._thread.runs - runs < len(texts) + 1  # some calls did share a run (with two engines side by side)
     np.testing.assert_allclose(np.stack(shared), lone, atol=1e-6)
     np.testing.assert_allclose(e5.embed_documents(texts), lone, atol=1e-6)  # one call of many texts, too
 
@@ -228,7 +250,7 @@ def test_memory_is_not_ready_while_the_model_loads_and_a_request_then_waits_for_
 
 def test_a_failed_run_fails_every_write_in_it_with_a_503_and_writes_nothing(memory_env, gated_load, issuer):
     gated_load.loading.set()
-    app = create_app(memory_env)
+    app = create_app(memory_env | {"AGENTFN_EMBEDDING_ENGINES": "1"})  # one engine, so the held run holds them all
     model = app.extensions["agentfn.memory"].embedder
     assert model.wait_loaded(60)
     subject = f"user-{secrets.token_hex(4)}"
