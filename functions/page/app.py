@@ -6,7 +6,8 @@ Configuration: `PageSettings` (agentfn.page.settings; docs/configuration.md), an
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 
 from agentfn.shared import app as http
 from agentfn.shared.identity import Identity
@@ -16,9 +17,9 @@ from .cache import PageCache
 from .fetch import Fetcher
 from .guard import Resolver, parse_servers
 from .pages import Pages
-from .reading import warm_up
+from .reading import extractor
 from .refusals import Refusal
-from .routes import bp
+from .routes import bp, open_schema
 from .schemas import openapi
 from .settings import PageSettings
 from .store import Store
@@ -41,7 +42,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
     app = http.create_app(
         "agentfn.page",
         openapi=openapi(),
-        # In an outage the budget was taken before any fetch; a fetch whose audit then failed stays counted.
+        # In an outage no budget is taken and nothing is fetched; audit rows queued meanwhile wait for the database.
         database=store,
         readiness={},
         identity=Identity.from_env(env, gateway=False, audience="agentfn:page"),
@@ -59,5 +60,23 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         return response
 
     app.register_blueprint(bp)
-    warm_up()  # trafilatura, off the way to ready
+    warm_up(store.became_ready, [open_schema, fetcher.warm_up, extractor])
     return app
+
+
+WARM_UP_AFTER = 10.0  # seconds: with no readiness probe (a dev run), the warm-up starts anyway
+
+
+def warm_up(ready: threading.Event, steps: list[Callable[[], object]], after: float = WARM_UP_AFTER) -> threading.Thread:
+    """Load what a first page needs and ready does not (trafilatura above all, the body schema, urllib3, DNS) on a
+    thread, once the app is first ready: begun before, it would hold the GIL against the worker's own start. A
+    page opened meanwhile loads what it needs itself (waiting on the same imports)."""
+
+    def run() -> None:
+        ready.wait(after)
+        for step in steps:
+            step()
+
+    thread = threading.Thread(target=run, name="warm-up", daemon=True)
+    thread.start()
+    return thread
