@@ -38,6 +38,9 @@ VALUES (%(at)s, %(subject)s, %(host)s, %(final_host)s, %(status)s, %(bytes)s, %(
         %(generation_id)s, %(step)s)
 """
 MAX_BATCH = 500
+# A batch waits this long for more rows: one write for many fetches under load, and never on the heels of the
+# response it follows (the writer would take the GIL from it). Reading the audit, or the exit, writes at once.
+BATCH_WAIT = 0.25
 EXIT_WAIT = 7.0  # seconds the exit waits for the queue: within gunicorn's graceful timeout (10 s)
 
 log = logging.getLogger("agentfn.page")
@@ -64,6 +67,7 @@ class Store(db.SchemaStore):
         super().__init__(dsn, pool_size=pool_size, configure=_configure)
         self._rows: list[dict] = []
         self._queued = self._written = 0  # rows ever queued, rows ever written: `flush` waits for the first
+        self._hurry = 0  # flushes waiting: the writer does not wait for more rows
         self._changed = threading.Condition()
         self._writer: threading.Thread | None = None
         self.became_ready = threading.Event()  # set by the first readiness check that passes
@@ -108,12 +112,18 @@ class Store(db.SchemaStore):
         end = time.monotonic() + timeout
         with self._changed:
             target = self._queued
-            while self._written < target:
-                left = end - time.monotonic()
-                if left <= 0:
-                    log.error("fetch audit rows not written", extra={"event": "page_audit", "count": target - self._written})
-                    return False
-                self._changed.wait(left)
+            self._hurry += 1
+            self._changed.notify_all()
+            try:
+                while self._written < target:
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        count = target - self._written
+                        log.error("fetch audit rows not written", extra={"event": "page_audit", "count": count})
+                        return False
+                    self._changed.wait(left)
+            finally:
+                self._hurry -= 1
         return True
 
     def _write(self) -> None:
@@ -121,8 +131,8 @@ class Store(db.SchemaStore):
         pause = 0.1
         while True:
             with self._changed:
-                while not self._rows:
-                    self._changed.wait()
+                self._changed.wait_for(lambda: self._rows)
+                self._changed.wait_for(lambda: self._hurry or len(self._rows) >= MAX_BATCH, BATCH_WAIT)
                 batch = self._rows[:MAX_BATCH]
             try:
                 self._insert(batch)
