@@ -428,17 +428,23 @@ class Resolver:
     def addresses(self, host: str, lifetime: float) -> list[IPAddress]:
         import dns.exception
         import dns.name
+        import dns.rdataclass
+        import dns.rdatatype
 
         resolver = self._resolver or self._dns()
         try:
             name = dns.name.from_text(host)  # absolute: no search domains
         except dns.exception.DNSException:
             raise bad_url("the host is not a valid domain name") from None
-        # A and AAAA at once, under one deadline: a slow resolver costs the fetch one wait, not one per type.
+        # A and AAAA at once, under one deadline: a slow resolver costs the fetch one wait, not one per type. An
+        # AAAA answer still cached (with its TTL) is read here, without handing it to another thread.
         deadline = time.monotonic() + lifetime
-        aaaa = _LOOKUPS.submit(self._records, resolver, name, "AAAA", deadline)
-        found = self._records(resolver, name, "A", deadline)  # a failure refuses at once; the AAAA ends by the deadline
-        found += aaaa.result()
+        if resolver.cache.get((name, dns.rdatatype.AAAA, dns.rdataclass.IN)) is not None:
+            found = self._records(resolver, name, "A", deadline) + self._records(resolver, name, "AAAA", deadline)
+        else:
+            aaaa = _LOOKUPS.submit(self._records, resolver, name, "AAAA", deadline)
+            found = self._records(resolver, name, "A", deadline)  # a failure refuses at once; the AAAA ends by the deadline
+            found += aaaa.result()
         if not found:
             raise Refusal("dns-failure", "the host name has no address records; check the URL")
         return found
