@@ -4,8 +4,8 @@ trafilatura extracts the main content from the bytes the guard fetched (it is ne
 fetch). Links are resolved here, against the page's final URL or its `<base href>`, and numbered by
 first appearance: the same href keeps one number across the page, so every window agrees.
 
-trafilatura takes about a second to import, more than the rest of a cold start: it is imported on the way
-to the first page, not to ready (the app's `warm_up` imports it once ready, so a first page seldom waits).
+trafilatura's import (about half a second of CPU) weighs as much as the rest of a cold start: it is imported on
+the way to the first page, not to ready (the app's `warm_up` imports it once ready, so a first page seldom waits).
 """
 
 from __future__ import annotations

@@ -105,7 +105,8 @@ class Store(db.SchemaStore):
             if self._writer is None or not self._writer.is_alive():  # the app is made in the worker, after the fork
                 self._writer = threading.Thread(target=self._write, name="page-audit", daemon=True)
                 self._writer.start()
-            self._changed.notify_all()
+            elif len(self._rows) in (1, MAX_BATCH):  # the writer waits for a first row or a full batch, nothing else
+                self._changed.notify_all()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every row queued so far is written; False when the database did not take them in time."""
