@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 
 from agentfn.shared import app as http
@@ -60,20 +61,29 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         return response
 
     app.register_blueprint(bp)
-    warm_up(store.became_ready, [open_schema, fetcher.warm_up, extractor])
+    warm_up(store, [open_schema, fetcher.warm_up, extractor])
     return app
 
 
-WARM_UP_AFTER = 10.0  # seconds: with no readiness probe (a dev run), the warm-up starts anyway
+DATABASE_WAIT = 10.0  # seconds: a database not answering by then no longer holds the warm-up back
+PROBE_WAIT = 1.0  # seconds the warm-up leaves a readiness probe to come and pass first
 
 
-def warm_up(ready: threading.Event, steps: list[Callable[[], object]], after: float = WARM_UP_AFTER) -> threading.Thread:
+def warm_up(store: Store, steps: list[Callable[[], object]]) -> threading.Thread:
     """Load what a first page needs and ready does not (trafilatura above all, the body schema, urllib3, DNS) on a
-    thread, once the app is first ready: begun before, it would hold the GIL against the worker's own start. A
-    page opened meanwhile loads what it needs itself (waiting on the same imports)."""
+    thread, once the store is ready: its migrations applied here, then a probe's pass awaited for a moment. Begun
+    earlier, the imports would hold the GIL against the worker's start and its first probe; begun only at a probe,
+    they would start late under a slow probe period. A page opened meanwhile loads what it needs itself."""
 
     def run() -> None:
-        ready.wait(after)
+        give_up = time.monotonic() + DATABASE_WAIT
+        while time.monotonic() < give_up:
+            try:
+                store.migrate()
+                break
+            except Exception:  # the database is not answering yet: the probe reports it, the warm-up waits
+                time.sleep(0.2)
+        store.probed.wait(PROBE_WAIT)
         for step in steps:
             step()
 

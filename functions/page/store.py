@@ -70,12 +70,13 @@ class Store(db.SchemaStore):
         self._hurry = 0  # flushes waiting: the writer does not wait for more rows
         self._changed = threading.Condition()
         self._writer: threading.Thread | None = None
-        self.became_ready = threading.Event()  # set by the first readiness check that passes
+        self.probed = threading.Event()  # a readiness probe has passed
         atexit.register(self.flush, EXIT_WAIT)
 
     def ready(self) -> bool:
+        """The readiness probe's check (migrations applied, the database answers)."""
         ready = super().ready()
-        self.became_ready.set()
+        self.probed.set()
         return ready
 
     def reserve(self, subject: str, limit: int) -> bool:
