@@ -5,6 +5,7 @@ Configuration: `PageSettings` (agentfn.page.settings; docs/configuration.md), an
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
@@ -61,7 +62,9 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         return response
 
     app.register_blueprint(bp)
-    warm_up(store, [open_schema, fetcher.warm_up, extractor])
+    # Last, gc.freeze: what the imports made lives as long as the process; frozen, a full collection (frequent while a
+    # large page is read) no longer walks it.
+    warm_up(store, [open_schema, fetcher.warm_up, extractor, gc.freeze])
     return app
 
 
