@@ -1,9 +1,9 @@
 """The page fetcher's storage: the daily page budget and the fetch audit, in its own schema and role.
 
 The budget is taken on the way to a fetch (one statement). The audit is written off the response path:
-rows queue up and one thread writes whatever has queued in one batch. Reading the audit waits for this
-process's queue first, and so does the process's exit (gunicorn's graceful stop, SIGTERM or SIGQUIT), so a
-fetch is never answered without its row being written, unless the process is killed outright.
+rows queue up and one thread writes whatever has queued as one batch. Reading the audit waits for this
+process's queue first, and so does the process's exit (gunicorn's graceful stop, SIGTERM or SIGQUIT): the row
+of every fetch answered is written, unless the process is killed outright.
 """
 
 from __future__ import annotations
@@ -103,17 +103,24 @@ class Store(db.SchemaStore):
         with self._changed:
             self._rows.append(row)
             self._queued += 1
-            if self._writer is None or not self._writer.is_alive():  # the app is made in the worker, after the fork
-                self._writer = threading.Thread(target=self._write, name="page-audit", daemon=True)
-                self._writer.start()
-            elif len(self._rows) in (1, MAX_BATCH):  # the writer waits for a first row or a full batch, nothing else
+            if not self._writing() or len(self._rows) in (1, MAX_BATCH):  # it waits for these, nothing else
                 self._changed.notify_all()
+
+    def _writing(self) -> bool:
+        """Whether the writer thread runs; started if not (the app is made in the worker, after the fork)."""
+        if self._writer is not None and self._writer.is_alive():
+            return True
+        self._writer = threading.Thread(target=self._write, name="page-audit", daemon=True)
+        self._writer.start()
+        return False
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every row queued so far is written; False when the database did not take them in time."""
         end = time.monotonic() + timeout
         with self._changed:
             target = self._queued
+            if target > self._written:
+                self._writing()
             self._hurry += 1
             self._changed.notify_all()
             try:
@@ -129,7 +136,7 @@ class Store(db.SchemaStore):
         return True
 
     def _write(self) -> None:
-        """The writer: each batch in one transaction and round trip; in an outage the rows wait and are tried again."""
+        """The writer: each batch in one transaction; in an outage the rows wait and are tried again."""
         pause = 0.1
         while True:
             with self._changed:
