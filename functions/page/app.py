@@ -5,8 +5,11 @@ Configuration: `PageSettings` (agentfn.page.settings; docs/configuration.md), an
 
 from __future__ import annotations
 
+import gc
 import os
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 
 from agentfn.shared import app as http
 from agentfn.shared.identity import Identity
@@ -16,9 +19,9 @@ from .cache import PageCache
 from .fetch import Fetcher
 from .guard import Resolver, parse_servers
 from .pages import Pages
-from .reading import warm_up
+from .reading import extractor
 from .refusals import Refusal
-from .routes import bp
+from .routes import bp, open_schema
 from .schemas import openapi
 from .settings import PageSettings
 from .store import Store
@@ -41,7 +44,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
     app = http.create_app(
         "agentfn.page",
         openapi=openapi(),
-        # In an outage the budget was taken before any fetch; a fetch whose audit then failed stays counted.
+        # In an outage no budget is taken and nothing is fetched; audit rows queued meanwhile wait for the database.
         database=store,
         readiness={},
         identity=Identity.from_env(env, gateway=False, audience="agentfn:page"),
@@ -59,5 +62,34 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         return response
 
     app.register_blueprint(bp)
-    warm_up()  # trafilatura, off the way to ready
+    # Last, gc.freeze: what the imports made lives as long as the process; frozen, a full collection (frequent while a
+    # large page is read) no longer walks it.
+    warm_up(store, [open_schema, fetcher.warm_up, extractor, gc.freeze])
     return app
+
+
+DATABASE_WAIT = 10.0  # seconds: a database not answering by then no longer holds the warm-up back
+PROBE_WAIT = 1.0  # seconds the warm-up leaves a readiness probe to come and pass first
+
+
+def warm_up(store: Store, steps: list[Callable[[], object]]) -> threading.Thread:
+    """Load what a first page needs and ready does not (trafilatura above all, the body schema, urllib3, DNS) on a
+    thread, once the store is ready: its migrations applied here, then a probe's pass awaited for a moment. Begun
+    earlier, the imports would hold the GIL against the worker's start and its first probe; begun only at a probe,
+    they would start late under a slow probe period. A page opened meanwhile loads what it needs itself."""
+
+    def run() -> None:
+        give_up = time.monotonic() + DATABASE_WAIT
+        while time.monotonic() < give_up:
+            try:
+                store.migrate()
+                break
+            except Exception:  # the database is not answering yet: the probe reports it, the warm-up waits
+                time.sleep(0.2)
+        store.probed.wait(PROBE_WAIT)
+        for step in steps:
+            step()
+
+    thread = threading.Thread(target=run, name="warm-up", daemon=True)
+    thread.start()
+    return thread

@@ -54,14 +54,18 @@ class _Watchdog:
         self._heap: list[tuple[float, int, Deadline]] = []
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._until: float | None = None  # when the thread wakes next by itself (None: only when told)
 
     def add(self, deadline: Deadline) -> None:
         with self._wake:
+            while self._heap and self._heap[0][2].closed:  # fetches that ended: dropped here, not by waking the thread
+                heapq.heappop(self._heap)
             heapq.heappush(self._heap, (deadline.end, id(deadline), deadline))
             if self._thread is None or not self._thread.is_alive():  # also after a fork (gunicorn workers)
                 self._thread = threading.Thread(target=self._run, name="page-deadlines", daemon=True)
                 self._thread.start()
-            self._wake.notify()
+            elif self._until is None or deadline.end < self._until:  # waking the thread costs the GIL: only if due sooner
+                self._wake.notify()
 
     def _run(self) -> None:
         with self._wake:
@@ -70,7 +74,8 @@ class _Watchdog:
                     _, _, deadline = heapq.heappop(self._heap)
                     if not deadline.closed:
                         deadline.expire()
-                self._wake.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+                self._until = self._heap[0][0] if self._heap else None
+                self._wake.wait(self._until - time.monotonic() if self._until is not None else None)
 
 
 _WATCHDOG = _Watchdog()

@@ -5,22 +5,21 @@ goes only into the Host header, the TLS SNI and the certificate check. Nothing e
 from the environment (urllib3 reads none), no cookies, no auth, no Referer, a fixed User-Agent.
 One `Deadline` (`deadline`) covers DNS, connect, TLS, every redirect and the body; when it passes, a
 watchdog shuts the socket down, so a server that drips one byte a second cannot hold the fetch open.
-The body is decoded, typed and sniffed as it streams (`content`).
+The body is decoded, typed and sniffed as it streams (`content`). urllib3 and the CA bundle are loaded on
+the first fetch (or by the app's warm-up), not on the way to ready.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
+import os
 import socket
 import ssl
+import threading
 import zlib
 from dataclasses import dataclass, field
 from urllib.parse import urljoin
-
-import certifi
-import urllib3
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.util.ssl_match_hostname import CertificateError
 
 from . import content, guard
 from .deadline import Deadline
@@ -55,31 +54,58 @@ class Fetched:
     body: bytes = field(repr=False)
 
 
-class _Watched:
-    deadline: Deadline
+@functools.cache
+def _connections() -> tuple[type, type]:
+    """The pinned HTTP and HTTPS connection classes: urllib3's, whose sockets the fetch's deadline watches."""
+    from urllib3.connection import HTTPConnection, HTTPSConnection
 
-    def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()  # type: ignore[misc]
-        self.deadline.watch(sock)
-        return sock
+    class _Watched:
+        deadline: Deadline
 
+        def _new_conn(self) -> socket.socket:
+            sock = super()._new_conn()  # type: ignore[misc]
+            self.deadline.watch(sock)
+            return sock
 
-class PinnedHTTPConnection(_Watched, HTTPConnection):
-    """An HTTP connection to one checked address."""
+    class PinnedHTTPConnection(_Watched, HTTPConnection):
+        """An HTTP connection to one checked address."""
 
+    class PinnedHTTPSConnection(_Watched, HTTPSConnection):
+        """An HTTPS connection to one checked address, verifying the certificate for the URL's name."""
 
-class PinnedHTTPSConnection(_Watched, HTTPSConnection):
-    """An HTTPS connection to one checked address, verifying the certificate for the URL's name."""
+    return PinnedHTTPConnection, PinnedHTTPSConnection
 
 
 class Fetcher:
     def __init__(self, resolver: Resolver, *, ports: frozenset[int], ca_file: str | None, deadline: float, max_bytes: int):
         self.resolver, self.ports, self.deadline, self.max_bytes = resolver, ports, deadline, max_bytes
-        self.tls = ssl.create_default_context(cafile=ca_file or certifi.where())
-        self.tls.minimum_version = ssl.TLSVersion.TLSv1_2
+        if ca_file and not os.path.isfile(ca_file):  # read on the first fetch: a wrong path still fails the start
+            raise ValueError(f"the CA file {ca_file} does not exist")
+        self.ca_file = ca_file
+        self._tls: ssl.SSLContext | None = None
+        self._tls_made = threading.Lock()
+
+    def warm_up(self) -> None:
+        """Load what the first fetch would: urllib3, the CA bundle, dnspython."""
+        _connections()
+        self.tls  # noqa: B018
+        self.resolver.warm_up()
+
+    @property
+    def tls(self) -> ssl.SSLContext:
+        with self._tls_made:
+            if self._tls is None:
+                import certifi
+
+                tls = ssl.create_default_context(cafile=self.ca_file or certifi.where())
+                tls.minimum_version = ssl.TLSVersion.TLSv1_2
+                self._tls = tls
+            return self._tls
 
     def get(self, target: Target, trace: Trace) -> Fetched:
         """The page at `target` after at most 5 checked redirects, or a Refusal saying why not."""
+        import urllib3
+
         deadline = Deadline(self.deadline)
         try:
             return self._follow(target, trace, deadline)
@@ -119,6 +145,9 @@ class Fetcher:
 
     def _open(self, target: Target, addresses: list[IPAddress], deadline: Deadline):
         """Connect to the first checked address that answers, send the GET, read the response head."""
+        import urllib3
+        from urllib3.util.ssl_match_hostname import CertificateError
+
         last: Exception | None = None
         for address in addresses:
             conn = self._connection(target, address, deadline)
@@ -161,14 +190,15 @@ class Fetcher:
             raise _timeout()
         raise Refusal("upstream-error", "the page's server refused the connection or cannot be reached")
 
-    def _connection(self, target: Target, address: IPAddress, deadline: Deadline) -> HTTPConnection:
+    def _connection(self, target: Target, address: IPAddress, deadline: Deadline):
         timeout = max(0.01, deadline.left())
+        pinned_http, pinned_https = _connections()
         if target.scheme == "https":
-            conn = PinnedHTTPSConnection(
+            conn = pinned_https(
                 str(address), target.port, timeout=timeout, ssl_context=self.tls, server_hostname=target.host
             )
         else:
-            conn = PinnedHTTPConnection(str(address), target.port, timeout=timeout)
+            conn = pinned_http(str(address), target.port, timeout=timeout)
         conn.deadline = deadline
         return conn
 

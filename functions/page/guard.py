@@ -17,18 +17,17 @@ from __future__ import annotations
 import enum
 import ipaddress
 import re
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-import dns.exception
-import dns.name
-import dns.nameserver
-import dns.resolver
-import idna
-
 from .refusals import Refusal
+
+if TYPE_CHECKING:
+    import dns.name
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -299,6 +298,8 @@ def _host(text: str) -> tuple[IPAddress | None, str]:
     if "%" in text:
         raise bad_url("percent-encoding in the host is refused; write the host name plainly")
     if not text.isascii():
+        import idna  # only for a name that is not ASCII
+
         try:  # UTS 46 maps fullwidth letters, digits and dots the way browsers do
             text = idna.encode(text, uts46=True).decode("ascii")
         except (idna.IDNAError, UnicodeError):
@@ -398,34 +399,66 @@ _LOOKUPS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="page-dns")
 
 
 class Resolver:
-    """Every A and AAAA record of a name, from the configured DNS servers, within a time limit."""
+    """Every A and AAAA record of a name, from the configured DNS servers, within a time limit.
+
+    dnspython is imported on the first lookup (or by `reading.warm_up`), not on the way to ready.
+    """
 
     def __init__(self, servers: list[tuple[str, int]]):
-        self._resolver = dns.resolver.Resolver(configure=not servers)
-        if servers:
-            self._resolver.nameservers = [dns.nameserver.Do53Nameserver(a, p) for a, p in servers]
-        self._resolver.cache = dns.resolver.LRUCache(4096)  # honours each record's TTL
+        self._servers = servers
+        self._made = threading.Lock()
+        self._resolver = None
+
+    def warm_up(self) -> None:
+        self._dns()
+
+    def _dns(self):
+        with self._made:
+            if self._resolver is None:
+                import dns.nameserver
+                import dns.resolver
+
+                resolver = dns.resolver.Resolver(configure=not self._servers)
+                if self._servers:
+                    resolver.nameservers = [dns.nameserver.Do53Nameserver(a, p) for a, p in self._servers]
+                resolver.cache = dns.resolver.LRUCache(4096)  # honours each record's TTL
+                self._resolver = resolver
+            return self._resolver
 
     def addresses(self, host: str, lifetime: float) -> list[IPAddress]:
+        import dns.exception
+        import dns.name
+        import dns.rdataclass
+        import dns.rdatatype
+
+        resolver = self._resolver or self._dns()
         try:
             name = dns.name.from_text(host)  # absolute: no search domains
         except dns.exception.DNSException:
             raise bad_url("the host is not a valid domain name") from None
-        # A and AAAA at once, under one deadline: a slow resolver costs the fetch one wait, not one per type.
+        # A and AAAA at once, under one deadline: a slow resolver costs the fetch one wait, not one per type. An
+        # AAAA answer still cached (with its TTL) is read here, without handing it to another thread.
         deadline = time.monotonic() + lifetime
-        aaaa = _LOOKUPS.submit(self._records, name, "AAAA", deadline)
-        found = self._records(name, "A", deadline)  # a failure refuses at once; the AAAA ends by the deadline
-        found += aaaa.result()
+        if resolver.cache.get((name, dns.rdatatype.AAAA, dns.rdataclass.IN)) is not None:
+            found = self._records(resolver, name, "A", deadline) + self._records(resolver, name, "AAAA", deadline)
+        else:
+            aaaa = _LOOKUPS.submit(self._records, resolver, name, "AAAA", deadline)
+            found = self._records(resolver, name, "A", deadline)  # a failure refuses at once; the AAAA ends by the deadline
+            found += aaaa.result()
         if not found:
             raise Refusal("dns-failure", "the host name has no address records; check the URL")
         return found
 
-    def _records(self, name: dns.name.Name, rdtype: str, deadline: float) -> list[IPAddress]:
+    @staticmethod
+    def _records(resolver, name: dns.name.Name, rdtype: str, deadline: float) -> list[IPAddress]:
+        import dns.exception
+        import dns.resolver
+
         left = deadline - time.monotonic()
         if left <= 0:
             raise Refusal("timeout", "the DNS server did not answer in time")
         try:
-            answer = self._resolver.resolve(name, rdtype, search=False, lifetime=left, raise_on_no_answer=False)
+            answer = resolver.resolve(name, rdtype, search=False, lifetime=left, raise_on_no_answer=False)
         except dns.resolver.NXDOMAIN:
             raise Refusal("dns-failure", "the host name does not exist (NXDOMAIN); check the URL") from None
         except dns.resolver.LifetimeTimeout:

@@ -4,15 +4,15 @@ trafilatura extracts the main content from the bytes the guard fetched (it is ne
 fetch). Links are resolved here, against the page's final URL or its `<base href>`, and numbered by
 first appearance: the same href keeps one number across the page, so every window agrees.
 
-trafilatura takes about a second to import, most of a cold start's: it is imported on the way to the first
-page, not to ready. `warm_up()` starts that import on a thread once the app is made, so a first page seldom waits.
+trafilatura's import (about half a second of CPU) weighs as much as the rest of a cold start: it is imported on
+the way to the first page, not to ready (the app's `warm_up` imports it once ready, so a first page seldom waits).
 """
 
 from __future__ import annotations
 
 import codecs
-import importlib
 import re
+import sys
 import threading
 from dataclasses import dataclass, field
 from urllib.parse import quote, urljoin, urlsplit
@@ -93,23 +93,46 @@ def _text_codec(label: str | None) -> str | None:
     return label
 
 
-def warm_up() -> threading.Thread:
-    """Import trafilatura on a thread of its own; a page read meanwhile waits on the same import."""
-    thread = threading.Thread(target=importlib.import_module, args=("trafilatura",), name="warm-up", daemon=True)
-    thread.start()
-    return thread
+_IMPORTING = threading.Lock()
+_extractor = None  # set once trafilatura's import has finished (sys.modules holds it while it is under way)
+
+
+def extractor():
+    """trafilatura, imported once. Without py3langid: trafilatura imports it (and numpy with it, a third of its
+    import time) only for a language filter this fetcher never asks for, and does without it when it is missing."""
+    global _extractor
+    if _extractor is not None:
+        return _extractor
+    with _IMPORTING:
+        if _extractor is None:
+            hidden = "py3langid" not in sys.modules
+            if hidden:
+                sys.modules["py3langid"] = None  # type: ignore[assignment]  # makes `import py3langid` fail
+            try:
+                import trafilatura
+            finally:
+                if hidden and sys.modules.get("py3langid", False) is None:
+                    del sys.modules["py3langid"]  # anyone else may still import it
+            _extractor = trafilatura
+        return _extractor
 
 
 def read_html(text: str, final_url: str) -> Reading:
-    import trafilatura  # off the way to ready: see the module's docstring
-
+    trafilatura = extractor()
     tree = trafilatura.load_html(text)
     if tree is None:
         return Reading(final_url, "", "")
     title = _title(tree)
     base = _base(tree, final_url)
+    # "txt": trafilatura's own plain text of the body is then not made, only its tree, which `_Renderer` reads.
     document = trafilatura.bare_extraction(
-        tree, include_links=True, include_tables=True, include_images=False, include_comments=False, with_metadata=False
+        tree,
+        output_format="txt",
+        include_links=True,
+        include_tables=True,
+        include_images=False,
+        include_comments=False,
+        with_metadata=False,
     )
     if document is None or document.body is None:
         _, plain, _ = trafilatura.baseline(text)  # nothing looked like an article: the page's plain text

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from agentfn.shared.identity import caller_required
 from agentfn.shared.problems import bad_request, forbidden
-from agentfn.shared.validation import Schema, json_body
 from flask import Blueprint, current_app, g, jsonify, request
 
 from . import schemas
@@ -14,7 +14,13 @@ from .pages import Pages
 
 bp = Blueprint("page", __name__)
 
-OPEN = Schema(schemas.OPEN)
+
+@functools.cache
+def open_schema():
+    """The door's body schema, compiled on first use: jsonschema is off the way to ready (the warm-up imports it)."""
+    from agentfn.shared.validation import Schema
+
+    return Schema(schemas.OPEN)
 
 
 def pages() -> Pages:
@@ -25,7 +31,9 @@ def pages() -> Pages:
 @caller_required
 def open_page():
     """A window of a public page's readable text, with the links in it numbered."""
-    body = json_body(OPEN)
+    from agentfn.shared.validation import json_body
+
+    body = json_body(open_schema())
     window = body.get("window", current_app.config["AGENTFN_PAGE_WINDOW"])
     return jsonify(
         pages().open(

@@ -2,6 +2,7 @@
 
 import datetime as dt
 import secrets
+import signal
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -9,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 import requests
+from support.page import Opener, PageFunction, page_env, settle_audit
 
 PUB = "http://www.pub.test"
 SECRET_WORD = "marmalade-velvet"  # in the article's text (public_web.py)
@@ -64,10 +66,11 @@ def test_budgets_are_per_caller(tight_page, issuer, subject):
     assert call(tight_page.url, issuer, f"other-{secrets.token_hex(4)}", f"{PUB}/article?per-caller=x").status_code == 200
 
 
-def test_the_audit_records_host_status_bytes_never_path_query_or_text(opener, page_dsn, subject):
+def test_the_audit_records_host_status_bytes_never_path_query_or_text(page, opener, issuer, page_dsn, subject):
     assert opener(f"{PUB}/go/article?token=hunter2-q", subject=subject).status_code == 200
     assert opener("http://127.0.0.1/private-path?token=hunter2-q", subject=subject).status_code == 403
     assert opener(f"{PUB}/bomb/gzip?token=hunter2-q", subject=subject).status_code == 422
+    settle_audit(page.url, issuer)
     with psycopg.connect(page_dsn) as conn:
         rows = conn.execute(
             "SELECT host, final_host, status, bytes, ms, redirects, outcome, audit::text AS whole "
@@ -167,3 +170,34 @@ def test_the_fetch_audit_takes_no_token_the_model_function_did_not_exchange(page
         timeout=30,
     )
     assert answer.status_code == 401
+
+
+def test_the_audit_is_off_the_response_path_and_written_when_the_fetcher_is_stopped(
+    lab, issuer, page_dsn, subject, tmp_path
+):
+    """Fetches are answered while the audit table is locked; their rows wait, and a graceful stop (SIGTERM)
+    waits for them to be written rather than dropping them."""
+    server = PageFunction(lab, page_env(lab, issuer, page_dsn), tmp_path / "stopped.log")
+    server.start()
+    try:
+        generation = str(uuid.uuid4())
+        with psycopg.connect(page_dsn) as lock:
+            lock.execute("LOCK TABLE page.audit IN SHARE MODE")  # no INSERT gets through until this commits
+            for n in range(1, 6):
+                started = time.monotonic()
+                answer = Opener(server.url, issuer)(
+                    f"{PUB}/article?stopped={n}", subject=subject, step={"generation_id": generation, "n": n}
+                )
+                assert answer.status_code == 200, answer.text
+                assert time.monotonic() - started < 5  # not waiting on the locked table
+            server.process.send_signal(signal.SIGTERM)
+            time.sleep(4)  # the worker has left its loop by now, its rows still queued behind the lock
+            assert server.process.poll() is None, "the fetcher exited with its audit rows unwritten"
+        assert server.process.wait(15) == 0
+        with psycopg.connect(page_dsn) as conn:
+            rows = conn.execute(
+                "SELECT step, host, status, outcome FROM page.audit WHERE generation_id = %s ORDER BY step", (generation,)
+            ).fetchall()
+        assert rows == [(n, "www.pub.test", 200, "ok") for n in range(1, 6)]
+    finally:
+        server.stop()

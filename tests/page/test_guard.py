@@ -253,6 +253,17 @@ def test_public_pages_open_at_the_checked_address(opener, lab, url, server, host
     assert lab.internal_hits()[before_internal:] == []
 
 
+def test_a_name_opened_again_within_its_ttl_is_not_asked_again(opener, lab):
+    """One resolver (made on the first lookup) keeps A and AAAA answers for their TTL, and the page still opens
+    at the checked address."""
+    assert opener("http://dual.pub.test/article?ttl=1").status_code == 200
+    queries, before = len(lab.dns_queries()), len(lab.public_hits())
+    response = opener("http://dual.pub.test/article?ttl=2")
+    assert response.status_code == 200, response.text
+    assert [q for q in lab.dns_queries()[queries:] if q["name"].rstrip(".") == "dual.pub.test"] == []
+    assert [(h["server"], h["host"]) for h in lab.public_hits()[before:]] == [("44.0.0.10", "dual.pub.test")]
+
+
 SLOW_DNS = [
     # (id, url, status): the lab's resolver answers these names 1.2 s late; the deadline is 2 s
     ("A and AAAA each answered late", "http://slow.pub.test/article", 200),

@@ -13,6 +13,7 @@ import pytest
 import requests
 from support import Gunicorn
 from support.model import Engine
+from support.page import settle_audit
 from support.scripted_engine import create_app as engine_app
 
 PUB = "http://www.pub.test"
@@ -116,10 +117,11 @@ def test_a_turn_follows_only_the_links_of_a_page_it_opened(model, engine, page, 
         assert ended[1]["result"]["final_url"] == outcome
     else:
         assert ended[1]["status"] == "error" and ended[1]["result"]["type"].endswith("/" + outcome)
-    assert fetched(page, subject) == pages  # a refused call fetched nothing
+    assert fetched(page, issuer, subject) == pages  # a refused call fetched nothing
 
 
-def fetched(page, subject: str) -> int:
+def fetched(page, issuer, subject: str) -> int:
+    settle_audit(page.url, issuer)
     with psycopg.connect(page.env["AGENTFN_DATABASE_URL"], options="-c search_path=page") as conn:
         return conn.execute("SELECT count(*) FROM audit WHERE subject = %s", (subject,)).fetchone()[0]
 
@@ -154,4 +156,4 @@ def test_a_link_of_a_page_opened_in_an_earlier_turn_is_refused(model, engine, pa
         if block.startswith("event: step") and '"status":"started"' not in block
     ]
     assert [(s["status"], s["result"]["type"].rsplit("/", 1)[-1]) for s in steps] == [("error", "url-not-offered")]
-    assert fetched(page, subject) == 1
+    assert fetched(page, issuer, subject) == 1

@@ -4,6 +4,7 @@ import re
 
 import psycopg
 import pytest
+from support.page import settle_audit
 
 PUB = "http://www.pub.test"
 
@@ -59,12 +60,13 @@ def test_windows_page_through_the_whole_text(opener, subject):
     assert sorted(seen_links) == list(range(1, 61))
 
 
-def test_paging_neither_fetches_nor_counts_again(opener, lab, page_dsn, subject):
+def test_paging_neither_fetches_nor_counts_again(page, opener, issuer, lab, page_dsn, subject):
     before = len(lab.public_hits())
     offset = 0
     for _ in range(4):
         offset = opener(f"{PUB}/long?paging", subject=subject, offset=offset, window=2000).json()["next_offset"]
     assert len([h for h in lab.public_hits()[before:] if h["path"] == "/long?paging"]) == 1
+    settle_audit(page.url, issuer)
     with psycopg.connect(page_dsn) as conn:
         (pages,) = conn.execute("SELECT pages FROM page.budget WHERE subject = %s", (subject,)).fetchone()
         (fetches,) = conn.execute("SELECT count(*) FROM page.audit WHERE subject = %s", (subject,)).fetchone()

@@ -162,5 +162,18 @@ class Opener:
         )
 
 
+def settle_audit(base: str, issuer) -> None:
+    """Wait until the fetcher has written the audit rows of every fetch it answered: reading the audit waits for
+    them (rows are written off the response path)."""
+    token = issuer.exchanged("agentfn:page", "page-settler", ["platform-admins"])
+    answer = requests.get(
+        base + "/v1/audit",
+        params={"generation_id": "00000000-0000-0000-0000-000000000000"},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+    answer.raise_for_status()
+
+
 def fresh_subject() -> str:
     return f"page-{secrets.token_hex(5)}"
