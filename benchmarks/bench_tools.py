@@ -2,7 +2,7 @@
 
 Not a test; run by hand (2 cores, loopback only, about a minute):
 
-    .venv/bin/python benchmarks/bench_tools.py [--starts 7] [--runs 40] [--bytecode compiled|none]
+    .venv/bin/python benchmarks/bench_tools.py [--starts 7] [--runs 40] [--bytecode compiled|none] [--against REV]
 
 It runs the dev issuer and the three dev upstreams (test doubles of the platform services) on loopback
 ports, embedded Postgres in a fresh /tmp directory (run_code's schema and role provisioned), then:
@@ -16,7 +16,8 @@ ports, embedded Postgres in a fresh /tmp directory (run_code's schema and role p
    no bytecode and PYTHONDONTWRITEBYTECODE=1 set: every start compiles flask, werkzeug and the rest again);
    and the `-X importtime` profile of each function's start (its app imported and built, as the worker does;
    the other parts' apps imported only) and of gunicorn's master, in the same mode: its five heaviest
-   imports by cumulative time, each not nested in another listed, and the own modules' time;
+   imports by cumulative time, each not nested in another listed, and the own modules' time; with --against,
+   the tools as they are at that git revision too, started in the same rounds and profiled alike;
 2. sandbox overhead: a hello-world program run by the bubblewrap backend (in this process, warmed once)
    against bare `python3 -I -c` of the same program with the same interpreter, alternating in rounds so
    that other load on the machine hits both alike: p50/p90, the ratio and the added milliseconds; the
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import io
 import json
 import logging
 import os
@@ -43,6 +45,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -217,9 +220,9 @@ def import_profile(code: str, env: dict, runs: int = 3) -> dict:
     }
 
 
-def import_profiles(starts: dict[str, tuple], bytecode: dict) -> dict:
+def import_profiles(starts: dict[str, tuple], bytecode: dict, then: dict | None, rev: str | None) -> dict:
     """Each tool's start (its module imported, its app built) with its own settings, the other parts' modules,
-    and gunicorn's master (its modules and the shared conf)."""
+    and gunicorn's master (its modules and the shared conf); the other parts' also at `rev` (`then`)."""
     profiles = {"gunicorn master": import_profile(MASTER, bytecode)}
     for name, (app, env, _, _) in starts.items():
         if not name.startswith("baseline"):
@@ -227,6 +230,8 @@ def import_profiles(starts: dict[str, tuple], bytecode: dict) -> dict:
             profiles[name] = import_profile(f"import {module} as m; m.{factory}", {**env, **bytecode})
     for part in OTHER_PARTS:
         profiles[part] = import_profile(f"import agentfn.{part}.app", bytecode)
+        if then:
+            profiles[f"{part} @ {rev}"] = import_profile(f"import agentfn.{part}.app", {**bytecode, **then})
     return profiles
 
 
@@ -291,6 +296,11 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=7)
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--bytecode", choices=("compiled", "none"), default="compiled")
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="also start the tools as they are at this git revision, in the same rounds (a change's before and after)",
+    )
     args = parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the dev upstreams' request lines
     work = postgres_dir()
@@ -345,10 +355,15 @@ def main() -> None:
                 200,
             )
         functions["run_code"] = ("agentfn.run_code.app:create_app()", {**run_env, **bytecode}, caller({"code": HELLO}), 200)
+        if args.against:
+            then = {"PYTHONPATH": str(tree_at(args.against, work / "against"))}
+            for tool in [*READ_TOOLS, "run_code"]:
+                app, env, first_call, ready_status = functions[tool]
+                functions[f"{tool} @ {args.against}"] = (app, {**env, **then}, first_call, ready_status)
         starts = cold_starts(functions, logs, args.starts)
         for name, figures in starts.items():
             print(name, figures, flush=True)
-        profiles = import_profiles(functions, bytecode)
+        profiles = import_profiles(functions, bytecode, then if args.against else None, args.against)
         for name, profile in profiles.items():
             print(name, profile, flush=True)
 
@@ -403,6 +418,7 @@ def main() -> None:
         },
         "command": "benchmarks/bench_tools.py " + " ".join(sys.argv[1:]),
         "bytecode": args.bytecode,
+        "against": args.against,
         "start": starts,
         "import_profiles": profiles,
         "sandbox": sandbox,
@@ -413,6 +429,53 @@ def main() -> None:
     (RESULTS / "tools.json").write_text(json.dumps(report, indent=2) + "\n")
     (RESULTS / "tools.md").write_text(markdown(report))
     print((RESULTS / "tools.md").read_text())
+
+
+def against_markdown(r: dict) -> list[str]:
+    """Each tool now beside itself at the --against revision, from the same rounds."""
+    rev = r["against"]
+    lines = [
+        "",
+        f"## At {rev} -> now, in the same rounds",
+        "",
+        "| function | start to ready (s) | over bare Flask (s) | CPU over bare Flask (s) | start to first answer (s) "
+        "| first call (s) | import total (ms) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, now in r["start"].items():
+        then = r["start"].get(f"{name} @ {rev}")
+        if then is None:
+            continue
+
+        def pair(key: str, signed: bool = False, then=then, now=now) -> str:
+            return " -> ".join(f"{v:+}" if signed else str(v) for v in (then.get(key), now.get(key)))
+
+        profiles = r["import_profiles"]
+        lines.append(
+            f"| {name} | {pair('start_to_ready_s')} | {pair('over_baseline_s', True)} | "
+            f"{pair('cpu_over_baseline_s', True)} | {pair('start_to_first_answer_s')} | {pair('first_call_s')} | "
+            f"{profiles[f'{name} @ {rev}']['total_ms']} -> {profiles[name]['total_ms']} |"
+        )
+    return lines
+
+
+def tree_at(rev: str, into: Path) -> Path:
+    """The agentfn package as it is at `rev` (shared, cli and every function), for PYTHONPATH: it is found
+    before the editable install's mapping."""
+    archive = subprocess.run(
+        ["git", "archive", rev, "shared", "cli", "functions"], cwd=ROOT, capture_output=True, check=True
+    )
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into / "src", filter="data")
+    package = into / "agentfn"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (into / "src" / "shared").rename(package / "shared")
+    (into / "src" / "cli").rename(package / "cli")
+    for folder in (into / "src" / "functions").iterdir():
+        if folder.is_dir():
+            folder.rename(package / folder.name)
+    return into
 
 
 BYTECODE = {
@@ -464,6 +527,8 @@ def markdown(r: dict) -> str:
     for name, p in r["import_profiles"].items():
         top = ", ".join(f"{module} {ms}" for module, ms in p["top"])
         lines.append(f"| {name} | {p['total_ms']} | {top} | {p['own_ms']} |")
+    if r.get("against"):
+        lines += against_markdown(r)
     lines += [
         "",
         "## run_code: hello world, sandboxed against bare `python3 -I -c`, side by side",
