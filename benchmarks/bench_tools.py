@@ -2,7 +2,7 @@
 
 Not a test; run by hand (2 cores, loopback only, about a minute):
 
-    .venv/bin/python benchmarks/bench_tools.py [--starts 7] [--runs 40]
+    .venv/bin/python benchmarks/bench_tools.py [--starts 7] [--runs 40] [--bytecode compiled|none] [--against REV]
 
 It runs the dev issuer and the three dev upstreams (test doubles of the platform services) on loopback
 ports, embedded Postgres in a fresh /tmp directory (run_code's schema and role provisioned), then:
@@ -10,7 +10,14 @@ ports, embedded Postgres in a fresh /tmp directory (run_code's schema and role p
    /readyz (polled every 5 ms), median and min of --starts cold starts taken in rounds (every function
    once per round, beside two baselines: bare Flask and the shared skeleton with no doors); the CPU time
    used until ready; and start-to-first-answer, process start to the first 200 from POST /v1/call (what
-   a user's turn waits for on a cold start);
+   a user's turn waits for on a cold start); with `--bytecode compiled` (the default) every module runs from
+   bytecode, as in a function's image (pip compiles it at install), kept in a fresh PYTHONPYCACHEPREFIX and
+   written by one untimed start of each function first; `none` runs as the environment is (this dev venv has
+   no bytecode and PYTHONDONTWRITEBYTECODE=1 set: every start compiles flask, werkzeug and the rest again);
+   and the `-X importtime` profile of each function's start (its app imported and built, as the worker does;
+   the other parts' apps imported only) and of gunicorn's master, in the same mode: its five heaviest
+   imports by cumulative time, each not nested in another listed, and the own modules' time; with --against,
+   the tools as they are at that git revision too, started in the same rounds and profiled alike;
 2. sandbox overhead: a hello-world program run by the bubblewrap backend (in this process, warmed once)
    against bare `python3 -I -c` of the same program with the same interpreter, alternating in rounds so
    that other load on the machine hits both alike: p50/p90, the ratio and the added milliseconds; the
@@ -28,14 +35,17 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import io
 import json
 import logging
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -65,6 +75,9 @@ READ_TOOLS = {
 HELLO = "print('hello, world')"
 GROUPS = ["platform-users"]
 GOAL_START_S, GOAL_ADDED_MS = 0.5, 150
+OTHER_PARTS = ["model", "memory", "page", "workbench"]  # import profiles only: their start is others' measure
+MASTER = "import gunicorn.app.wsgiapp, gunicorn.workers.gthread, agentfn.shared.gunicorn_conf"
+IMPORT_LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \| ( *)(\S+)$")
 
 
 class Served:
@@ -140,24 +153,86 @@ def cold_start(app: str, env: dict, logs: Path, first_call=None, ready_status: i
 
 
 def cold_starts(functions: dict[str, tuple], logs: Path, n: int) -> dict:
-    """n rounds, each starting every function once in turn, so that other load hits them all alike."""
+    """n rounds, each starting every function once in turn, so that other load hits them all alike; one untimed
+    round first (it writes the bytecode, when the mode keeps it). Besides the medians, each function's start
+    against the first one's (bare Flask) in the same round, the median of those differences: the load of the
+    moment, shared by both, mostly cancels out."""
+    for app, env, first_call, ready_status in functions.values():
+        cold_start(app, env, logs, first_call, ready_status)
     seen = {name: [] for name in functions}
     for _ in range(n):
         for name, (app, env, first_call, ready_status) in functions.items():
             seen[name].append(cold_start(app, env, logs, first_call, ready_status))
             time.sleep(0.2)
+    baseline = next(iter(seen.values()))
     figures = {}
     for name, runs in seen.items():
         ready, cpu, answered = zip(*runs, strict=True)
         figures[name] = {
             "start_to_ready_s": round(statistics.median(ready), 3),
             "start_to_ready_min_s": round(min(ready), 3),
+            "over_baseline_s": round(statistics.median(r[0] - b[0] for r, b in zip(runs, baseline, strict=True)), 3),
             "cpu_to_ready_s": round(statistics.median(cpu), 3),
+            "cpu_over_baseline_s": round(statistics.median(r[1] - b[1] for r, b in zip(runs, baseline, strict=True)), 3),
             "starts": n,
         }
         if answered[0] is not None:
             figures[name]["start_to_first_answer_s"] = round(statistics.median(answered), 3)
+            figures[name]["first_call_s"] = round(statistics.median(a - r for a, r in zip(answered, ready, strict=True)), 3)
     return figures
+
+
+def import_profile(code: str, env: dict, runs: int = 3) -> dict:
+    """`python -X importtime -c code`: the total, the five heaviest imports by cumulative time (not agentfn's own,
+    none nested in another listed: flask is listed, not werkzeug under it) and the own modules' self time. Run
+    twice, the second measured: the first writes the bytecode, when the mode keeps it."""
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", code],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+    rows = [(int(m[1]), int(m[2]), len(m[3]) // 2, m[4]) for m in map(IMPORT_LINE.match, out.stderr.splitlines()) if m]
+    # importtime writes a module after the ones it imported, indented one level deeper: its parent is the next
+    # line one level up.
+    parent: list[int | None] = []
+    for i, (_, _, depth, _) in enumerate(rows):
+        parent.append(next((j for j in range(i + 1, len(rows)) if rows[j][2] < depth), None))
+
+    def ancestors(i: int):
+        while (i := parent[i]) is not None:
+            yield i
+
+    chosen: list[int] = []
+    for i in sorted(range(len(rows)), key=lambda i: -rows[i][1]):
+        if len(chosen) == 5:
+            break
+        if not rows[i][3].startswith("agentfn") and not any(a in chosen for a in ancestors(i)):
+            chosen.append(i)
+    return {
+        "total_ms": round(sum(r[0] for r in rows) / 1000, 1),
+        "top": [[rows[i][3], round(rows[i][1] / 1000, 1)] for i in chosen],
+        "own_ms": round(sum(r[0] for r in rows if r[3].startswith("agentfn")) / 1000, 1),
+    }
+
+
+def import_profiles(starts: dict[str, tuple], bytecode: dict, then: dict | None, rev: str | None) -> dict:
+    """Each tool's start (its module imported, its app built) with its own settings, the other parts' modules,
+    and gunicorn's master (its modules and the shared conf); the other parts' also at `rev` (`then`)."""
+    profiles = {"gunicorn master": import_profile(MASTER, bytecode)}
+    for name, (app, env, _, _) in starts.items():
+        if not name.startswith("baseline"):
+            module, _, factory = app.partition(":")
+            profiles[name] = import_profile(f"import {module} as m; m.{factory}", {**env, **bytecode})
+    for part in OTHER_PARTS:
+        profiles[part] = import_profile(f"import agentfn.{part}.app", bytecode)
+        if then:
+            profiles[f"{part} @ {rev}"] = import_profile(f"import agentfn.{part}.app", {**bytecode, **then})
+    return profiles
 
 
 def sandbox_overhead(backend, python: str, rounds: int, door=None) -> dict:
@@ -220,11 +295,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--starts", type=int, default=7)
     parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--bytecode", choices=("compiled", "none"), default="compiled")
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="also start the tools as they are at this git revision, in the same rounds (a change's before and after)",
+    )
     args = parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the dev upstreams' request lines
     work = postgres_dir()
     logs = work / "logs"
     logs.mkdir()
+    # An empty PYTHONDONTWRITEBYTECODE lets Python write bytecode again (the prefix keeps it out of the tree).
+    bytecode = {"PYTHONPYCACHEPREFIX": str(work / "pycache"), "PYTHONDONTWRITEBYTECODE": ""}
+    bytecode = bytecode if args.bytecode == "compiled" else {}
     issuer_port = free_port()
     issuer = DevIssuer(work / "issuer", f"http://127.0.0.1:{issuer_port}")
     issuer_server = make_server("127.0.0.1", issuer_port, issuer_app(issuer), threaded=True)
@@ -253,7 +337,7 @@ def main() -> None:
 
         # Baselines under the same gunicorn settings: bare Flask (ready = any answer), and the shared skeleton
         # with no doors (what every agentfn function pays: Flask, PyJWT, the app factory).
-        one = {"AGENTFN_WORKERS": "1"}
+        one = {"AGENTFN_WORKERS": "1", **bytecode}
         functions = {
             "baseline: bare Flask": ("flask:Flask('baseline')", one, None, 404),
             "baseline: shared skeleton": (
@@ -270,10 +354,18 @@ def main() -> None:
                 caller({}),
                 200,
             )
-        functions["run_code"] = ("agentfn.run_code.app:create_app()", run_env, caller({"code": HELLO}), 200)
+        functions["run_code"] = ("agentfn.run_code.app:create_app()", {**run_env, **bytecode}, caller({"code": HELLO}), 200)
+        if args.against:
+            then = {"PYTHONPATH": str(tree_at(args.against, work / "against"))}
+            for tool in [*READ_TOOLS, "run_code"]:
+                app, env, first_call, ready_status = functions[tool]
+                functions[f"{tool} @ {args.against}"] = (app, {**env, **then}, first_call, ready_status)
         starts = cold_starts(functions, logs, args.starts)
         for name, figures in starts.items():
             print(name, figures, flush=True)
+        profiles = import_profiles(functions, bytecode, then if args.against else None, args.against)
+        for name, profile in profiles.items():
+            print(name, profile, flush=True)
 
         python = default_python()
         uids = Uids(3900000, 2) if os.geteuid() == 0 else None
@@ -325,7 +417,10 @@ def main() -> None:
             "load_average_1m": round(os.getloadavg()[0], 2),
         },
         "command": "benchmarks/bench_tools.py " + " ".join(sys.argv[1:]),
+        "bytecode": args.bytecode,
+        "against": args.against,
         "start": starts,
+        "import_profiles": profiles,
         "sandbox": sandbox,
         "memory_overshoot": overshoot,
         "goals": {"start_to_ready_s": GOAL_START_S, "added_ms_bubblewrap": GOAL_ADDED_MS},
@@ -334,6 +429,59 @@ def main() -> None:
     (RESULTS / "tools.json").write_text(json.dumps(report, indent=2) + "\n")
     (RESULTS / "tools.md").write_text(markdown(report))
     print((RESULTS / "tools.md").read_text())
+
+
+def against_markdown(r: dict) -> list[str]:
+    """Each tool now beside itself at the --against revision, from the same rounds."""
+    rev = r["against"]
+    lines = [
+        "",
+        f"## At {rev} -> now, in the same rounds",
+        "",
+        "| function | start to ready (s) | over bare Flask (s) | CPU over bare Flask (s) | start to first answer (s) "
+        "| first call (s) | import total (ms) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, now in r["start"].items():
+        then = r["start"].get(f"{name} @ {rev}")
+        if then is None:
+            continue
+
+        def pair(key: str, signed: bool = False, then=then, now=now) -> str:
+            return " -> ".join(f"{v:+}" if signed else str(v) for v in (then.get(key), now.get(key)))
+
+        profiles = r["import_profiles"]
+        lines.append(
+            f"| {name} | {pair('start_to_ready_s')} | {pair('over_baseline_s', True)} | "
+            f"{pair('cpu_over_baseline_s', True)} | {pair('start_to_first_answer_s')} | {pair('first_call_s')} | "
+            f"{profiles[f'{name} @ {rev}']['total_ms']} -> {profiles[name]['total_ms']} |"
+        )
+    return lines
+
+
+def tree_at(rev: str, into: Path) -> Path:
+    """The agentfn package as it is at `rev` (shared, cli and every function), for PYTHONPATH: it is found
+    before the editable install's mapping."""
+    archive = subprocess.run(
+        ["git", "archive", rev, "shared", "cli", "functions"], cwd=ROOT, capture_output=True, check=True
+    )
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into / "src", filter="data")
+    package = into / "agentfn"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (into / "src" / "shared").rename(package / "shared")
+    (into / "src" / "cli").rename(package / "cli")
+    for folder in (into / "src" / "functions").iterdir():
+        if folder.is_dir():
+            folder.rename(package / folder.name)
+    return into
+
+
+BYTECODE = {
+    "compiled": "bytecode compiled, as in a function's image",
+    "none": "no bytecode: every start compiles the modules again",
+}
 
 
 def markdown(r: dict) -> str:
@@ -345,23 +493,42 @@ def markdown(r: dict) -> str:
         f"at the end; other work shares this machine), Linux {r['machine']['kernel']}, with "
         f"`.venv/bin/python {r['command']}`.",
         "",
-        "## Start under gunicorn (1 worker), median of cold starts",
+        f"## Start under gunicorn (1 worker), median of cold starts ({BYTECODE[r['bytecode']]})",
         "",
-        "| function | start to ready (s) | min (s) | CPU to ready (s) | start to first answer (s) | goal <= "
-        f"{GOAL_START_S} s |",
-        "|---|---|---|---|---|---|",
+        "| function | start to ready (s) | min (s) | over bare Flask (s) | CPU to ready (s) | CPU over bare Flask (s) "
+        f"| start to first answer (s) | first call (s) | goal <= {GOAL_START_S} s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for tool, s in r["start"].items():
         goal = "" if tool.startswith("baseline") else ok(s["start_to_ready_s"] <= GOAL_START_S)
         lines.append(
-            f"| {tool} | {s['start_to_ready_s']} | {s['start_to_ready_min_s']} | {s['cpu_to_ready_s']} | "
-            f"{s.get('start_to_first_answer_s', '')} | {goal} |"
+            f"| {tool} | {s['start_to_ready_s']} | {s['start_to_ready_min_s']} | {s['over_baseline_s']:+} | "
+            f"{s['cpu_to_ready_s']} | {s['cpu_over_baseline_s']:+} | {s.get('start_to_first_answer_s', '')} | "
+            f"{s.get('first_call_s', '')} | {goal} |"
         )
     lines += [
         "",
-        "CPU to ready: user + system time of gunicorn's master and worker when /readyz first answered; "
-        "on an idle core start-to-ready is about this plus the waits (sockets, Postgres).",
+        "CPU to ready: user + system time of gunicorn's master and worker (and their reaped children) when /readyz "
+        "first answered; on an idle core start-to-ready is about this plus the waits (sockets, Postgres). Over bare "
+        "Flask: the median, over the rounds, of the difference to bare Flask's start in the same round. First call: "
+        "from ready to the first call's answer (the token's check, the body's schema, the work).",
+        "",
+        "## What a start imports: `-X importtime`, same bytecode mode",
+        "",
+        "The tools: the app's module imported and its app built with the settings above; the other parts: their app's "
+        "module imported; gunicorn's master: its modules and the shared conf. The quickest of three runs: its five "
+        "heaviest imports by cumulative time (ms), none nested in another listed nor agentfn's own (a module is "
+        "counted where it is first imported: `logging` under agentfn's first import of it, though Flask would load it "
+        "too); own: agentfn's modules' self time.",
+        "",
+        "| start | total (ms) | heaviest five, cumulative (ms) | own (ms) |",
+        "|---|---|---|---|",
     ]
+    for name, p in r["import_profiles"].items():
+        top = ", ".join(f"{module} {ms}" for module, ms in p["top"])
+        lines.append(f"| {name} | {p['total_ms']} | {top} | {p['own_ms']} |")
+    if r.get("against"):
+        lines += against_markdown(r)
     lines += [
         "",
         "## run_code: hello world, sandboxed against bare `python3 -I -c`, side by side",

@@ -5,6 +5,10 @@ on every request and response, one JSON log line per request, `/healthz` (alive)
 dependency answers) and the function's OpenAPI document at `/openapi.json`. A function with a database
 hands its store over: the store's migrations and ping become the `database` readiness check, and an
 outage a 503 problem. The function adds its doors as a blueprint.
+
+A part is scale-to-zero: start-to-ready is what a caller waits for. What only a request needs (PyJWT for its
+token, a compiled request schema) stays off the way to ready and is warmed up (`warm_up`) in the background once
+/readyz first answers ready, so the first request rarely pays for it either.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import hashlib
 import logging
 import os
 import re
+import threading
 import time
 import traceback
 import uuid
@@ -40,6 +45,35 @@ log = logging.getLogger("agentfn.http")
 
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 DEFAULT_MAX_BYTES = 64 * 1024
+WARM_UP = "agentfn.warm_up"
+
+
+class WarmUp:
+    """Steps run once, in one background thread, after /readyz first answered ready (the answer sent)."""
+
+    def __init__(self) -> None:
+        self.steps: list[Callable[[], object]] = []
+        self._started = False
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            if self._started or not self.steps:
+                return
+            self._started = True
+        threading.Thread(target=self._run, name="agentfn-warm-up", daemon=True).start()
+
+    def _run(self) -> None:
+        for step in self.steps:
+            try:
+                step()
+            except Exception as error:  # noqa: BLE001 - the request that needs it will meet (and report) it
+                log.warning("warm-up step failed", extra={"event": "warm_up", "error_type": type(error).__name__})
+
+
+def warm_up(app: Flask, step: Callable[[], object]) -> None:
+    """Run `step` after the app first answers ready, beside the first requests rather than before ready."""
+    app.extensions.setdefault(WARM_UP, WarmUp()).steps.append(step)
 
 
 def problem_response(problem: ProblemError) -> Response:
@@ -85,8 +119,10 @@ def create_app(
     app = Flask(name, instance_path=os.path.join(os.path.dirname(__file__), "instance"))
     app.config["MAX_CONTENT_LENGTH"] = max_request_bytes
     app.json.sort_keys = False
+    app.extensions[WARM_UP] = WarmUp()
     if identity is not None:
         app.extensions["agentfn.identity"] = identity
+        warm_up(app, identity.warm)
     if telemetry.setup(name.removeprefix("agentfn.")):
         _trace_requests(app)
 
@@ -167,7 +203,10 @@ def create_app(
             except Exception:
                 checks[check_name] = False
         ready = all(checks.values())
-        return jsonify(ready=ready, checks=checks), 200 if ready else 503
+        response = jsonify(ready=ready, checks=checks)
+        if ready:
+            response.call_on_close(app.extensions[WARM_UP].start)
+        return response, 200 if ready else 503
 
     @app.get("/openapi.json")
     def openapi_document():

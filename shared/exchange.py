@@ -30,8 +30,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import jwt
-
 from .identity import Caller, IdentitySettings
 from .problems import ProblemError, problem_type
 from .settings import Settings, setting
@@ -216,6 +214,8 @@ def _lifetime(body: dict[str, Any], token: str) -> float:
     expires_in = body.get("expires_in")
     if isinstance(expires_in, (int, float)) and not isinstance(expires_in, bool) and expires_in > 0:
         return float(expires_in)
+    import jwt  # here, not on the way to ready: the first token's check loads it anyway
+
     try:
         exp = jwt.decode(token, options={"verify_signature": False}).get("exp")
     except jwt.PyJWTError:

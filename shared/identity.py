@@ -13,6 +13,9 @@ requesting client there) that must be one this part trusts. A part behind no rou
 the tools) accepts only those, so it is never callable on its own, by signature and not only by network.
 
 Configuration: `IdentitySettings` below (docs/configuration.md).
+
+PyJWT (and the crypto backend it loads) is imported on the first token, not on the way to ready: a part's
+app warms it up right after it first answers ready (`Identity.warm`).
 """
 
 from __future__ import annotations
@@ -21,10 +24,9 @@ import ssl
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import wraps
+from functools import cache, wraps
 from typing import Any
 
-import jwt
 from flask import current_app, g, request
 
 from .problems import forbidden, unauthorized, unavailable
@@ -78,25 +80,37 @@ class Trust:
     cooldown: float = 30.0
 
 
-class KeySet(jwt.PyJWKClient):
-    """A JWKS client that reads its bearer token file on each fetch: a projected token rotates hourly."""
+@cache
+def key_set_class() -> type:
+    """`KeySet`, defined on first use: it subclasses PyJWT's client, and PyJWT stays off the way to ready."""
+    import jwt
 
-    def __init__(self, trust: Trust):
-        context = ssl.create_default_context(cafile=trust.ca_file) if trust.ca_file else None
-        super().__init__(
-            trust.jwks_url, cache_keys=True, lifespan=300, timeout=5, ssl_context=context, cooldown_duration=trust.cooldown
-        )
-        self.token_file = trust.token_file
+    class KeySet(jwt.PyJWKClient):
+        """A JWKS client that reads its bearer token file on each fetch: a projected token rotates hourly."""
 
-    def fetch_data(self) -> Any:
-        if self.token_file:
-            try:
-                with open(self.token_file) as f:
-                    token = f.read().strip()
-            except OSError:
-                raise jwt.PyJWKClientConnectionError("the key set's bearer token file cannot be read") from None
-            self.headers = {"Authorization": f"Bearer {token}"}
-        return super().fetch_data()
+        def __init__(self, trust: Trust):
+            context = ssl.create_default_context(cafile=trust.ca_file) if trust.ca_file else None
+            super().__init__(
+                trust.jwks_url,
+                cache_keys=True,
+                lifespan=300,
+                timeout=5,
+                ssl_context=context,
+                cooldown_duration=trust.cooldown,
+            )
+            self.token_file = trust.token_file
+
+        def fetch_data(self) -> Any:
+            if self.token_file:
+                try:
+                    with open(self.token_file) as f:
+                        token = f.read().strip()
+                except OSError:
+                    raise jwt.PyJWKClientConnectionError("the key set's bearer token file cannot be read") from None
+                self.headers = {"Authorization": f"Bearer {token}"}
+            return super().fetch_data()
+
+    return KeySet
 
 
 class Verifier:
@@ -105,16 +119,18 @@ class Verifier:
     def __init__(self, trust: Trust):
         self.trust = trust
         self._lock = threading.Lock()
-        self._client: KeySet | None = None
+        self._client: Any = None  # a KeySet, made on the first token
 
-    def _jwks(self) -> KeySet:
+    def _jwks(self) -> Any:
         with self._lock:
             if self._client is None:
-                self._client = KeySet(self.trust)
+                self._client = key_set_class()(self.trust)
             return self._client
 
     def claims(self, token: str) -> dict:
         """The token's claims, or `unauthorized` saying which check failed (never echoing the token)."""
+        import jwt
+
         if len(token) > MAX_TOKEN_BYTES:
             raise unauthorized("the token is too large")
         try:
@@ -333,6 +349,10 @@ class Identity:
             raise RuntimeError("caller, exchanged and service tokens need different audiences")
         trusted = frozenset(s.trusted_service_accounts)
         return cls(caller, Verifier(service), trusted)
+
+    def warm(self) -> None:
+        """Load what the first token's check needs (PyJWT, its crypto backend), before that token comes."""
+        key_set_class()
 
     def verifier_for(self, audience: str) -> Verifier:
         """A verifier of this issuer's caller tokens for another audience (the MCP resource's)."""

@@ -7,7 +7,8 @@ as the caller. A read tool's work is a call to the platform service behind it (`
 the two put together (`read_tool`).
 
 Start-up stays light (tools are scale-to-zero, so a cold start is paid on a user's turn): jsonschema is
-imported and the schema compiled on the first call, never on the way to ready.
+imported and the schema compiled after ready (`app.warm_up`), or by the first call if it comes first, never on
+the way to ready.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from flask import Blueprint, g, jsonify
 
 from . import openapi as spec
 from . import telemetry
+from .app import warm_up
 from .identity import Caller, caller_required
 from .problems import ProblemError
 
@@ -96,6 +98,7 @@ def doors(descriptor: Mapping[str, Any], call: Call) -> Blueprint:
     """`GET /v1/tool` and `POST /v1/call` for one tool; `call` does the work as the caller."""
     bp = Blueprint("tool", __name__)
     body_schema = LazySchema(call_schema(descriptor))
+    bp.record_once(lambda state: warm_up(state.app, body_schema.get))
 
     @bp.get("/v1/tool")
     @caller_required
