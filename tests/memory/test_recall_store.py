@@ -1,0 +1,146 @@
+"""Recall in the store: the transaction begun and the text list found while the question is embedded, with the
+same entries, order, `matched` and similarity as the one statement that has the embedding at hand."""
+
+import datetime
+import itertools
+import secrets
+import time
+import uuid
+
+import psycopg
+import pytest
+from agentfn.memory.embedder import DEFAULT_MODEL, model_config, open_embedder
+from agentfn.memory.memory import Memory
+from agentfn.memory.store import Store
+from support import Client
+
+NOTES = [
+    "Mačka mi se zove Luna.",
+    "Sestra mi živi u Splitu.",
+    "My dog is called Biscuit.",
+    "I'm allergic to penicillin.",
+    "Marko's birthday is on 12 May.",
+    "Marta's birthday is on 21 May.",
+    "Marko lives in Zagreb.",
+    "The ledger service listens on port 8443.",
+    "The ledger deploys every Tuesday at 10:00.",
+    "I prefer short answers in Croatian.",
+    "The search service runs 3 replicas.",
+    "Ana's birthday is on 30 July.",
+]
+QUESTIONS = [
+    "kako zovem mačku?",
+    "what's my cat's name?",
+    "when is Marta's birthday?",
+    "when are the birthdays?",
+    "where does Marko live?",
+    "which port does the ledger use?",
+    "when does the ledger deploy?",
+    "how should you answer me?",
+    "Što kuhati za večeru s djecom?",
+    "is it really 1.30?",
+]
+
+
+@pytest.fixture(scope="module")
+def e5():
+    return open_embedder(model_config(DEFAULT_MODEL))
+
+
+@pytest.fixture(scope="module")
+def kept(memory, issuer):
+    """A subject with the notes above, kept through the door (embedded by memory)."""
+    subject = f"user-{secrets.token_hex(4)}"
+    caller = Client(memory.url, issuer.headers(subject))
+    for i, text in enumerate(NOTES):
+        kind = "preference" if "prefer" in text else "fact"
+        response = caller.post("/v1/entries", json={"kind": kind, "text": text, "source": f"chat {i}"})
+        assert response.status_code == 201, response.text
+    return subject
+
+
+@pytest.fixture
+def store(memory_env):
+    opened = Store(memory_env["AGENTFN_DATABASE_URL"], pool_size=1)  # one connection: a leaked one would show
+    yield opened
+    opened.close()
+
+
+def test_recall_while_embedding_finds_what_one_statement_finds(store, kept, e5):
+    found = 0
+    for question, hybrid, kinds, (threshold, limit, gap) in itertools.product(
+        QUESTIONS, (True, False), (None, ["fact"]), ((0.82, 3, 0.04), (0.75, 5, float("inf")))
+    ):
+        query = e5.embed_queries([question])[0]
+        args = (DEFAULT_MODEL, threshold, limit, kinds, hybrid)
+        at_once = store.recall(kept, question, query, *args, gap=gap, vector_alone=2)
+        meanwhile = store.recall(kept, question, lambda q=query: q, *args, gap=gap, vector_alone=2)
+        assert meanwhile == at_once, question
+        found += len(at_once)
+    assert found > 50  # the questions find entries by both lists, not nothing alike
+
+
+def test_the_text_list_is_found_while_the_question_is_embedded(store, kept, e5, postgres):
+    """The embedding waits here until the store's transaction holds the subject's setting: it began meanwhile."""
+    seen = []
+
+    def embed():
+        deadline = time.monotonic() + 10
+        with psycopg.connect(postgres.admin_dsn, autocommit=True) as admin:
+            while not seen and time.monotonic() < deadline:
+                seen.extend(
+                    admin.execute(
+                        "SELECT 1 FROM pg_stat_activity WHERE usename = 'agentfn_memory' AND state = 'idle in transaction' "
+                        "AND query LIKE '%%ts_rank%%'"
+                    ).fetchall()
+                )
+                time.sleep(0.01)
+        return e5.embed_queries(["when is Marta's birthday?"])[0]
+
+    rows = store.recall(kept, "when is Marta's birthday?", embed, DEFAULT_MODEL, 0.82, 3, None, True, gap=0.04)
+    assert seen, "the text list was not found while the question was embedded"
+    assert [r["text"] for r in rows] == ["Marta's birthday is on 21 May."]
+
+
+def test_a_failed_embedding_gives_the_connection_back(store, kept, e5):
+    def broken():
+        raise RuntimeError("the engine failed")
+
+    for _ in range(3):  # the pool has one connection: a leaked one would time the next recall out
+        with pytest.raises(RuntimeError, match="the engine failed"):
+            store.recall(kept, "when is Marta's birthday?", broken, DEFAULT_MODEL, 0.82, 3, None, True)
+    query = e5.embed_queries(["when is Marta's birthday?"])[0]
+    rows = store.recall(kept, "when is Marta's birthday?", lambda: query, DEFAULT_MODEL, 0.82, 3, None, True, gap=0.04)
+    assert [r["text"] for r in rows] == ["Marta's birthday is on 21 May."]
+
+
+def test_recall_counts_an_entrys_tokens_once_per_process(e5):
+    """The token count of an entry recalled again is the tokenizer's, kept from the first time."""
+    now = datetime.datetime.now(datetime.UTC)
+    rows = [
+        {"id": uuid.uuid4(), "kind": "fact", "text": text, "source": "s", "created_at": now, "updated_at": now}
+        | {"model": DEFAULT_MODEL, "similarity": 0.9, "matched": ["vector"]}
+        for text in NOTES[:3]
+    ]
+
+    class Found:
+        def recall(self, subject, question, query, *args, **kwargs):
+            query()
+            return rows
+
+    class Counting:
+        config, counted = e5.config, []
+
+        def embed_queries(self, texts):
+            return e5.embed_queries(texts)
+
+        def count_tokens(self, text):
+            self.counted.append(text)
+            return e5.count_tokens(text)
+
+    embedder = Counting()
+    memory = Memory(Found(), embedder, max_tokens=1000)
+    first, again = (memory.recall("someone", "my pets?", None, None, None)["entries"] for _ in range(2))
+    assert first == again
+    assert [e["tokens"] for e in again] == [e5.count_tokens(text) for text in NOTES[:3]]
+    assert sorted(embedder.counted) == sorted(NOTES[:3])
