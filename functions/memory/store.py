@@ -369,7 +369,10 @@ class Store(db.SchemaStore):
 
     def _end_recall(self, conn: psycopg.Connection) -> None:
         try:
-            conn.rollback()
+            if conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+                conn.commit()  # it only read; psycopg's rollback would also drop the connection's prepared statements
+            else:
+                conn.rollback()
         finally:
             self.pool.putconn(conn)  # a broken connection is discarded by the pool
 

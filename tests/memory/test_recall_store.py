@@ -144,3 +144,14 @@ def test_recall_counts_an_entrys_tokens_once_per_process(e5):
     assert first == again
     assert [e["tokens"] for e in again] == [e5.count_tokens(text) for text in NOTES[:3]]
     assert sorted(embedder.counted) == sorted(NOTES[:3])
+
+
+def test_recall_keeps_its_prepared_statements(store, kept, e5):
+    """Each recall ends its transaction without discarding the connection's prepared statements (psycopg's
+    rollback would), so the statements are planned once per connection, not once per recall."""
+    query = e5.embed_queries(["when is Marta's birthday?"])[0]
+    for _ in range(8):  # psycopg prepares a statement at its 5th use
+        store.recall(kept, "when is Marta's birthday?", lambda: query, DEFAULT_MODEL, 0.82, 3, None, True, gap=0.04)
+    with store.pool.connection() as conn:
+        prepared = [r[0] for r in conn.execute("SELECT statement FROM pg_prepared_statements")]
+    assert any("unnest(" in s for s in prepared) and any("ts_rank" in s for s in prepared), prepared
