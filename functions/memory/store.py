@@ -164,8 +164,13 @@ RECALL_TEXT = f"WITH q AS (SELECT ({QUESTION_TERMS}) AS t) {BY_TEXT}"
 RECALL_FUSED = _hybrid(
     "%(query)s::halfvec AS v", "SELECT * FROM unnest(%(text_ids)s::uuid[], %(text_ranks)s::int8[]) AS t(id, rank)"
 )
-# Recall's two statements see one snapshot, as the one statement does.
-RECALL_TRANSACTION = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+# Recall's two statements see one snapshot, as the one statement does; and each is planned for its subject: the
+# generic plan, which psycopg's prepared statements settle on, is made for a subject of average size and took
+# twice as long for a subject of 10,000 entries (benchmarks/bench_memory.py).
+RECALL_TRANSACTION = (
+    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+    "SET LOCAL plan_cache_mode = force_custom_plan",
+)
 SET_SUBJECT = "SELECT set_config('agentfn.subject', %s, true)"
 RRF_K = 60
 DEPTH = 100  # ranks past this cannot lift a note over the cut unless both lists hold it near the top
@@ -359,7 +364,8 @@ class Store(db.SchemaStore):
         conn = self.pool.getconn()
         try:
             with conn.pipeline():  # one round trip after psycopg's BEGIN
-                conn.execute(RECALL_TRANSACTION)
+                for statement in RECALL_TRANSACTION:
+                    conn.execute(statement)
                 conn.execute(SET_SUBJECT, (subject,))
                 text = conn.execute(RECALL_TEXT, text_params).fetchall() if text_params is not None else []
         except BaseException:
