@@ -146,12 +146,20 @@ def test_recall_counts_an_entrys_tokens_once_per_process(e5):
     assert sorted(embedder.counted) == sorted(NOTES[:3])
 
 
-def test_recall_keeps_its_prepared_statements(store, kept, e5):
+def test_recall_keeps_its_prepared_statements_and_plans_them_for_the_subject(store, kept, e5):
     """Each recall ends its transaction without discarding the connection's prepared statements (psycopg's
-    rollback would), so the statements are planned once per connection, not once per recall."""
+    rollback would), so they are parsed once per connection; and each is planned for its values, never with
+    the generic plan, made for a subject of average size (here the session asks for it: recall overrides it)."""
+    with store.pool.connection() as conn:  # the pool's one connection
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.commit()
     query = e5.embed_queries(["when is Marta's birthday?"])[0]
     for _ in range(8):  # psycopg prepares a statement at its 5th use
         store.recall(kept, "when is Marta's birthday?", lambda: query, DEFAULT_MODEL, 0.82, 3, None, True, gap=0.04)
     with store.pool.connection() as conn:
-        prepared = [r[0] for r in conn.execute("SELECT statement FROM pg_prepared_statements")]
-    assert any("unnest(" in s for s in prepared) and any("ts_rank" in s for s in prepared), prepared
+        prepared = conn.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements").fetchall()
+    recall = [
+        (generic, custom) for statement, generic, custom in prepared if "unnest(" in statement or "ts_rank" in statement
+    ]
+    assert len(recall) == 2, prepared
+    assert all(generic == 0 and custom > 0 for generic, custom in recall), recall
