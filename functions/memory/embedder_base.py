@@ -26,6 +26,10 @@ class ModelConfig:
     # similarity larger than `gap` (inf: none); with "hybrid", its first `vector_alone` shown without the text list.
     gap: float = float("inf")
     vector_alone: int = 1
+    # A baseline per question: a note's similarity less the mean similarity of the subject's 5 nearest notes must be
+    # at least `lift` (-inf: no such cut). Similarities of E5-style models sit in a narrow band that moves with the
+    # question; what stands out from the question's own nearest notes is what it asks about.
+    lift: float = float("-inf")
     cap: int = 5  # recall shows at most this many notes (a request's limit may ask for fewer)
     pooling: str = "mean"  # "mean" | "cls" | "last"
     normalize: bool = True

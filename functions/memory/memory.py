@@ -146,6 +146,7 @@ class Memory:
             hybrid=config.recall == "hybrid",
             gap=config.gap,
             vector_alone=config.vector_alone,
+            lift=config.lift,
         )
         entries, spent = [], 0
         for row in rows:

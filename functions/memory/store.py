@@ -86,20 +86,27 @@ CHARGE = "WITH charge AS (UPDATE quotas SET tokens = tokens - %(cost)s WHERE sub
 
 KINDS = "(%(kinds)s::text[] IS NULL OR e.kind = ANY(%(kinds)s))"
 
-# The subject's notes of the configured model above the floor, nearest first, until the first drop in similarity
-# larger than the gap (studies/recall: the notes after a clear drop are the ones not asked about).
+# The subject's notes of the configured model above the floor and at least `lift` above the mean similarity of the
+# subject's 5 nearest, nearest first, until the first drop in similarity larger than the gap (studies/recall: the
+# notes after a clear drop, or level with the question's nearest crowd, are the ones not asked about). Each cut keeps
+# a run of the nearest, so a note's rank is its rank among the nearest.
 NEAREST = f"""
 SELECT id, similarity, rank FROM (
     SELECT id, similarity, rank, count(*) FILTER (WHERE drop > %(gap)s) OVER (ORDER BY rank) AS drops
     FROM (
         SELECT id, similarity, rank, lag(similarity) OVER (ORDER BY rank) - similarity AS drop
         FROM (
-            SELECT e.id, 1 - (e.embedding <=> q.v) AS similarity, row_number() OVER (ORDER BY e.embedding <=> q.v) AS rank
-            FROM entries e, q
-            WHERE e.subject = %(subject)s AND e.model = %(model)s AND {KINDS} AND e.embedding <=> q.v <= 1 - %(threshold)s
-            ORDER BY e.embedding <=> q.v
-            LIMIT %(depth)s
-        ) nearest
+            SELECT id, similarity, rank, avg(similarity) FILTER (WHERE rank <= 5) OVER () AS crowd
+            FROM (
+                SELECT e.id, 1 - (e.embedding <=> q.v) AS similarity,
+                       row_number() OVER (ORDER BY e.embedding <=> q.v) AS rank
+                FROM entries e, q
+                WHERE e.subject = %(subject)s AND e.model = %(model)s AND {KINDS}
+                ORDER BY e.embedding <=> q.v
+                LIMIT %(depth)s
+            ) nearest
+        ) crowd
+        WHERE similarity >= %(threshold)s AND similarity - crowd >= %(lift)s
     ) drops
 ) cut
 WHERE drops = 0
@@ -320,6 +327,7 @@ class Store(db.SchemaStore):
         hybrid: bool,
         gap: float = float("inf"),
         vector_alone: int = 1,
+        lift: float = float("-inf"),
     ) -> list[dict]:
         """The subject's entries nearest the question. `query`: its embedding, or the function that makes it; then
         the connection is taken, the transaction begun and (hybrid) the text list found while it runs, so that the
@@ -335,6 +343,7 @@ class Store(db.SchemaStore):
             depth=DEPTH,
             gap=gap,
             vector_alone=vector_alone,
+            lift=lift,
             **terms.parameters(question),
         )
         if not callable(query):

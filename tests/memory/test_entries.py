@@ -99,7 +99,7 @@ def test_recall_is_capped_at_five_and_the_models_cap_and_by_the_request_limit(ca
     for i in range(7):
         keep(caller, f"Deploy note {i}: the ledger deploys from the main branch.")
     query = {"query": "how does the ledger deploy?"}
-    cap = min(5, model_config(DEFAULT_MODEL).cap)  # the default model's is 3 (studies/recall)
+    cap = min(5, model_config(DEFAULT_MODEL).cap)
     assert len(caller.post("/v1/recall", json=query).json()["entries"]) == cap
     assert len(caller.post("/v1/recall", json={**query, "limit": 2}).json()["entries"]) == 2
 
