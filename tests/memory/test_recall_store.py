@@ -68,13 +68,17 @@ def store(memory_env):
 
 def test_recall_while_embedding_finds_what_one_statement_finds(store, kept, e5):
     found = 0
-    for question, hybrid, kinds, (threshold, limit, gap) in itertools.product(
-        QUESTIONS, (True, False), (None, ["fact"]), ((0.82, 3, 0.04), (0.75, 5, float("inf")))
+    shipped = model_config(DEFAULT_MODEL)
+    for question, hybrid, kinds, (threshold, limit, cuts) in itertools.product(
+        QUESTIONS,
+        (True, False),
+        (None, ["fact"]),
+        ((0.82, 3, {"gap": shipped.gap, "lift": shipped.lift}), (0.75, 5, {"gap": float("inf")})),
     ):
         query = e5.embed_queries([question])[0]
         args = (DEFAULT_MODEL, threshold, limit, kinds, hybrid)
-        at_once = store.recall(kept, question, query, *args, gap=gap, vector_alone=2)
-        meanwhile = store.recall(kept, question, lambda q=query: q, *args, gap=gap, vector_alone=2)
+        at_once = store.recall(kept, question, query, *args, **cuts, vector_alone=2)
+        meanwhile = store.recall(kept, question, lambda q=query: q, *args, **cuts, vector_alone=2)
         assert meanwhile == at_once, question
         found += len(at_once)
     assert found > 50  # the questions find entries by both lists, not nothing alike
