@@ -98,13 +98,17 @@ SELECT id, similarity, rank FROM (
         FROM (
             SELECT id, similarity, rank, avg(similarity) FILTER (WHERE rank <= 5) OVER () AS crowd
             FROM (
-                SELECT e.id, 1 - (e.embedding <=> q.v) AS similarity,
-                       row_number() OVER (ORDER BY e.embedding <=> q.v) AS rank
-                FROM entries e, q
-                WHERE e.subject = %(subject)s AND e.model = %(model)s AND {KINDS}
-                ORDER BY e.embedding <=> q.v
-                LIMIT %(depth)s
-            ) nearest
+                SELECT id, 1 - distance AS similarity, row_number() OVER (ORDER BY distance) AS rank
+                FROM (
+                    -- Ranked after the limit: a window over the subject's every entry sorted all of them in full
+                    -- (10,000 entries: most of recall's SQL), where the limit alone keeps the nearest as it goes.
+                    SELECT e.id, e.embedding <=> q.v AS distance
+                    FROM entries e, q
+                    WHERE e.subject = %(subject)s AND e.model = %(model)s AND {KINDS}
+                    ORDER BY distance
+                    LIMIT %(depth)s
+                ) nearest
+            ) ranked
         ) crowd
         WHERE similarity >= %(threshold)s AND similarity - crowd >= %(lift)s
     ) drops

@@ -9,6 +9,8 @@ import uuid
 
 import psycopg
 import pytest
+from agentfn.memory import store as store_module
+from agentfn.memory import terms
 from agentfn.memory.embedder import DEFAULT_MODEL, model_config, open_embedder
 from agentfn.memory.memory import Memory
 from agentfn.memory.store import Store
@@ -167,3 +169,59 @@ def test_recall_keeps_its_prepared_statements_and_plans_them_for_the_subject(sto
     ]
     assert len(recall) == 2, prepared
     assert all(generic == 0 and custom > 0 for generic, custom in recall), recall
+
+
+# NEAREST as it ranked the subject's entries before the limit (a window over all of them): the reference.
+RANKED_BEFORE_THE_LIMIT = """
+                SELECT e.id, 1 - (e.embedding <=> q.v) AS similarity,
+                       row_number() OVER (ORDER BY e.embedding <=> q.v) AS rank
+                FROM entries e, q
+                WHERE e.subject = %(subject)s AND e.model = %(model)s AND {KINDS}
+                ORDER BY e.embedding <=> q.v
+                LIMIT %(depth)s
+            ) nearest
+        ) crowd"""
+
+
+@pytest.fixture(scope="module")
+def crowded(memory, issuer, postgres):
+    """A subject with the notes above among more entries than recall ranks (store.DEPTH), of random vectors."""
+    subject = f"user-{secrets.token_hex(4)}"
+    caller = Client(memory.url, issuer.headers(subject))
+    for text in NOTES:
+        assert caller.post("/v1/entries", json={"kind": "fact", "text": text, "source": "s"}).status_code == 201
+    with psycopg.connect(postgres.admin_dsn, autocommit=True) as admin:
+        admin.execute(
+            "INSERT INTO memory.entries (id, subject, kind, text, source, model, embedding) "
+            "SELECT gen_random_uuid(), %s, 'fact', 'Filler ' || i, 's', %s, "
+            "(SELECT array_agg(random() - 0.5) FROM generate_series(1, 384 + 0 * i))::halfvec "
+            "FROM generate_series(1, 3 * %s) i",
+            (subject, DEFAULT_MODEL, store_module.DEPTH),
+        )
+    return subject
+
+
+def test_recall_ranks_after_the_limit_as_it_ranked_before_it(store, crowded, e5):
+    shipped = model_config(DEFAULT_MODEL)
+    new = "SELECT id, 1 - distance AS similarity, row_number() OVER (ORDER BY distance) AS rank"
+    start = store_module.RECALL_HYBRID.index(new)
+    end = store_module.RECALL_HYBRID.index(") crowd") + len(") crowd")
+    before = (
+        store_module.RECALL_HYBRID[:start]
+        + RANKED_BEFORE_THE_LIMIT.strip().replace("{KINDS}", store_module.KINDS)
+        + store_module.RECALL_HYBRID[end:]
+    )
+    found = 0
+    for question, threshold, cuts in itertools.product(
+        QUESTIONS, (0.82, -1.0), ({"gap": shipped.gap, "lift": shipped.lift}, {"gap": float("inf")})
+    ):
+        query = e5.embed_queries([question])[0]
+        args = (DEFAULT_MODEL, threshold, 5, None, True)
+        now = store.recall(crowded, question, lambda q=query: q, *args, **cuts, vector_alone=2)
+        params = dict(subject=crowded, question=question, query=query, model=DEFAULT_MODEL, threshold=threshold)
+        params |= dict(limit=5, kinds=None, k=store_module.RRF_K, depth=store_module.DEPTH, vector_alone=2)
+        params |= {"gap": float("inf"), "lift": float("-inf")} | cuts | terms.parameters(question)
+        with store.subject(crowded) as cur:
+            assert now == cur.execute(before, params).fetchall(), question
+        found += len(now)
+    assert found > 50
