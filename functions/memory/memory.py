@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from typing import Any
@@ -51,6 +52,8 @@ class Memory:
         self.threshold = embedder.config.threshold
         self.max_tokens = max_tokens
         self.limits = limits or Limits()
+        # A subject's entries come back recall after recall; the engine counts under its lock, behind any embedding.
+        self._count_tokens = functools.lru_cache(maxsize=4096)(embedder.count_tokens)
 
     def _document(self, text: str):
         return self.embedder.embed_documents([text])[0]
@@ -132,11 +135,10 @@ class Memory:
         config = self.embedder.config
         limit = min(limit or MAX_RECALL, MAX_RECALL, config.cap)
         budget = min(max_tokens or self.max_tokens, self.max_tokens)
-        vector = self.embedder.embed_queries([query])[0]
         rows = self.store.recall(
             subject,
             query,
-            vector,
+            lambda: self.embedder.embed_queries([query])[0],  # the store begins its work meanwhile
             self.model,
             self.threshold,
             limit,
@@ -148,7 +150,7 @@ class Memory:
         )
         entries, spent = [], 0
         for row in rows:
-            tokens = self.embedder.count_tokens(row["text"])
+            tokens = self._count_tokens(row["text"])
             if spent + tokens > budget:
                 break
             spent += tokens

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import numpy as np
@@ -97,13 +98,17 @@ SELECT id, similarity, rank FROM (
         FROM (
             SELECT id, similarity, rank, avg(similarity) FILTER (WHERE rank <= 5) OVER () AS crowd
             FROM (
-                SELECT e.id, 1 - (e.embedding <=> q.v) AS similarity,
-                       row_number() OVER (ORDER BY e.embedding <=> q.v) AS rank
-                FROM entries e, q
-                WHERE e.subject = %(subject)s AND e.model = %(model)s AND {KINDS}
-                ORDER BY e.embedding <=> q.v
-                LIMIT %(depth)s
-            ) nearest
+                SELECT id, 1 - distance AS similarity, row_number() OVER (ORDER BY distance) AS rank
+                FROM (
+                    -- Ranked after the limit: a window over the subject's every entry sorted all of them in full
+                    -- (10,000 entries: most of recall's SQL), where the limit alone keeps the nearest as it goes.
+                    SELECT e.id, e.embedding <=> q.v AS distance
+                    FROM entries e, q
+                    WHERE e.subject = %(subject)s AND e.model = %(model)s AND {KINDS}
+                    ORDER BY distance
+                    LIMIT %(depth)s
+                ) nearest
+            ) ranked
         ) crowd
         WHERE similarity >= %(threshold)s AND similarity - crowd >= %(lift)s
     ) drops
@@ -134,16 +139,21 @@ FROM (SELECT lexeme, regexp_replace(lexeme, %(suffixes)s, '') AS cut
       WHERE lexeme <> ALL(%(stop)s) AND length(lexeme) > 1) words
 """
 
-RECALL_HYBRID = f"""
-WITH q AS (SELECT %(query)s::halfvec AS v, ({QUESTION_TERMS}) AS t),
+# The text list alone: it needs no embedding, so Store.recall runs it while the question is being embedded.
+BY_TEXT = f"""
+SELECT e.id, rank() OVER (ORDER BY ts_rank(e.terms, q.t, 1) DESC) AS rank
+FROM entries e, q
+WHERE e.subject = %(subject)s AND e.model = %(model)s AND {KINDS} AND e.terms @@ q.t
+ORDER BY ts_rank(e.terms, q.t, 1) DESC
+LIMIT %(depth)s
+"""
+
+
+def _hybrid(question: str, by_text: str) -> str:
+    return f"""
+WITH q AS (SELECT {question}),
 by_vector AS ({NEAREST}),
-by_text AS (
-    SELECT e.id, rank() OVER (ORDER BY ts_rank(e.terms, q.t, 1) DESC) AS rank
-    FROM entries e, q
-    WHERE e.subject = %(subject)s AND e.model = %(model)s AND {KINDS} AND e.terms @@ q.t
-    ORDER BY ts_rank(e.terms, q.t, 1) DESC
-    LIMIT %(depth)s
-),
+by_text AS ({by_text}),
 fused AS (
     SELECT id, sum(1.0 / (%(k)s + rank)) AS score, array_agg(list ORDER BY list DESC) AS matched,
            min(rank) FILTER (WHERE list = 'vector') AS vector_rank
@@ -156,6 +166,23 @@ WHERE f.score >= 1.0 / (%(k)s + 1) OR f.vector_rank <= %(vector_alone)s
 ORDER BY f.score DESC, similarity DESC
 LIMIT %(limit)s
 """
+
+
+# Hybrid recall in one statement (the question's embedding at hand), and in two: the text list first (RECALL_TEXT),
+# then the vector list fused with the text list's ranks as the first statement found them (RECALL_FUSED).
+RECALL_HYBRID = _hybrid(f"%(query)s::halfvec AS v, ({QUESTION_TERMS}) AS t", BY_TEXT)
+RECALL_TEXT = f"WITH q AS (SELECT ({QUESTION_TERMS}) AS t) {BY_TEXT}"
+RECALL_FUSED = _hybrid(
+    "%(query)s::halfvec AS v", "SELECT * FROM unnest(%(text_ids)s::uuid[], %(text_ranks)s::int8[]) AS t(id, rank)"
+)
+# Recall's two statements see one snapshot, as the one statement does; and each is planned for its subject: the
+# generic plan, which psycopg's prepared statements settle on, is made for a subject of average size and took
+# twice as long for a subject of 10,000 entries (benchmarks/bench_memory.py).
+RECALL_TRANSACTION = (
+    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+    "SET LOCAL plan_cache_mode = force_custom_plan",
+)
+SET_SUBJECT = "SELECT set_config('agentfn.subject', %s, true)"
 RRF_K = 60
 DEPTH = 100  # ranks past this cannot lift a note over the cut unless both lists hold it near the top
 
@@ -183,13 +210,19 @@ class Store(db.SchemaStore):
 
     def __init__(self, dsn: str, *, pool_size: int = 4):
         super().__init__(dsn, pool_size=pool_size, configure=_configure)
+        # Recall's work that needs no embedding, done while the question is embedded (see recall).
+        self._aside = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="agentfn-memory-recall")
+
+    def close(self) -> None:
+        self._aside.shutdown()
+        super().close()
 
     @contextmanager
     def subject(self, subject: str) -> Iterator[psycopg.Cursor]:
         """One transaction bound to one subject: the setting the RLS policy reads lives only as long as it."""
         self.migrate()
         with self.pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            cur.execute("SELECT set_config('agentfn.subject', %s, true)", (subject,))
+            cur.execute(SET_SUBJECT, (subject,))
             yield cur
 
     def list(self, subject: str, kind: str | None, limit: int, offset: int) -> list[dict]:
@@ -290,7 +323,7 @@ class Store(db.SchemaStore):
         self,
         subject: str,
         question: str,
-        query: np.ndarray,
+        query: np.ndarray | Callable[[], np.ndarray],
         model: str,
         threshold: float,
         limit: int,
@@ -300,10 +333,12 @@ class Store(db.SchemaStore):
         vector_alone: int = 1,
         lift: float = float("-inf"),
     ) -> list[dict]:
+        """The subject's entries nearest the question. `query`: its embedding, or the function that makes it; then
+        the connection is taken, the transaction begun and (hybrid) the text list found while it runs, so that the
+        embedding is followed by one statement alone. The same entries either way (tests/memory/test_recall.py)."""
         params = dict(
             subject=subject,
             question=question,
-            query=query,
             model=model,
             threshold=threshold,
             limit=limit,
@@ -315,8 +350,50 @@ class Store(db.SchemaStore):
             lift=lift,
             **terms.parameters(question),
         )
-        with self.subject(subject) as cur:
-            return cur.execute(RECALL_HYBRID if hybrid else RECALL_VECTOR, params).fetchall()
+        if not callable(query):
+            with self.subject(subject) as cur:
+                return cur.execute(RECALL_HYBRID if hybrid else RECALL_VECTOR, params | {"query": query}).fetchall()
+        begun = self._aside.submit(self._begin_recall, subject, params if hybrid else None)
+        try:
+            params["query"] = query()
+        except BaseException:
+            begun.add_done_callback(lambda done: done.exception() is None and self._end_recall(done.result()[0]))
+            raise
+        conn, text = begun.result()
+        try:
+            if hybrid:
+                params |= {"text_ids": [r[0] for r in text], "text_ranks": [r[1] for r in text]}
+            with conn.cursor(row_factory=dict_row) as cur:
+                rows = cur.execute(RECALL_FUSED if hybrid else RECALL_VECTOR, params).fetchall()
+        except BaseException:
+            self._end_recall(conn)
+            raise
+        self._aside.submit(self._end_recall, conn)  # the transaction only read: ending it need not delay the answer
+        return rows
+
+    def _begin_recall(self, subject: str, text_params: dict | None) -> tuple[psycopg.Connection, list[tuple]]:
+        """A connection in the subject's read-only transaction, and the text list if `text_params` asks for it."""
+        self.migrate()
+        conn = self.pool.getconn()
+        try:
+            with conn.pipeline():  # one round trip after psycopg's BEGIN
+                for statement in RECALL_TRANSACTION:
+                    conn.execute(statement)
+                conn.execute(SET_SUBJECT, (subject,))
+                text = conn.execute(RECALL_TEXT, text_params).fetchall() if text_params is not None else []
+        except BaseException:
+            self._end_recall(conn)
+            raise
+        return conn, text
+
+    def _end_recall(self, conn: psycopg.Connection) -> None:
+        try:
+            if conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+                conn.commit()  # it only read; psycopg's rollback would also drop the connection's prepared statements
+            else:
+                conn.rollback()
+        finally:
+            self.pool.putconn(conn)  # a broken connection is discarded by the pool
 
     def stale(self, subject: str, model: str, limit: int) -> list[dict]:
         with self.subject(subject) as cur:
