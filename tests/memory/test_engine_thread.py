@@ -122,11 +122,14 @@ def test_engines_run_side_by_side_and_calls_wait_only_when_all_are_busy():
     thread = engine_thread(engine, engines=2)
     engine.gate.clear()
     with ThreadPoolExecutor(max_workers=5) as pool:
-        first, second = (pool.submit(thread.encode, [f"{n} held"], False) for n in (1, 2))
+        # One at a time, each let into an engine before the next: two calls queued together would share one run.
+        engine.entered.clear()
+        first = pool.submit(thread.encode, ["1 held"], False)
+        assert engine.entered.wait(5)
+        engine.entered.clear()
+        second = pool.submit(thread.encode, ["2 held"], False)
+        assert engine.entered.wait(5)
         deadline = time.monotonic() + 5
-        while len(thread._queue) + sum(1 for f in (first, second) if f.running()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.005)
-        time.sleep(0.1)
         assert len(thread._queue) == 0  # each engine took one
         later = [pool.submit(thread.encode, [f"{n} later"], False) for n in (1, 2, 3)]
         while len(thread._queue) < 3 and time.monotonic() < deadline:
