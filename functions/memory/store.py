@@ -335,7 +335,7 @@ class Store(db.SchemaStore):
     ) -> list[dict]:
         """The subject's entries nearest the question. `query`: its embedding, or the function that makes it; then
         the connection is taken, the transaction begun and (hybrid) the text list found while it runs, so that the
-        embedding is followed by one statement alone. The same entries either way (tests/memory/test_recall.py)."""
+        embedding is followed by one statement alone. The same entries either way (tests/memory/test_recall_store.py)."""
         params = dict(
             subject=subject,
             question=question,
