@@ -52,7 +52,7 @@ class Memory:
         self.threshold = embedder.config.threshold
         self.max_tokens = max_tokens
         self.limits = limits or Limits()
-        # A subject's entries come back recall after recall; the engine counts under its lock, behind any embedding.
+        # A subject's entries come back recall after recall: each is tokenized once per process, not once per recall.
         self._count_tokens = functools.lru_cache(maxsize=4096)(embedder.count_tokens)
 
     def _document(self, text: str):

@@ -21,7 +21,7 @@ from .guard import Resolver, parse_servers
 from .pages import Pages
 from .reading import extractor
 from .refusals import Refusal
-from .routes import bp, open_schema
+from .routes import OPEN, bp
 from .schemas import openapi
 from .settings import PageSettings
 from .store import Store
@@ -64,7 +64,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
     app.register_blueprint(bp)
     # Last, gc.freeze: what the imports made lives as long as the process; frozen, a full collection (frequent while a
     # large page is read) no longer walks it.
-    warm_up(store, [open_schema, fetcher.warm_up, extractor, gc.freeze])
+    warm_up(store, [OPEN.get, fetcher.warm_up, extractor, gc.freeze])
     return app
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import re
 
 from agentfn.shared.identity import caller_required
 from agentfn.shared.problems import bad_request, forbidden
+from agentfn.shared.tools import LazySchema
 from flask import Blueprint, current_app, g, jsonify, request
 
 from . import schemas
@@ -14,13 +14,8 @@ from .pages import Pages
 
 bp = Blueprint("page", __name__)
 
-
-@functools.cache
-def open_schema():
-    """The door's body schema, compiled on first use: jsonschema is off the way to ready (the warm-up imports it)."""
-    from agentfn.shared.validation import Schema
-
-    return Schema(schemas.OPEN)
+# Compiled on first use or by the warm-up: jsonschema is off the way to ready.
+OPEN = LazySchema(schemas.OPEN)
 
 
 def pages() -> Pages:
@@ -33,7 +28,7 @@ def open_page():
     """A window of a public page's readable text, with the links in it numbered."""
     from agentfn.shared.validation import json_body
 
-    body = json_body(open_schema())
+    body = json_body(OPEN.get())
     window = body.get("window", current_app.config["AGENTFN_PAGE_WINDOW"])
     return jsonify(
         pages().open(
