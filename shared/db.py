@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import logging
 import re
+import select
+import time
+import weakref
 import zlib
 from collections.abc import Callable
 from importlib import resources
@@ -102,13 +105,38 @@ def open_pool(
         max_size=size,
         kwargs={"options": f"-c search_path={schema},public", "connect_timeout": 3},
         configure=configure,
-        check=ConnectionPool.check_connection,
+        check=_check,
+        reset=_returned,
         timeout=timeout,
         open=False,
         name=f"agentfn-{schema}",
     )
     pool.open(wait=False)
     return pool
+
+
+# When each pooled connection was last given back (the pool's `reset` hook stamps it).
+_RETURNED: weakref.WeakKeyDictionary[psycopg.Connection, float] = weakref.WeakKeyDictionary()
+CHECK_AFTER_IDLE = 30.0  # seconds: a peer that vanished without closing shows nothing on the socket
+
+
+def _returned(conn: psycopg.Connection) -> None:
+    _RETURNED[conn] = time.monotonic()
+
+
+def _check(conn: psycopg.Connection) -> None:
+    """The pool's check at each checkout. A connection whose server closed it (a restart, a terminated backend)
+    shows that on its socket: it is readable, at an error or at EOF. Only then, or after a long idle, is the
+    connection asked with a round trip, which the pool discards it on; a busy door saves that round trip."""
+    idle = time.monotonic() - _RETURNED.get(conn, float("-inf"))
+    if conn.closed or idle > CHECK_AFTER_IDLE or _readable(conn.pgconn.socket):
+        ConnectionPool.check_connection(conn)
+
+
+def _readable(fd: int) -> bool:
+    poll = select.poll()
+    poll.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+    return bool(poll.poll(0))
 
 
 class SchemaStore:

@@ -3,6 +3,7 @@ from there: /readyz says whether the database answers, and a door that cannot re
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from agentfn.cli.postgres import free_port
 from agentfn.run_code.store import Store
@@ -58,5 +59,23 @@ def test_the_app_factory_owns_the_database_check_and_outage(request, case, state
         assert (answer.status_code, got) == (status, body), answer.get_data(as_text=True)
         if status == 503 and path != "/readyz":
             assert answer.mimetype == "application/problem+json"
+    finally:
+        store.close()
+
+
+def test_a_connection_the_database_ended_while_pooled_is_not_handed_to_a_door(postgres):
+    """A backend ended while its connection sat in the pool (a restart, an admin's terminate): the next request gets
+    a working connection, not a 503. The pool's check reads the connection's socket and asks the server only then."""
+    store, client = served(postgres.provision("run_code", "agentfn_run_code"))
+    try:
+        assert client.get("/v1/reach").status_code == 200
+        with store.pool.connection() as conn:  # the pool's one connection
+            ended = conn.info.backend_pid
+        with psycopg.connect(postgres.admin_dsn, autocommit=True) as admin:
+            assert admin.execute("SELECT pg_terminate_backend(%s, 5000)", (ended,)).fetchone()[0]
+        answers = [client.get("/v1/reach").status_code for _ in range(3)]
+        with store.pool.connection() as conn:
+            assert conn.info.backend_pid != ended
+        assert answers == [200, 200, 200]
     finally:
         store.close()

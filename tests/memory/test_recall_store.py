@@ -152,12 +152,12 @@ def test_recall_counts_an_entrys_tokens_once_per_process(e5):
     assert sorted(embedder.counted) == sorted(NOTES[:3])
 
 
-def test_recall_keeps_its_prepared_statements_and_plans_them_for_the_subject(store, kept, e5):
+def test_recall_keeps_its_prepared_statements_and_plans_them_once(store, kept, e5):
     """Each recall ends its transaction without discarding the connection's prepared statements (psycopg's
-    rollback would), so they are parsed once per connection; and each is planned for its values, never with
-    the generic plan, made for a subject of average size (here the session asks for it: recall overrides it)."""
+    rollback would), so they are parsed once per connection; and each runs its generic plan, never planned again for
+    each question (here the session asks for that: recall overrides it)."""
     with store.pool.connection() as conn:  # the pool's one connection
-        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute("SET plan_cache_mode = force_custom_plan")
         conn.commit()
     query = e5.embed_queries(["when is Marta's birthday?"])[0]
     for _ in range(8):  # psycopg prepares a statement at its 5th use
@@ -168,7 +168,7 @@ def test_recall_keeps_its_prepared_statements_and_plans_them_for_the_subject(sto
         (generic, custom) for statement, generic, custom in prepared if "unnest(" in statement or "ts_rank" in statement
     ]
     assert len(recall) == 2, prepared
-    assert all(generic == 0 and custom > 0 for generic, custom in recall), recall
+    assert all(generic > 0 and custom == 0 for generic, custom in recall), recall
 
 
 # NEAREST as it ranked the subject's entries before the limit (a window over all of them): the reference.
