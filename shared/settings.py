@@ -179,10 +179,18 @@ def render(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    path = Path(argv[argv.index("--doc") + 1] if "--doc" in argv else Path(__file__).resolve().parents[1] / DOC)
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m agentfn.shared.settings", description="Write the settings tables of the configuration page."
+    )
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when the tables are stale")
+    parser.add_argument("--doc", type=Path, default=Path(__file__).resolve().parents[1] / DOC, help="the page")
+    args = parser.parse_args(argv)
+    path = args.doc
     text = path.read_text()
     fresh = render(text)
-    if "--check" in argv:
+    if args.check:
         if fresh != text:
             print(f"{path} is stale: run python -m agentfn.shared.settings", file=sys.stderr)
             return 1

@@ -25,6 +25,17 @@ def test_the_check_fails_on_a_stale_page_and_the_writer_mends_it(tmp_path):
     assert stale.read_text() == DOC.read_text()
 
 
+def test_asking_the_writer_for_help_writes_nothing(tmp_path, capsys):
+    stale = tmp_path / "configuration.md"
+    stale.write_text(DOC.read_text().replace("| `AGENTFN_PAGE_PORTS` | `80,443` |", "| `AGENTFN_PAGE_PORTS` | `80` |"))
+    before = stale.read_text()
+    with pytest.raises(SystemExit) as exited:
+        settings.main(["--help", "--doc", str(stale)])
+    assert exited.value.code == 0
+    assert "--check" in capsys.readouterr().out
+    assert stale.read_text() == before
+
+
 def read(path: str, env: dict[str, str]):
     return read_object(path).from_env(env)
 
