@@ -7,8 +7,11 @@ The guard refuses loopback, so the page server cannot stand on the host's loopba
 and this script re-runs itself inside it, where it also starts an embedded Postgres, the dev token
 issuer and the page fetcher under gunicorn. Each round fetches the same page both ways, side by side
 (alternating, a fresh query string each time so the page fetcher's cache never answers), at 10 KB
-and 1 MB. It also measures the page fetcher's start under gunicorn: to ready, and to the answer of a first
-page asked for as soon as it is ready; and the imports of `agentfn.page.app` (`-X importtime`).
+and 1 MB. A fourth call of each round goes to the floor (`floor_app`): a bare WSGI callable under the same
+gunicorn settings that fetches the literal URL with urllib3 and extracts it with trafilatura, nothing else, so
+the cost of the HTTP hop alone is measured beside the door's. It also measures the page fetcher's start under
+gunicorn: to ready, and to the answer of a first page asked for as soon as it is ready; and the imports of
+`agentfn.page.app` (`-X importtime`).
 
 Writes benchmarks/results/page.json and benchmarks/results/page.md.
 """
@@ -131,10 +134,20 @@ def inside(args) -> None:
             if len(servers) > 1:
                 servers.pop(0).stop()
         server = servers[-1]
+        floor = Server(env, work / "floor.log", app="bench_page:floor_app()")
+        servers.append(floor)
+        floor.start(None)
 
         def open_page(url: str) -> float:
             started = time.perf_counter()
             response = session.post(server.url + "/v1/open", json={"url": url}, timeout=60)
+            elapsed = time.perf_counter() - started
+            assert response.status_code == 200, response.text
+            return elapsed
+
+        def bare(url: str) -> float:
+            started = time.perf_counter()
+            response = session.post(floor.url, json={"url": url}, timeout=60)
             elapsed = time.perf_counter() - started
             assert response.status_code == 200, response.text
             return elapsed
@@ -150,16 +163,17 @@ def inside(args) -> None:
         load_before = os.getloadavg()[0]
         for label, size in SIZES.items():
             rounds = args.small if size < 100_000 else args.large
-            ours, by_name, base = [], [], []
-            for i in range(rounds + 1):  # round 0 warms both paths (imports, DNS cache, connections)
+            ours, by_name, base, floors = [], [], [], []
+            for i in range(rounds + 1):  # round 0 warms every path (imports, DNS cache, connections)
                 token = secrets.token_hex(4)
                 literal = f"http://44.0.0.10/bench/{size}?r={token}"
                 calls = [
                     (ours, open_page, literal),
                     (by_name, open_page, f"http://www.pub.test/bench/{size}?r={token}"),
                     (base, plain, literal),
+                    (floors, bare, f"{literal}&floor"),
                 ]
-                shuffle.shuffle(calls)  # no order effect between the three
+                shuffle.shuffle(calls)  # no order effect between the four
                 for store, call, url in calls:
                     elapsed = call(url)
                     if i:
@@ -171,13 +185,30 @@ def inside(args) -> None:
                 "requests_trafilatura_p50_ms": round(statistics.median(base) * 1000, 2),
                 "ratio": round(statistics.median(ours) / statistics.median(base), 3),
                 "ratio_by_name": round(statistics.median(by_name) / statistics.median(base), 3),
+                "floor_p50_ms": round(statistics.median(floors) * 1000, 2),
+                "floor_ratio": round(statistics.median(floors) / statistics.median(base), 3),
             }
-        # Where the door's own time goes: a window of a cached page (token check, HTTP, JSON only), and a
-        # refused literal address (that, plus the budget statement and the audit insert, no connection).
+        # Where the door's own time goes: a window of a cached page (token check, HTTP, JSON only), with the token
+        # of every call above (remembered once verified, as a turn's calls send one token) and with a token not seen
+        # before (its signature checked); and a refused literal address (that, plus the budget statement and the
+        # audit row, no connection).
         cached_url = "http://44.0.0.10/bench/10000?r=cached"
         open_page(cached_url)
+
+        def new_token_window() -> float:
+            # The same caller (so the same cached page), another token string (ES256 signatures are randomised).
+            token = issuer.caller_token("bench", ttl=600)  # minted outside the timing
+            started = time.perf_counter()
+            response = session.post(
+                server.url + "/v1/open", json={"url": cached_url}, headers={"Authorization": f"Bearer {token}"}, timeout=60
+            )
+            elapsed = time.perf_counter() - started
+            assert response.status_code == 200, response.text
+            return elapsed
+
         overhead = {
             "cached_window_p50_ms": _p50([open_page(cached_url) for _ in range(args.small)]),
+            "cached_window_new_token_p50_ms": _p50([new_token_window() for _ in range(args.small)]),
             "refused_p50_ms": _p50([_refused(session, server.url) for _ in range(args.small)]),
         }
         report = {
@@ -263,24 +294,27 @@ def _refused(session, base: str) -> float:
 
 
 class Server:
-    """The page fetcher under gunicorn on the namespace's loopback."""
+    """The page fetcher (or the floor, `app`) under gunicorn on the namespace's loopback."""
 
-    def __init__(self, env: dict[str, str], log: Path):
+    def __init__(self, env: dict[str, str], log: Path, app: str = "agentfn.page.app:create_app()"):
         from agentfn.cli.postgres import free_port
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env, self.log = {**env, "PORT": str(self.port)}, log
+        self.env, self.log, self.app = {**env, "PORT": str(self.port)}, log, app
+        if app.startswith("bench_page:"):
+            self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "benchmarks"), env.get("PYTHONPATH")]))
         self.process: subprocess.Popen | None = None
         self.ready_cpu = 0.0
 
     def start(self, session) -> tuple[float, float]:
-        """Seconds from the process's start to `/readyz` 200, and to the answer of a first page asked for then."""
+        """Seconds from the process's start to `/readyz` 200, and to the answer of a first page asked for then
+        (no page without a `session`)."""
         import requests
 
         started = time.monotonic()
         self.process = subprocess.Popen(
-            [str(BIN / "gunicorn"), "-c", "python:agentfn.shared.gunicorn_conf", "agentfn.page.app:create_app()"],
+            [str(BIN / "gunicorn"), "-c", "python:agentfn.shared.gunicorn_conf", self.app],
             env=self.env,
             cwd=ROOT,
             stdout=open(self.log, "ab"),
@@ -292,6 +326,8 @@ class Server:
                 if requests.get(self.url + "/readyz", timeout=2).status_code == 200:
                     ready = time.monotonic() - started
                     self.ready_cpu = _cpu_seconds(self.process.pid)
+                    if session is None:
+                        return ready, ready
                     url = f"http://44.0.0.10/bench/10000?first={secrets.token_hex(4)}"
                     answer = session.post(self.url + "/v1/open", json={"url": url}, timeout=60)
                     assert answer.status_code == 200, answer.text
@@ -307,12 +343,39 @@ class Server:
             self.process.wait(15)
 
 
+def floor_app():
+    """The floor: what any door under gunicorn costs at least. A bare WSGI callable (no Flask, no token, no budget,
+    no guard, no link numbering) that fetches the literal URL it is sent with urllib3, as the page fetcher does
+    (a new connection, `Connection: close`), extracts it as the baseline does, and answers the text as JSON."""
+    import trafilatura
+    from urllib3.connection import HTTPConnection
+
+    def app(environ, start_response):
+        if environ["PATH_INFO"] == "/readyz":
+            start_response("200 OK", [("Content-Length", "0")])
+            return [b""]
+        url = json.loads(environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)))["url"]
+        host, _, target = url.removeprefix("http://").partition("/")
+        conn = HTTPConnection(host, 80, timeout=60)
+        try:
+            conn.request("GET", "/" + target, headers={"Connection": "close"})
+            html = conn.getresponse().data.decode()
+        finally:
+            conn.close()
+        body = json.dumps({"text": trafilatura.extract(html) or ""}).encode()
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
+
+
 def write(report: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "page.json").write_text(json.dumps(report, indent=2) + "\n")
     rows = [
         f"| {label} | {r['rounds']} | {r['open_page_p50_ms']} | {r['open_page_by_name_p50_ms']} | "
-        f"{r['requests_trafilatura_p50_ms']} | {r['ratio']}x | {r['ratio_by_name']}x |"
+        f"{r['requests_trafilatura_p50_ms']} | {r['ratio']}x | {r['ratio_by_name']}x | {r['floor_p50_ms']} | "
+        f"{r['floor_ratio']}x |"
         for label, r in report["pages"].items()
     ]
     s, f = report["start_to_ready_s"], report["start_to_first_answer_s"]
@@ -328,15 +391,22 @@ def write(report: dict) -> None:
             "p50 of one call, side by side in one run; goal <= 1.2x. `open_page` is the whole door (caller JWT, budget,",
             "DNS, guarded fetch, extraction with numbered links, audit, JSON) through gunicorn; the baseline is",
             "`trafilatura.extract(requests.get(url).text)` of the same page. Fresh query string each round (no cache),",
-            "the three calls of a round in random order.",
+            "the four calls of a round (these three and the floor) in random order. One caller token for every call,",
+            "as a turn's calls send one: verified in full once, then remembered until its `exp`.",
+            "",
+            "The floor is a bare WSGI callable under the same gunicorn settings that fetches the same URL with urllib3 and",
+            "extracts it as the baseline does, nothing else (no Flask, token, budget, guard or link numbering): what the",
+            "HTTP hop to any door costs.",
             "",
             "| page | rounds | open_page ms (IP URL) | open_page ms (by name) | requests + trafilatura ms | ratio | "
-            "ratio by name |",
-            "|---|---|---|---|---|---|---|",
+            "ratio by name | floor ms | floor ratio |",
+            "|---|---|---|---|---|---|---|---|---|",
             *rows,
             "",
             f"Door overhead, p50: a window of a cached page {report['door_overhead']['cached_window_p50_ms']} ms "
-            f"(token check, HTTP, JSON); a refused address {report['door_overhead']['refused_p50_ms']} ms (that, "
+            f"(a token already verified, HTTP, JSON), {report['door_overhead']['cached_window_new_token_p50_ms']} ms "
+            f"with a token not seen before (its signature checked); a refused address "
+            f"{report['door_overhead']['refused_p50_ms']} ms (the first, "
             f"plus the budget statement; the audit row is queued and written off the response path). The cached "
             f"window alone is {door_share}% of the 10 KB baseline, where the goal leaves 20% for the whole door.",
             "",

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import ssl
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache, wraps
@@ -46,6 +48,10 @@ FITS = {
 }
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 MAX_TOKEN_BYTES = 8192
+# Tokens whose verification is remembered, per verifier: a caller sends the same token with every request of a
+# turn, and checking it again (about half a millisecond: the signature, and PyJWT's decoding) was most of a door's
+# own time.
+VERIFIED_TOKENS = 1024
 GATEWAY_AUDIENCE = "agentfn"
 
 
@@ -114,12 +120,19 @@ def key_set_class() -> type:
 
 
 class Verifier:
-    """Verifies JWTs of one `Trust`; keys are fetched once and refetched when an unknown `kid` shows up."""
+    """Verifies JWTs of one `Trust`; keys are fetched once and refetched when an unknown `kid` shows up.
+
+    A token that verified is remembered (by its exact string, never logged) until its `exp`, in a bounded LRU:
+    the same token again skips the signature check. A token that failed is never remembered, and any other string
+    (another signature, another payload) is verified in full.
+    """
 
     def __init__(self, trust: Trust):
         self.trust = trust
         self._lock = threading.Lock()
         self._client: Any = None  # a KeySet, made on the first token
+        self._verified: OrderedDict[str, tuple[float, dict]] = OrderedDict()  # token -> (its exp, its claims)
+        self._verified_lock = threading.Lock()
 
     def _jwks(self) -> Any:
         with self._lock:
@@ -128,11 +141,30 @@ class Verifier:
             return self._client
 
     def claims(self, token: str) -> dict:
-        """The token's claims, or `unauthorized` saying which check failed (never echoing the token)."""
-        import jwt
-
+        """The token's claims, or `unauthorized` saying which check failed (never echoing the token). The
+        claims of a remembered token are shared: read them, never change them."""
         if len(token) > MAX_TOKEN_BYTES:
             raise unauthorized("the token is too large")
+        with self._verified_lock:
+            known = self._verified.get(token)
+            if known is not None:
+                if time.time() < known[0]:
+                    self._verified.move_to_end(token)
+                    return known[1]
+                del self._verified[token]  # expired: verified in full again, which refuses it past the leeway
+        claims = self._verify(token)
+        exp = claims.get("exp")
+        if isinstance(exp, int | float) and not isinstance(exp, bool):
+            with self._verified_lock:
+                self._verified[token] = (exp, claims)
+                self._verified.move_to_end(token)
+                while len(self._verified) > VERIFIED_TOKENS:
+                    self._verified.popitem(last=False)
+        return claims
+
+    def _verify(self, token: str) -> dict:
+        import jwt
+
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -141,7 +173,8 @@ class Verifier:
         if algorithm not in ALGORITHMS:
             raise unauthorized("the token's algorithm is not accepted")
         try:
-            key = self._jwks().get_signing_key_from_jwt(token)
+            # By the header's `kid`: the token is decoded once more, by `jwt.decode` below, not twice.
+            key = self._jwks().get_signing_key(header.get("kid"))
         except (jwt.PyJWKClientConnectionError, ValueError):
             # The issuer's key set is down or not JSON: a dependency failure, not the caller's fault.
             raise unavailable("the token issuer's keys cannot be fetched; try again shortly") from None

@@ -36,6 +36,7 @@ MAX_HOST = 253
 DEFAULT_PORTS = {"http": 80, "https": 443}
 LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
 SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+UNSAFE = re.compile(r"[\x00-\x20\x7f\\]")  # spaces, control characters, backslashes
 
 
 class Verdict(enum.Enum):
@@ -248,7 +249,7 @@ def parse_url(raw: str, ports: frozenset[int]) -> Target:
     """A strictly parsed http(s) URL, or bad-url. Pure: addresses are judged by `check_target`."""
     if len(raw) > MAX_URL:
         raise bad_url(f"the URL is longer than {MAX_URL} characters")
-    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in raw) or "\\" in raw:
+    if UNSAFE.search(raw):
         raise bad_url("the URL contains spaces, control characters or backslashes; percent-encode them")
     match = SCHEME.match(raw)
     scheme = match.group(1).lower() if match else ""
@@ -370,6 +371,8 @@ def _target(rest: str) -> str:
     rest = rest.split("#", 1)[0]
     if not rest.startswith("/"):
         rest = "/" + rest
+    if rest.isascii():
+        return rest
     return "".join(c if c.isascii() else quote(c, safe="") for c in rest)
 
 

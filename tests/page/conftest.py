@@ -68,10 +68,18 @@ def page(lab, issuer, page_dsn, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tight_page(lab, issuer, page_dsn, tmp_path_factory):
-    """A second instance whose callers have only 4 pages a day, and whose cache forgets after 4 seconds."""
+    """A second instance whose callers have only 4 pages a day, whose cache forgets after 4 seconds, and which
+    allows tokens no clock skew (a token's end is its `exp`, not 10 s later)."""
     server = PageFunction(
         lab,
-        page_env(lab, issuer, page_dsn, AGENTFN_PAGE_DAILY_PAGES="4", AGENTFN_PAGE_CACHE_SECONDS="4"),
+        page_env(
+            lab,
+            issuer,
+            page_dsn,
+            AGENTFN_PAGE_DAILY_PAGES="4",
+            AGENTFN_PAGE_CACHE_SECONDS="4",
+            AGENTFN_JWT_LEEWAY_SECONDS="0",
+        ),
         tmp_path_factory.mktemp("logs") / "tight.log",
     )
     server.start()

@@ -12,6 +12,7 @@ import schemathesis
 from agentfn.devstack.issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
 from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import HealthCheck, settings
+from support import MODEL_SERVICE
 
 PUB = "http://www.pub.test"
 
@@ -49,6 +50,51 @@ def test_forged_tokens_are_refused_and_fetch_nothing(page, issuer, lab, forge):
     assert response.headers["Content-Type"] == "application/problem+json"
     assert response.headers["WWW-Authenticate"].startswith("Bearer")
     assert lab.public_hits()[before:] == []
+
+
+def page_token(issuer, *, ttl: int = 600, **changes) -> str:
+    """A token as the exchange makes one for the page fetcher (audience, actor), with its own lifetime."""
+    own = {"aud": "agentfn:page", "sub": "a-caller", "exp": int(time.time()) + ttl, "act": {"sub": MODEL_SERVICE}}
+    return issuer.sign(claims(issuer, **{**own, **changes}))
+
+
+def open_with(base: str, token: str, url: str) -> requests.Response:
+    return requests.post(base + "/v1/open", json={"url": url}, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+
+
+def test_a_token_that_passed_is_refused_once_it_has_expired(tight_page, issuer, lab, subject):
+    token = page_token(issuer, ttl=3, sub=subject)
+    assert open_with(tight_page.url, token, f"{PUB}/article?while-valid").status_code == 200
+    time.sleep(max(0.0, jwt.decode(token, options={"verify_signature": False})["exp"] - time.time()) + 1)
+    before = len(lab.public_hits())
+    response = open_with(tight_page.url, token, f"{PUB}/article?once-expired")
+    assert response.status_code == 401, response.text
+    assert response.json()["detail"] == "the token has expired"
+    assert lab.public_hits()[before:] == []
+
+
+def test_a_token_that_passed_lends_nothing_to_one_with_another_signature_or_payload(page, issuer, lab):
+    token = page_token(issuer)
+    assert open_with(page.url, token, f"{PUB}/article?signed").status_code == 200
+    header, payload, signature = token.split(".")
+    other_key = jwt.encode(
+        jwt.decode(token, options={"verify_signature": False}),
+        ec.generate_private_key(ec.SECP256R1()),
+        algorithm="ES256",
+        headers={"kid": issuer.kid},
+    )
+    other_payload = page_token(issuer, sub="someone-else").split(".")[1]
+    flipped = signature[:-2] + ("A" if signature[-2] != "A" else "B") + signature[-1]
+    for forged in (
+        f"{header}.{payload}.{other_key.split('.')[2]}",
+        f"{header}.{other_payload}.{signature}",
+        f"{header}.{payload}.{flipped}",
+    ):
+        before = len(lab.public_hits())
+        response = open_with(page.url, forged, f"{PUB}/article?forged-twin")
+        assert response.status_code == 401, response.text
+        assert lab.public_hits()[before:] == []
+    assert open_with(page.url, token, f"{PUB}/article?signed").status_code == 200
 
 
 BAD = [
