@@ -4,13 +4,14 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
+from support import openapi_schema
 
 MODEL_SERVICE = "system:serviceaccount:agentfn:agentfn-model"
 
 
 @pytest.fixture(scope="module")
 def memory_schema(memory):
-    return schemathesis.openapi.from_url(memory.url + "/openapi.json")
+    return openapi_schema(memory.url)
 
 
 schema = schemathesis.pytest.from_fixture("memory_schema")

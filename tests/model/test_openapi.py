@@ -9,13 +9,14 @@ import requests
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
+from support import openapi_schema
 
 fresh = itertools.count()
 
 
 @pytest.fixture(scope="module")
 def model_schema(model):
-    return schemathesis.openapi.from_url(model.url + "/openapi.json")
+    return openapi_schema(model.url)
 
 
 schema = schemathesis.pytest.from_fixture("model_schema")

@@ -12,7 +12,7 @@ import schemathesis
 from agentfn.devstack.issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
 from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import HealthCheck, settings
-from support import MODEL_SERVICE
+from support import MODEL_SERVICE, openapi_schema
 
 PUB = "http://www.pub.test"
 
@@ -193,7 +193,7 @@ def test_the_way_to_ready_loads_no_extraction_dns_schema_or_http_client_and_the_
 
 @pytest.fixture(scope="module")
 def page_schema(page):
-    schema = schemathesis.openapi.from_url(page.url + "/openapi.json")
+    schema = openapi_schema(page.url)
     # A schema-valid URL may still be refused for what it means (bad-url, blocked-address, dns-failure...):
     # those documented refusals are acceptable answers to valid data; anything 5xx still fails the run.
     schema.config.checks.positive_data_acceptance.expected_statuses = ["2xx", "401", "403", "422", "429"]

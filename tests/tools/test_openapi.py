@@ -6,7 +6,7 @@ import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, settings
-from support import TOOLS
+from support import TOOLS, openapi_schema
 
 GROUPS = ["platform-users", "platform-ops", "research", "staff"]
 fresh = itertools.count()
@@ -14,7 +14,7 @@ fresh = itertools.count()
 
 @pytest.fixture(scope="module", params=TOOLS)
 def tool_schema(request, every_tool):
-    return schemathesis.openapi.from_url(every_tool[request.param].url + "/openapi.json")
+    return openapi_schema(every_tool[request.param].url)
 
 
 schema = schemathesis.pytest.from_fixture("tool_schema")

@@ -5,11 +5,12 @@ import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, settings
+from support import openapi_schema
 
 
 @pytest.fixture(scope="module")
 def workbench_schema(workbench):
-    return schemathesis.openapi.from_url(workbench.url + "/openapi.json")
+    return openapi_schema(workbench.url)
 
 
 schema = schemathesis.pytest.from_fixture("workbench_schema")
