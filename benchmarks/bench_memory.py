@@ -420,6 +420,17 @@ def recall_phase(ctx, label: str, count: int, block: int) -> dict:
     }
 
 
+def checkout_name(path: Path) -> str:
+    """The other checkout by its commit, not by where it lies on this machine."""
+    commit = subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return f"a checkout of {commit.stdout.strip() or 'an unknown commit'}"
+
+
+def command_args(argv: list[str]) -> list[str]:
+    """The command line as the results quote it: --against's folder as DIR."""
+    return ["DIR" if i and argv[i - 1] == "--against" else a for i, a in enumerate(argv)]
+
+
 def other_door(times: dict) -> dict:
     """The other checkout's door beside this one's, measured in the same rounds (--against)."""
     if "door_against" not in times:
@@ -540,7 +551,7 @@ def write_phase(ctx, count: int, block: int, seconds: float, against: Path | Non
     best = lambda name: sorted(runs[name], key=lambda c: c["writes_per_s"])[len(runs[name]) // 2]  # noqa: E731
     out["concurrent"], out["concurrent_against"] = best("this"), best("against")
     out["concurrent_samples"] = {name: [c["writes_per_s"] for c in cs] for name, cs in runs.items()}
-    out["against"] = str(against)
+    out["against"] = checkout_name(against)
     return out
 
 
@@ -573,7 +584,7 @@ def run(args, ctx, root: Path) -> dict:
         "model": args.model,
         "omp_wait_policy": args.omp_wait_policy,
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": shlex.join([".venv/bin/python", "benchmarks/bench_memory.py", *sys.argv[1:]]),
+        "command": shlex.join([".venv/bin/python", "benchmarks/bench_memory.py", *command_args(sys.argv[1:])]),
         "machine": {
             "cores": os.cpu_count(),
             "load_average_at_start": round(os.getloadavg()[0], 2),
@@ -701,7 +712,7 @@ def run(args, ctx, root: Path) -> dict:
     }
     if args.against:
         out["start_to_ready"]["against"] = {
-            "checkout": str(args.against),
+            "checkout": checkout_name(args.against),
             "seconds": starts["against"]["ready"],
             "median_s": round(float(np.median(starts["against"]["ready"])), 3),
             "first_answer_s": starts["against"]["first_answer"],
