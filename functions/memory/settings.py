@@ -15,6 +15,13 @@ class MemorySettings(Settings):
     recall_max_tokens: int = setting(
         "AGENTFN_RECALL_MAX_TOKENS", 1000, "token cap of one recall, counted with the model's tokenizer", minimum=1
     )
+    recall_held_mb: int = setting(
+        "AGENTFN_RECALL_HELD_MB",
+        128,
+        "memory a process gives to the entries of the subjects it recalled lately (their vectors, texts and sources), "
+        "so that it ranks them itself instead of asking Postgres after each embedding; 0: none",
+        minimum=0,
+    )
     max_request_bytes: int = setting("AGENTFN_MAX_REQUEST_BYTES", 65536, "larger bodies get 413", minimum=1024)
     db_pool_size: int = setting("AGENTFN_DB_POOL_SIZE", 4, "connections per process", minimum=1)
     max_entries: int = setting(

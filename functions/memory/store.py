@@ -14,6 +14,7 @@ from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
 
 from . import terms
+from .held import Held, HeldEntries
 from .quotas import Limits, Survey
 
 SCHEMA = "memory"
@@ -188,6 +189,7 @@ RECALL_TRANSACTION = (
     "SET LOCAL plan_cache_mode = force_generic_plan",
 )
 SET_SUBJECT = "SELECT set_config('agentfn.subject', %s, true)"
+VERSION = "SELECT coalesce((SELECT version FROM versions WHERE subject = %s), 0)"
 RRF_K = 60
 DEPTH = 100  # ranks past this cannot lift a note over the cut unless both lists hold it near the top
 
@@ -213,10 +215,11 @@ def _configure(conn: psycopg.Connection) -> None:
 class Store(db.SchemaStore):
     schema, package = SCHEMA, "agentfn.memory"
 
-    def __init__(self, dsn: str, *, pool_size: int = 4):
+    def __init__(self, dsn: str, *, pool_size: int = 4, held_bytes: int = 0):
         super().__init__(dsn, pool_size=pool_size, configure=_configure)
         # Recall's work that needs no embedding, done while the question is embedded (see recall).
         self._aside = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="agentfn-memory-recall")
+        self.held = HeldEntries(held_bytes)  # 0: none held, Postgres ranks every recall
 
     def close(self) -> None:
         self._aside.shutdown()
@@ -315,14 +318,20 @@ class Store(db.SchemaStore):
             ).fetchone()
 
     def forget(self, subject: str, entry_id: uuid.UUID) -> bool:
-        with self.subject(subject) as cur:
-            return cur.execute(FORGET, dict(subject=subject, id=entry_id)).rowcount == 1
+        try:
+            with self.subject(subject) as cur:
+                return cur.execute(FORGET, dict(subject=subject, id=entry_id)).rowcount == 1
+        finally:
+            self.held.drop(subject)  # a forgotten entry is not held here either
 
     def forget_all(self, subject: str) -> dict:
         """{fact, preference, episode: how many were deleted, at: the transaction's time}."""
-        with self.subject(subject) as cur:
-            cur.execute(WAIT_FOR_WRITES, dict(subject=subject))
-            return cur.execute(FORGET_ALL, dict(subject=subject)).fetchone()
+        try:
+            with self.subject(subject) as cur:
+                cur.execute(WAIT_FOR_WRITES, dict(subject=subject))
+                return cur.execute(FORGET_ALL, dict(subject=subject)).fetchone()
+        finally:
+            self.held.drop(subject)
 
     def recall(
         self,
@@ -358,13 +367,16 @@ class Store(db.SchemaStore):
         if not callable(query):
             with self.subject(subject) as cur:
                 return cur.execute(RECALL_HYBRID if hybrid else RECALL_VECTOR, params | {"query": query}).fetchall()
-        begun = self._aside.submit(self._begin_recall, subject, params if hybrid else None)
+        begun = self._aside.submit(self._begin_recall, subject, model, params if hybrid else None)
         try:
             params["query"] = query()
         except BaseException:
             begun.add_done_callback(lambda done: done.exception() is None and self._end_recall(done.result()[0]))
             raise
-        conn, text = begun.result()
+        conn, text, held = begun.result()
+        if held is not None:  # ranked, cut and fused here: no statement after the embedding
+            self._aside.submit(self._end_recall, conn)
+            return held.recall(params, text if hybrid else None)
         try:
             if hybrid:
                 params |= {"text_ids": [r[0] for r in text], "text_ranks": [r[1] for r in text]}
@@ -376,8 +388,11 @@ class Store(db.SchemaStore):
         self._aside.submit(self._end_recall, conn)  # the transaction only read: ending it need not delay the answer
         return rows
 
-    def _begin_recall(self, subject: str, text_params: dict | None) -> tuple[psycopg.Connection, list[tuple]]:
-        """A connection in the subject's read-only transaction, and the text list if `text_params` asks for it."""
+    def _begin_recall(
+        self, subject: str, model: str, text_params: dict | None
+    ) -> tuple[psycopg.Connection, list[tuple], Held | None]:
+        """A connection in the subject's read-only transaction, the text list if `text_params` asks for it, and the
+        subject's entries as of this transaction's snapshot if this process holds them (loaded now if not)."""
         self.migrate()
         conn = self.pool.getconn()
         try:
@@ -385,11 +400,18 @@ class Store(db.SchemaStore):
                 for statement in RECALL_TRANSACTION:
                     conn.execute(statement)
                 conn.execute(SET_SUBJECT, (subject,))
+                version = conn.execute(VERSION, (subject,))
                 text = conn.execute(RECALL_TEXT, text_params).fetchall() if text_params is not None else []
+            held, version = None, version.fetchone()[0]
+            if self.held.holds(subject, model, version):
+                held = self.held.get(subject, model, version)
+                if held is None:
+                    held = Held.load(conn, subject, model, version)
+                    self.held.put(subject, held)
         except BaseException:
             self._end_recall(conn)
             raise
-        return conn, text
+        return conn, text, held
 
     def _end_recall(self, conn: psycopg.Connection) -> None:
         try:
