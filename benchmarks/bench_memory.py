@@ -14,8 +14,9 @@ everyone over time are; then VACUUM ANALYZE. Each measured subject holds the rec
 words (one real word each, so that full-text matches stay rare); queries are the study's questions.
 Measured in alternating rounds (a pause and 3 warm-up calls before each block), so that other load on
 the machine hits every side alike:
-1. recall: POST /v1/recall over HTTP; Memory.recall in this process, also with the question embedded first
-   and then one statement (as before the store found the text list during the embedding), and without the
+1. recall: POST /v1/recall over HTTP; Memory.recall in this process (holding the subject's entries, as memory
+   does), also with the question embedded first and then one statement in Postgres (as before the store found the
+   text list during the embedding and held entries), and without the
    model's cut beside the floor (lift and gap off); the bare embed_queries([q]) here (same model and
    config); the SQL alone (Store.recall given the embedding: the one statement), and EXPLAIN ANALYZE of
    that statement, planned for its values and as the generic plan;
@@ -73,6 +74,7 @@ from agentfn.devstack.issuer import DevIssuer  # noqa: E402
 from agentfn.devstack.issuer import create_app as issuer_app  # noqa: E402
 from agentfn.memory.embedder import DEFAULT_MODEL, load_models, model_config, open_embedder  # noqa: E402
 from agentfn.memory.memory import Memory  # noqa: E402
+from agentfn.memory.settings import MemorySettings  # noqa: E402
 from agentfn.memory.quotas import Limits  # noqa: E402
 from agentfn.memory.store import Store  # noqa: E402
 from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
@@ -381,8 +383,8 @@ def server_ms(ctx, offset: int, route: str) -> dict:
 
 def recall_phase(ctx, label: str, count: int, block: int) -> dict:
     subject, replies, calls = f"bench-{label}", [], ctx.calls[label]
-    door, memory = Door(ctx.port, ctx.issuer.caller_token(subject)), Memory(ctx.store, ctx.embedder, max_tokens=1000)
-    uncut = Memory(ctx.store, Uncut(ctx.embedder), max_tokens=1000)
+    door, memory = Door(ctx.port, ctx.issuer.caller_token(subject)), Memory(ctx.held, ctx.embedder, max_tokens=1000)
+    uncut = Memory(ctx.held, Uncut(ctx.embedder), max_tokens=1000)
     serial = Memory(Serial(ctx.store), ctx.embedder, max_tokens=1000)
     query = lambda i: QUERIES[i % len(QUERIES)]  # noqa: E731
     sides = {
@@ -654,6 +656,9 @@ def run(args, ctx, root: Path) -> dict:
             for label in MEASURED
         }
     ctx.store = Store(dsn, pool_size=1)
+    ctx.held = Store(
+        dsn, pool_size=1, held_bytes=MemorySettings.from_env({"AGENTFN_DATABASE_URL": dsn}).recall_held_mb << 20
+    )
     with ctx.store.pool.connection() as conn:  # the pool's one connection, kept: EXPLAIN what it sends
         conn.cursor_factory = Recording
     ctx.calls = {}
@@ -737,6 +742,7 @@ def stop_all(ctx, root: Path) -> None:
         ("server", lambda: ctx.server.stop()),
         ("the other checkout's server", lambda: ctx.other.stop()),
         ("store", lambda: ctx.store.close()),
+        ("the store holding entries", lambda: ctx.held.close()),
         ("issuer", lambda: ctx.issuer_server.shutdown()),
         ("postgres", lambda: ctx.pg.stop("immediate")),
     ):
@@ -810,7 +816,7 @@ def markdown(runs: dict) -> str:
     recall_rows = [
         ("POST /v1/recall over HTTP (the door)", lambda r: pair(r["door"])),
         ("... as memory logged it", lambda r: pair(r["server_logged"])),
-        ("Memory.recall in this process (no HTTP)", lambda r: pair(r["in_process_memory_recall"])),
+        ("Memory.recall in this process (no HTTP; entries held)", lambda r: pair(r["in_process_memory_recall"])),
         ("... the question embedded first, then one statement", lambda r: pair(r["in_process_serial"])),
         ("... without the model's cut (lift and gap off)", lambda r: pair(r["in_process_uncut"])),
         ("**the cut's cost: p50 with / without**", lambda r: f"**{r['cut_cost']}**"),
