@@ -6,9 +6,9 @@ the subject's entries held here, that is one matrix-vector product and a few lis
 embedding is followed by no round trip at all. `Held.recall` answers exactly as store.RECALL_HYBRID and
 store.RECALL_VECTOR do (tests/memory/test_recall_store.py compares them), up to the last bits of a similarity.
 
-The entries are loaded in the recall's own transaction (its snapshot), while the question is embedded, and serve
-only the subject's later recalls that read the same version (migrations/0004_entry_versions.sql): a write, a
-correction or a forgetting on any replica makes the next recall load them again. A forgetting in this process
+The entries are loaded in a snapshot of their own, after a recall that found them missing (Postgres ranks that
+one), and serve only the subject's later recalls that read the same version (migrations/0004_entry_versions.sql):
+a write, a correction or a forgetting on any replica makes the next recall ask Postgres and load them again. A forgetting in this process
 drops them at once, and entries unused for `idle` seconds go too.
 """
 
@@ -147,6 +147,19 @@ class HeldEntries:
         self._lock = threading.Lock()
         # Subjects whose entries alone outgrow max_bytes, by the version that did: Postgres ranks them.
         self._too_big: collections.OrderedDict[tuple[str, str], int] = collections.OrderedDict()
+        self._loading: set[tuple[str, str]] = set()
+
+    def begin_loading(self, subject: str, model: str) -> bool:
+        """True if the caller is to load the subject's entries: none is loading them already."""
+        with self._lock:
+            if (subject, model) in self._loading:
+                return False
+            self._loading.add((subject, model))
+            return True
+
+    def end_loading(self, subject: str, model: str) -> None:
+        with self._lock:
+            self._loading.discard((subject, model))
 
     def holds(self, subject: str, model: str, version: int) -> bool:
         """Whether the subject's entries are held here or may be: not when they outgrew max_bytes at this version."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,8 @@ from .held import Held, HeldEntries
 from .quotas import Limits, Survey
 
 SCHEMA = "memory"
+
+log = logging.getLogger("agentfn.memory")
 
 COLUMNS = "id, kind, text, source, session_id, model, created_at, updated_at"
 
@@ -220,8 +223,10 @@ class Store(db.SchemaStore):
         # Recall's work that needs no embedding, done while the question is embedded (see recall).
         self._aside = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="agentfn-memory-recall")
         self.held = HeldEntries(held_bytes)  # 0: none held, Postgres ranks every recall
+        self._holding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentfn-memory-hold")
 
     def close(self) -> None:
+        self._holding.shutdown()
         self._aside.shutdown()
         super().close()
 
@@ -392,7 +397,7 @@ class Store(db.SchemaStore):
         self, subject: str, model: str, text_params: dict | None
     ) -> tuple[psycopg.Connection, list[tuple], Held | None]:
         """A connection in the subject's read-only transaction, the text list if `text_params` asks for it, and the
-        subject's entries as of this transaction's snapshot if this process holds them (loaded now if not)."""
+        subject's entries as of this transaction's snapshot if this process holds them."""
         self.migrate()
         conn = self.pool.getconn()
         try:
@@ -405,13 +410,31 @@ class Store(db.SchemaStore):
             held, version = None, version.fetchone()[0]
             if self.held.holds(subject, model, version):
                 held = self.held.get(subject, model, version)
-                if held is None:
-                    held = Held.load(conn, subject, model, version)
-                    self.held.put(subject, held)
+                if held is None and self.held.begin_loading(subject, model):
+                    # Postgres ranks this recall; the next ranks what is held. Loading 10,000 entries takes longer
+                    # than an embedding, so no recall waits for it.
+                    self._holding.submit(self._hold, subject, model)
         except BaseException:
             self._end_recall(conn)
             raise
         return conn, text, held
+
+    def _hold(self, subject: str, model: str) -> None:
+        """Load and hold the subject's entries of the model, as of one snapshot and the version it reads."""
+        try:
+            with self.pool.connection() as conn, conn.transaction():
+                conn.execute(RECALL_TRANSACTION[0])
+                conn.execute(SET_SUBJECT, (subject,))
+                version = conn.execute(VERSION, (subject,)).fetchone()[0]
+                self.held.put(subject, Held.load(conn, subject, model, version))
+        except Exception:  # recalls go on in Postgres; the next one tries again
+            log.exception("loading a subject's entries to hold failed")
+        finally:
+            self.held.end_loading(subject, model)
+
+    def wait_held(self) -> None:
+        """Wait for the entries being loaded to be held (for tests and benchmarks)."""
+        self._holding.submit(lambda: None).result()
 
     def _end_recall(self, conn: psycopg.Connection) -> None:
         try:

@@ -33,7 +33,9 @@ def test_recall_sees_what_another_process_changed_at_once(subject, postgres):
     """Changed behind this memory's back (as another replica would, here with the database's admin role): a new
     entry, a changed vector and a changed text are recalled at the next recall, not the entries held since the last."""
     name, caller = subject
-    assert recalled(caller) == ["My dog is called Biscuit."]  # the subject's entries are now held
+    assert recalled(caller) == ["My dog is called Biscuit."]  # Postgres ranked it, and memory loads the entries
+    time.sleep(0.5)  # to hold them: loading three takes milliseconds
+    assert recalled(caller) == ["My dog is called Biscuit."]  # ranked by memory
     with psycopg.connect(postgres.admin_dsn, autocommit=True) as admin:
         admin.execute(
             "INSERT INTO memory.entries (id, subject, kind, text, source, model, embedding) "

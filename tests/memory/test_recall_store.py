@@ -51,6 +51,12 @@ def same(found: list[dict], expected: list[dict]) -> bool:
     return all(abs(a["similarity"] - b["similarity"]) < 1e-6 for a, b in zip(found, expected, strict=True))
 
 
+def hold(store, subject, e5):
+    """A recall of the subject, after which the store holds its entries (if it may)."""
+    store.recall(subject, "hold", lambda: e5.embed_queries(["hold"])[0], DEFAULT_MODEL, 0.82, 3, None, True)
+    store.wait_held()
+
+
 @pytest.fixture(scope="module")
 def e5():
     return open_embedder(model_config(DEFAULT_MODEL))
@@ -83,6 +89,7 @@ def store(memory_env, request):
 
 
 def test_recall_while_embedding_finds_what_one_statement_finds(store, kept, e5):
+    hold(store, kept, e5)
     found = 0
     shipped = model_config(DEFAULT_MODEL)
     for question, hybrid, kinds, (threshold, limit, cuts) in itertools.product(
@@ -101,8 +108,7 @@ def test_recall_while_embedding_finds_what_one_statement_finds(store, kept, e5):
 
 
 def test_the_text_list_is_found_while_the_question_is_embedded(store, kept, e5, postgres):
-    """The embedding waits here until the store's transaction has found the text list (and loaded the subject's
-    vectors, where it holds them): it began meanwhile."""
+    """The embedding waits here until the store's transaction holds the subject's setting: it began meanwhile."""
     seen = []
 
     def embed():
@@ -112,8 +118,7 @@ def test_the_text_list_is_found_while_the_question_is_embedded(store, kept, e5, 
                 seen.extend(
                     admin.execute(
                         "SELECT 1 FROM pg_stat_activity WHERE usename = 'agentfn_memory' AND state = 'idle in transaction' "
-                        "AND (query LIKE '%%ts_rank%%' OR query LIKE '%%halfvec_send%%')"  # its last: the text list or
-                        # the vectors it then holds
+                        "AND query LIKE '%%ts_rank%%'"
                     ).fetchall()
                 )
                 time.sleep(0.01)
@@ -172,6 +177,7 @@ def test_recall_keeps_its_prepared_statements_and_plans_them_once(store, kept, e
     """Each recall ends its transaction without discarding the connection's prepared statements (psycopg's
     rollback would), so they are parsed once per connection; and each runs its generic plan, never planned again for
     each question (here the session asks for that: recall overrides it)."""
+    hold(store, kept, e5)
     with store.pool.connection() as conn:  # the pool's one connection
         conn.execute("SET plan_cache_mode = force_custom_plan")
         conn.commit()
@@ -220,6 +226,7 @@ def crowded(memory, issuer, postgres):
 
 
 def test_recall_ranks_after_the_limit_as_it_ranked_before_it(store, crowded, e5):
+    hold(store, crowded, e5)
     shipped = model_config(DEFAULT_MODEL)
     new = "SELECT id, similarity, row_number() OVER (ORDER BY similarity DESC) AS rank"
     start = store_module.RECALL_HYBRID.index(new)
