@@ -268,14 +268,15 @@ class Store(db.SchemaStore):
         text: str,
         source: str,
         model: str,
-        embedding: np.ndarray,
+        embedding: Callable[[], np.ndarray],
         *,
         limits: Limits,
         cost: int,
         check: Callable[[Survey], dict | None],
         session_id: str | None = None,
     ) -> tuple[dict, bool]:
-        """(the new row, False), or (an entry `check` answered with, True): then nothing is written."""
+        """(the new row, False), or (an entry `check` answered with, True): then nothing is written. `embedding` is
+        called once `check` admits the write: a write refused or answered never waits for it."""
         with self._locked(subject, text if kind != "episode" else None, limits, None, check) as (cur, answer):
             if answer is not None:
                 return answer, True
@@ -289,7 +290,7 @@ class Store(db.SchemaStore):
                     source=source,
                     session_id=session_id,
                     model=model,
-                    embedding=embedding,
+                    embedding=embedding(),
                     cost=cost,
                 ),
             ).fetchone(), False
@@ -301,17 +302,18 @@ class Store(db.SchemaStore):
         text: str,
         source: str,
         model: str,
-        embedding: np.ndarray,
+        embedding: Callable[[], np.ndarray],
         *,
         limits: Limits,
         compare: str | None,
         check: Callable[[Survey], dict | None],
     ) -> dict | None:
-        """The corrected row (None if it is gone); `compare`: the text looked up as a duplicate, if any."""
+        """The corrected row (None if it is gone); `compare`: the text looked up as a duplicate, if any. `embedding`
+        is called once `check` admits the correction."""
         with self._locked(subject, compare, limits, entry_id, check) as (cur, _):
             return cur.execute(
                 CHARGE + CORRECT,
-                dict(subject=subject, id=entry_id, text=text, source=source, model=model, embedding=embedding, cost=1),
+                dict(subject=subject, id=entry_id, text=text, source=source, model=model, embedding=embedding(), cost=1),
             ).fetchone()
 
     def forget(self, subject: str, entry_id: uuid.UUID) -> bool:
