@@ -55,7 +55,8 @@ FROM gone
 """
 
 # Writes. Each write locks its subject's quota row first (created on the first write, with a full bucket),
-# refilling the bucket to now; statements after the lock see every write committed before it.
+# refilling the bucket to now; statements after the lock see every write committed before it. The lock is held while
+# the write's embedding runs: one subject's writes take turns, their embeddings still side by side.
 AVAILABLE = (
     "least(%(rate)s::float8, q.tokens + %(rate)s / 60.0 * "
     "greatest(0, extract(epoch FROM clock_timestamp() - q.refreshed_at))::float8)"
@@ -254,12 +255,30 @@ class Store(db.SchemaStore):
         check: Callable[[Survey], dict | None],
     ) -> Iterator[tuple[psycopg.Cursor, dict | None]]:
         """A write's transaction: the subject's quota row locked, the survey read after it and checked.
-        `check` raises to refuse (nothing is written) or returns an entry to answer with instead of writing."""
+        `check` raises to refuse (nothing is written) or returns an entry to answer with instead of writing; the
+        write itself ends the transaction (_commit). Whatever raises rolls it back."""
         params = dict(subject=subject, text=text, exclude=exclude, cap=limits.max_entries, rate=limits.writes_per_minute)
-        with self.subject(subject) as cur:
-            available = cur.execute(LOCK, params).fetchone()["available"]
-            survey = cur.execute(SURVEY, params).fetchone()
-            yield cur, check(_survey(survey | {"available": available}))
+        self.migrate()
+        with self.pool.connection() as conn:
+            try:
+                with conn.cursor(row_factory=dict_row) as cur:
+                    cur.execute(SET_SUBJECT, (subject,))
+                    available = cur.execute(LOCK, params).fetchone()["available"]
+                    survey = cur.execute(SURVEY, params).fetchone()
+                    yield cur, check(_survey(survey | {"available": available}))
+                conn.commit()  # an answer, nothing written; after a write, already committed
+            except BaseException:
+                if not conn.broken:  # a broken connection is discarded by the pool
+                    conn.rollback()
+                raise
+
+    @staticmethod
+    def _commit(cur: psycopg.Cursor, statement: str, params: dict) -> dict | None:
+        """A write and its transaction's COMMIT in one round trip: all that follows the embedding."""
+        with cur.connection.pipeline():
+            cur.execute(statement, params)
+            cur.connection.commit()
+        return cur.fetchone()
 
     def insert(
         self,
@@ -280,7 +299,8 @@ class Store(db.SchemaStore):
         with self._locked(subject, text if kind != "episode" else None, limits, None, check) as (cur, answer):
             if answer is not None:
                 return answer, True
-            return cur.execute(
+            return self._commit(
+                cur,
                 CHARGE + INSERT,
                 dict(
                     id=uuid.uuid4(),
@@ -293,7 +313,7 @@ class Store(db.SchemaStore):
                     embedding=embedding(),
                     cost=cost,
                 ),
-            ).fetchone(), False
+            ), False
 
     def correct(
         self,
@@ -311,10 +331,11 @@ class Store(db.SchemaStore):
         """The corrected row (None if it is gone); `compare`: the text looked up as a duplicate, if any. `embedding`
         is called once `check` admits the correction."""
         with self._locked(subject, compare, limits, entry_id, check) as (cur, _):
-            return cur.execute(
+            return self._commit(
+                cur,
                 CHARGE + CORRECT,
                 dict(subject=subject, id=entry_id, text=text, source=source, model=model, embedding=embedding(), cost=1),
-            ).fetchone()
+            )
 
     def forget(self, subject: str, entry_id: uuid.UUID) -> bool:
         with self.subject(subject) as cur:
