@@ -6,7 +6,6 @@ import functools
 import re
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -58,8 +57,6 @@ class Memory:
         # A subject's entries come back recall after recall: each is tokenized once per process, not once per recall.
         self._count_tokens = functools.lru_cache(maxsize=4096)(embedder.count_tokens)
         self.watchlist = quotas.Watchlist()
-        # A write's embedding runs here while the store takes the subject's lock and survey (see _embedding).
-        self._embeddings = ThreadPoolExecutor(max_workers=16, thread_name_prefix="agentfn-memory-embedding")
 
     def _document(self, text: str):
         return self.embedder.embed_documents([text])[0]
@@ -67,7 +64,8 @@ class Memory:
     def _embedding(self, text: str) -> Callable[[], np.ndarray]:
         """The text's embedding, begun now: the store waits for it only once the write is admitted, so the write's
         statements up to its check run meanwhile, and a refused write answers at once (the embedding is dropped)."""
-        return self._embeddings.submit(self._document, text).result
+        begun = self.embedder.begin_documents([text])
+        return lambda: begun()[0]
 
     def _watch(self, subject: str, survey: Survey) -> None:
         if survey.duplicate or quotas.near(survey, self.limits):

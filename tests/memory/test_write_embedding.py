@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from agentfn.memory import embedder_backends
 from agentfn.memory.app import create_app
+from agentfn.memory.quotas import Watchlist
 
 
 @pytest.fixture
@@ -38,11 +39,20 @@ def engine(monkeypatch):
     return type("Engine", (), {"holding": holding, "runs": runs})
 
 
-def app_for(memory_env, **settings):
-    # One engine, so a held run holds every embedding behind it.
-    app = create_app(memory_env | {"AGENTFN_EMBEDDING_ENGINES": "1"} | settings)
-    assert app.extensions["agentfn.memory"].embedder.wait_loaded(60)
-    return app
+@pytest.fixture
+def app_for(memory_env):
+    """Memory in this process with one engine, so a held run holds every embedding behind it."""
+    stores = []
+
+    def make(**settings):
+        app = create_app(memory_env | {"AGENTFN_EMBEDDING_ENGINES": "1"} | settings)
+        stores.append(app.extensions["agentfn.memory"].store)
+        assert app.extensions["agentfn.memory"].embedder.wait_loaded(60)
+        return app
+
+    yield make
+    for store in stores:
+        store.close()
 
 
 def runs_of(engine, text: str) -> int:
@@ -62,8 +72,8 @@ def entries(client, headers) -> list[str]:
     return [e["text"] for e in client.get("/v1/entries", headers=headers).json["entries"]]
 
 
-def test_a_subject_refused_for_its_rate_spends_at_most_one_embedding(memory_env, postgres, engine, issuer):
-    app = app_for(memory_env)
+def test_a_subject_refused_for_its_rate_spends_at_most_one_embedding(app_for, postgres, engine, issuer):
+    app = app_for()
     client, subject = app.test_client(), f"user-{secrets.token_hex(4)}"
     headers = issuer.headers(subject)
     assert post(client, headers, "Keeps the spare keys in the blue drawer.").status_code == 201
@@ -86,8 +96,8 @@ def test_a_subject_refused_for_its_rate_spends_at_most_one_embedding(memory_env,
     assert entries(client, headers) == ["Keeps the spare keys in the blue drawer."]
 
 
-def test_a_duplicate_is_answered_at_once_and_the_next_one_spends_no_embedding(memory_env, engine, issuer):
-    app = app_for(memory_env)
+def test_a_duplicate_is_answered_at_once_and_the_next_one_spends_no_embedding(app_for, engine, issuer):
+    app = app_for()
     client, headers = app.test_client(), issuer.headers(f"user-{secrets.token_hex(4)}")
     note = "Prefers the window seat on trains."
     first = post(client, headers, note)
@@ -110,8 +120,8 @@ def test_a_duplicate_is_answered_at_once_and_the_next_one_spends_no_embedding(me
     assert entries(client, headers) == [note]
 
 
-def test_a_corrected_duplicate_is_refused_and_the_next_one_spends_no_embedding(memory_env, engine, issuer):
-    app = app_for(memory_env)
+def test_a_corrected_duplicate_is_refused_and_the_next_one_spends_no_embedding(app_for, engine, issuer):
+    app = app_for()
     client, headers = app.test_client(), issuer.headers(f"user-{secrets.token_hex(4)}")
     post(client, headers, "Drinks tea in the morning.")
     other = post(client, headers, "Drinks coffee after lunch.").json
@@ -123,8 +133,8 @@ def test_a_corrected_duplicate_is_refused_and_the_next_one_spends_no_embedding(m
     assert sorted(entries(client, headers)) == ["Drinks coffee after lunch.", "Drinks tea in the morning."]
 
 
-def test_a_failed_embedding_writes_nothing_and_gives_the_connection_back(memory_env, engine, issuer):
-    app = app_for(memory_env, AGENTFN_DB_POOL_SIZE="1")  # a connection kept would starve the next write
+def test_a_failed_embedding_writes_nothing_and_gives_the_connection_back(app_for, engine, issuer):
+    app = app_for(AGENTFN_DB_POOL_SIZE="1")  # a connection kept would starve the next write
     client, headers = app.test_client(), issuer.headers(f"user-{secrets.token_hex(4)}")
     for n in range(3):
         failed = post(client, headers, f"Writes the FAIL report number {n}.")
@@ -135,3 +145,14 @@ def test_a_failed_embedding_writes_nothing_and_gives_the_connection_back(memory_
     assert post(client, headers, "Runs the nightly backup.").status_code == 201
     assert time.monotonic() - started < 2  # not after the pool's wait for a connection
     assert entries(client, headers) == ["Runs the nightly backup."]
+
+
+def test_the_watchlist_keeps_the_latest_subjects_for_a_while():
+    watched = Watchlist(size=2, seconds=1.0)
+    for subject in ("ana", "bob", "cid"):
+        watched.add(subject)
+    assert [s in watched for s in ("ana", "bob", "cid")] == [False, True, True]  # the oldest made room
+    time.sleep(0.6)
+    watched.add("bob")  # seen again: watched for another while
+    time.sleep(0.6)
+    assert "bob" in watched and "cid" not in watched
