@@ -58,9 +58,6 @@ class Memory:
         self._count_tokens = functools.lru_cache(maxsize=4096)(embedder.count_tokens)
         self.watchlist = quotas.Watchlist()
 
-    def _document(self, text: str):
-        return self.embedder.embed_documents([text])[0]
-
     def _embedding(self, text: str) -> Callable[[], np.ndarray]:
         """The text's embedding, begun now: the store waits for it only once the write is admitted, so the write's
         statements up to its check run meanwhile, and a refused write answers at once (the embedding is dropped)."""

@@ -268,7 +268,7 @@ class Store(db.SchemaStore):
                     yield cur, check(_survey(survey | {"available": available}))
                 conn.commit()  # an answer, nothing written; after a write, already committed
             except BaseException:
-                if not conn.broken:  # a broken connection is discarded by the pool
+                if not conn.closed:  # a broken connection is closed, and the pool discards it
                     conn.rollback()
                 raise
 
