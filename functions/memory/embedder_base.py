@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -79,6 +80,11 @@ class Embedder(abc.ABC):
         """(n, dimensions) float32; each text gets the document prefix."""
         return self._embed(list(texts), query=False)
 
+    def begin_documents(self, texts: Sequence[str]) -> Callable[[], np.ndarray]:
+        """embed_documents begun now: the function returned waits for its vectors (and raises as it would), so the
+        caller can do other work meanwhile, or drop it."""
+        return self._begin(list(texts), query=False)
+
     def wait_loaded(self, timeout: float | None = None) -> bool:
         """True once the model loaded (False if it failed to, or `timeout` passed first); most load before this."""
         return True
@@ -103,6 +109,13 @@ class Embedder(abc.ABC):
     @abc.abstractmethod
     def _embed(self, texts: list[str], query: bool) -> np.ndarray: ...
 
+    def _begin(self, texts: list[str], query: bool) -> Callable[[], np.ndarray]:
+        return _BEGUN.submit(self._embed, texts, query).result
+
+
+# Where an engine that runs in its caller's thread runs the calls begun (Embedder.begin_documents).
+_BEGUN = ThreadPoolExecutor(max_workers=16, thread_name_prefix="agentfn-embedding")
+
 
 class EmbeddingFailed(Exception):
     """The model gave no vectors: it did not load, or the engine failed the run this call's texts were in."""
@@ -119,6 +132,13 @@ class _Call:
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
     vectors: np.ndarray | None = None
     error: BaseException | None = None
+
+    def result(self) -> np.ndarray:
+        self.done.wait()
+        if self.error is not None:
+            # Each caller raises its own exception: one object raised in several threads would share a traceback.
+            raise EmbeddingFailed(str(self.error)) from self.error
+        return self.vectors
 
 
 class EngineThreads:
@@ -143,17 +163,18 @@ class EngineThreads:
             threading.Thread(target=self._serve, name=f"{name}-{n}", daemon=True).start()
 
     def encode(self, texts: list[str], query: bool) -> np.ndarray:
+        return self.begin(texts, query)()
+
+    def begin(self, texts: list[str], query: bool) -> Callable[[], np.ndarray]:
+        """The call queued at once; the function returned waits for its vectors."""
         if not texts:
-            return np.empty((0, self._dimensions), dtype=np.float32)
+            empty = np.empty((0, self._dimensions), dtype=np.float32)
+            return lambda: empty
         call = _Call(list(texts), query)
         with self._wake:
             self._queue.append(call)
             self._wake.notify()
-        call.done.wait()
-        if call.error is not None:
-            # Each caller raises its own exception: one object raised in several threads would share a traceback.
-            raise EmbeddingFailed(str(call.error)) from call.error
-        return call.vectors
+        return call.result
 
     def _serve(self) -> None:
         encode = None

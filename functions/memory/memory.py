@@ -5,8 +5,10 @@ from __future__ import annotations
 import functools
 import re
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from agentfn.shared.problems import ProblemError, not_found, problem_type, unprocessable
 
 from . import notes, quotas
@@ -54,9 +56,17 @@ class Memory:
         self.limits = limits or Limits()
         # A subject's entries come back recall after recall: each is tokenized once per process, not once per recall.
         self._count_tokens = functools.lru_cache(maxsize=4096)(embedder.count_tokens)
+        self.watchlist = quotas.Watchlist()
 
-    def _document(self, text: str):
-        return self.embedder.embed_documents([text])[0]
+    def _embedding(self, text: str) -> Callable[[], np.ndarray]:
+        """The text's embedding, begun now: the store waits for it only once the write is admitted, so the write's
+        statements up to its check run meanwhile, and a refused write answers at once (the embedding is dropped)."""
+        begun = self.embedder.begin_documents([text])
+        return lambda: begun()[0]
+
+    def _watch(self, subject: str, survey: Survey) -> None:
+        if survey.duplicate or quotas.near(survey, self.limits):
+            self.watchlist.add(subject)
 
     def list(self, subject: str, kind: str | None, limit: int, offset: int) -> list[dict]:
         return [_entry(r) for r in self.store.list(subject, kind, limit, offset)]
@@ -66,17 +76,18 @@ class Memory:
         check_note(text)
 
         def admit(survey: Survey) -> dict | None:
+            self._watch(subject, survey)
             if survey.duplicate:
                 return survey.duplicate
             quotas.check_cap(survey, self.limits)
             quotas.check_rate(survey, self.limits)
             return None
 
-        # Checked before the embedding is spent, and again under the subject's lock before the row is written.
-        if (existing := admit(self.store.survey(subject, text, self.limits))) is not None:
+        # Checked under the subject's lock while the embedding runs; for a watched subject, before it is begun too.
+        if subject in self.watchlist and (existing := admit(self.store.survey(subject, text, self.limits))) is not None:
             return _entry(existing), True
         row, existing = self.store.insert(
-            subject, kind, text, source, self.model, self._document(text), limits=self.limits, cost=1, check=admit
+            subject, kind, text, source, self.model, self._embedding(text), limits=self.limits, cost=1, check=admit
         )
         return _entry(row), existing
 
@@ -90,6 +101,7 @@ class Memory:
             check_note(text)
 
         def admit(survey: Survey) -> None:
+            self._watch(subject, survey)
             # Two entries saying the same note is what keeping notes once prevents; a correction that would
             # make one is most likely aimed at the wrong entry, so it is refused, not merged.
             if survey.duplicate:
@@ -104,7 +116,8 @@ class Memory:
             quotas.check_rate(survey, self.limits)
 
         # Only a new text is compared with the subject's other notes (None: the source alone changes).
-        admit(self.store.survey(subject, text, self.limits, exclude=entry_id))
+        if subject in self.watchlist:
+            admit(self.store.survey(subject, text, self.limits, exclude=entry_id))
         kept = current["text"] if text is None else text
         row = self.store.correct(
             subject,
@@ -112,7 +125,7 @@ class Memory:
             kept,
             source or current["source"],
             self.model,
-            self._document(kept),
+            self._embedding(kept),
             limits=self.limits,
             compare=text,
             check=admit,
@@ -176,9 +189,11 @@ class Memory:
         # An episode counts against the entry cap; not against the write rate: a session's end comes once per
         # session, and the summary it keeps was already paid for in the caller's model tokens.
         def admit(survey: Survey) -> None:
+            self._watch(subject, survey)
             quotas.check_cap(survey, self.limits)
 
-        admit(self.store.survey(subject, None, self.limits))
+        if subject in self.watchlist:
+            admit(self.store.survey(subject, None, self.limits))
         source = f"session:{session_id}" if session_id else "session"
         row, _ = self.store.insert(
             subject,
@@ -186,7 +201,7 @@ class Memory:
             text.strip(),
             source,
             self.model,
-            self._document(text),
+            self._embedding(text),
             limits=self.limits,
             cost=0,
             check=admit,

@@ -8,6 +8,9 @@ every 60/rate seconds): a burst of a minute's writes, then the steady rate. The 
 from __future__ import annotations
 
 import math
+import threading
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from agentfn.shared.problems import ProblemError, problem_type
@@ -57,3 +60,38 @@ def check_rate(survey: Survey, limits: Limits) -> None:
             limits.writes_per_minute,
             wait,
         )
+
+
+def near(survey: Survey, limits: Limits) -> bool:
+    """Refused, or a write or two from being refused (the bucket, the cap)."""
+    return survey.available < 3 or survey.entries >= limits.max_entries - 2
+
+
+class Watchlist:
+    """The subjects this process saw lately refused, answered with a duplicate or near a limit (the most recent `size`,
+    each for `seconds`).
+
+    A write's embedding is begun beside its locked survey, so a write then refused has spent one in vain; a watched
+    subject's write reads the survey first, as a caller over its limits must not spend embeddings. So at most about
+    one embedding is spent in vain per subject, process and `seconds` (writes that race each other aside).
+    """
+
+    def __init__(self, size: int = 4096, seconds: float = 60.0):
+        self._size, self._seconds = size, seconds
+        self._seen: OrderedDict[str, float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, subject: str) -> None:
+        with self._lock:
+            self._seen[subject] = time.monotonic()
+            self._seen.move_to_end(subject)
+            if len(self._seen) > self._size:
+                self._seen.popitem(last=False)
+
+    def __contains__(self, subject: str) -> bool:
+        with self._lock:
+            seen = self._seen.get(subject)
+            if seen is not None and time.monotonic() - seen >= self._seconds:
+                del self._seen[subject]
+                return False
+            return seen is not None

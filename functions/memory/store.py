@@ -59,7 +59,8 @@ FROM gone
 """
 
 # Writes. Each write locks its subject's quota row first (created on the first write, with a full bucket),
-# refilling the bucket to now; statements after the lock see every write committed before it.
+# refilling the bucket to now; statements after the lock see every write committed before it. The lock is held while
+# the write's embedding runs: one subject's writes take turns, their embeddings still side by side.
 AVAILABLE = (
     "least(%(rate)s::float8, q.tokens + %(rate)s / 60.0 * "
     "greatest(0, extract(epoch FROM clock_timestamp() - q.refreshed_at))::float8)"
@@ -262,12 +263,30 @@ class Store(db.SchemaStore):
         check: Callable[[Survey], dict | None],
     ) -> Iterator[tuple[psycopg.Cursor, dict | None]]:
         """A write's transaction: the subject's quota row locked, the survey read after it and checked.
-        `check` raises to refuse (nothing is written) or returns an entry to answer with instead of writing."""
+        `check` raises to refuse (nothing is written) or returns an entry to answer with instead of writing; the
+        write itself ends the transaction (_commit). Whatever raises rolls it back."""
         params = dict(subject=subject, text=text, exclude=exclude, cap=limits.max_entries, rate=limits.writes_per_minute)
-        with self.subject(subject) as cur:
-            available = cur.execute(LOCK, params).fetchone()["available"]
-            survey = cur.execute(SURVEY, params).fetchone()
-            yield cur, check(_survey(survey | {"available": available}))
+        self.migrate()
+        with self.pool.connection() as conn:
+            try:
+                with conn.cursor(row_factory=dict_row) as cur:
+                    cur.execute(SET_SUBJECT, (subject,))
+                    available = cur.execute(LOCK, params).fetchone()["available"]
+                    survey = cur.execute(SURVEY, params).fetchone()
+                    yield cur, check(_survey(survey | {"available": available}))
+                conn.commit()  # an answer, nothing written; after a write, already committed
+            except BaseException:
+                if not conn.closed:  # a broken connection is closed, and the pool discards it
+                    conn.rollback()
+                raise
+
+    @staticmethod
+    def _commit(cur: psycopg.Cursor, statement: str, params: dict) -> dict | None:
+        """A write and its transaction's COMMIT in one round trip: all that follows the embedding."""
+        with cur.connection.pipeline():
+            cur.execute(statement, params)
+            cur.connection.commit()
+        return cur.fetchone()
 
     def insert(
         self,
@@ -276,18 +295,20 @@ class Store(db.SchemaStore):
         text: str,
         source: str,
         model: str,
-        embedding: np.ndarray,
+        embedding: Callable[[], np.ndarray],
         *,
         limits: Limits,
         cost: int,
         check: Callable[[Survey], dict | None],
         session_id: str | None = None,
     ) -> tuple[dict, bool]:
-        """(the new row, False), or (an entry `check` answered with, True): then nothing is written."""
+        """(the new row, False), or (an entry `check` answered with, True): then nothing is written. `embedding` is
+        called once `check` admits the write: a write refused or answered never waits for it."""
         with self._locked(subject, text if kind != "episode" else None, limits, None, check) as (cur, answer):
             if answer is not None:
                 return answer, True
-            return cur.execute(
+            return self._commit(
+                cur,
                 CHARGE + INSERT,
                 dict(
                     id=uuid.uuid4(),
@@ -297,10 +318,10 @@ class Store(db.SchemaStore):
                     source=source,
                     session_id=session_id,
                     model=model,
-                    embedding=embedding,
+                    embedding=embedding(),
                     cost=cost,
                 ),
-            ).fetchone(), False
+            ), False
 
     def correct(
         self,
@@ -309,18 +330,20 @@ class Store(db.SchemaStore):
         text: str,
         source: str,
         model: str,
-        embedding: np.ndarray,
+        embedding: Callable[[], np.ndarray],
         *,
         limits: Limits,
         compare: str | None,
         check: Callable[[Survey], dict | None],
     ) -> dict | None:
-        """The corrected row (None if it is gone); `compare`: the text looked up as a duplicate, if any."""
+        """The corrected row (None if it is gone); `compare`: the text looked up as a duplicate, if any. `embedding`
+        is called once `check` admits the correction."""
         with self._locked(subject, compare, limits, entry_id, check) as (cur, _):
-            return cur.execute(
+            return self._commit(
+                cur,
                 CHARGE + CORRECT,
-                dict(subject=subject, id=entry_id, text=text, source=source, model=model, embedding=embedding, cost=1),
-            ).fetchone()
+                dict(subject=subject, id=entry_id, text=text, source=source, model=model, embedding=embedding(), cost=1),
+            )
 
     def forget(self, subject: str, entry_id: uuid.UUID) -> bool:
         try:
