@@ -74,8 +74,8 @@ from agentfn.devstack.issuer import DevIssuer  # noqa: E402
 from agentfn.devstack.issuer import create_app as issuer_app  # noqa: E402
 from agentfn.memory.embedder import DEFAULT_MODEL, load_models, model_config, open_embedder  # noqa: E402
 from agentfn.memory.memory import Memory  # noqa: E402
-from agentfn.memory.settings import MemorySettings  # noqa: E402
 from agentfn.memory.quotas import Limits  # noqa: E402
+from agentfn.memory.settings import MemorySettings  # noqa: E402
 from agentfn.memory.store import Store  # noqa: E402
 from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
 

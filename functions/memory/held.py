@@ -8,8 +8,8 @@ store.RECALL_VECTOR do (tests/memory/test_recall_store.py compares them), up to 
 
 The entries are loaded in a snapshot of their own, after a recall that found them missing (Postgres ranks that
 one), and serve only the subject's later recalls that read the same version (migrations/0004_entry_versions.sql):
-a write, a correction or a forgetting on any replica makes the next recall ask Postgres and load them again. A forgetting in this process
-drops them at once, and entries unused for `idle` seconds go too.
+a write, a correction or a forgetting on any replica makes the next recall ask Postgres and load them again. A
+forgetting in this process drops them at once, and entries unused for `idle` seconds go too.
 """
 
 from __future__ import annotations
