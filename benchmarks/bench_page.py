@@ -1,6 +1,6 @@
 """Benchmark of the page fetcher: `open_page` against a plain `requests.get` + `trafilatura.extract`.
 
-    sudo .venv/bin/python benchmarks/bench_page.py [--small N] [--large N] [--starts N]
+    .venv/bin/python benchmarks/bench_page.py [--small N] [--large N] [--starts N]    (as root, or with sudo)
 
 The guard refuses loopback, so the page server cannot stand on the host's loopback: the test lab
 (tests/page/lab.py) makes a network namespace with a "public" server at 44.0.0.10 and a DNS server,
@@ -213,7 +213,7 @@ def inside(args) -> None:
         }
         report = {
             "benchmark": "page fetcher: open_page vs requests.get + trafilatura.extract",
-            "command": "sudo .venv/bin/python benchmarks/bench_page.py "
+            "command": ".venv/bin/python benchmarks/bench_page.py "
             f"--small {args.small} --large {args.large} --starts {args.starts}",
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
