@@ -148,26 +148,25 @@ class Door:
         self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         self.last = time.monotonic()
 
-    def get(self, path: str) -> None:
-        self.conn.request("GET", path, headers=self.headers)
-        response = self.conn.getresponse()
-        response.read()
-        if response.status != 200:
-            raise RuntimeError(f"GET {path}: {response.status}")
+    def get(self, path: str) -> bytes:
+        return self.call("GET", path, None, 200)
 
     def post(self, path: str, body: dict, expect: int) -> bytes:
+        return self.call("POST", path, json.dumps(body), expect)
+
+    def call(self, method: str, path: str, body: str | None, expect: int) -> bytes:
         if time.monotonic() - self.last > 4:  # gunicorn closes connections idle for its keepalive (5 s)
             self.conn.close()
         try:
-            self.conn.request("POST", path, json.dumps(body), self.headers)
+            self.conn.request(method, path, body, self.headers)
             response = self.conn.getresponse()
         except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
             self.conn.close()
-            self.conn.request("POST", path, json.dumps(body), self.headers)
+            self.conn.request(method, path, body, self.headers)
             response = self.conn.getresponse()
         data, self.last = response.read(), time.monotonic()
         if response.status != expect:
-            raise RuntimeError(f"POST {path}: {response.status} {data[:300]!r}")
+            raise RuntimeError(f"{method} {path}: {response.status} {data[:300]!r}")
         return data
 
 
