@@ -8,6 +8,7 @@ The work is in the modules beside this one: client (the doors, problems), chat, 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,8 +17,10 @@ from pathlib import Path
 import requests
 import typer
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
+from . import images as containers
 from . import render
 from .client import Client, Failure, default_url
 from .settings import CliSettings
@@ -76,9 +79,14 @@ def shown() -> Iterator[None]:
 
 
 @app.command()
-def up(var: Path = typer.Option(Path("var"), help="where data, secrets and logs are kept")):
+def up(
+    var: Path = typer.Option(Path("var"), help="where data, secrets and logs are kept"),
+    images: bool = typer.Option(
+        False, "--images", help="run each function and the operator from its image (agentfn images), as the chart does"
+    ),
+):
     """Bring the whole platform up on this machine; Ctrl-C stops it."""
-    stack = Stack(var, console)
+    stack = Stack(var, console, images=images)
     try:
         stack.up()
         stack.wait()
@@ -86,6 +94,36 @@ def up(var: Path = typer.Option(Path("var"), help="where data, secrets and logs 
         pass
     finally:
         stack.down()
+
+
+@app.command()
+def images(
+    parts: list[str] = typer.Argument(None, help=f"which images (default: all): {', '.join(containers.IMAGES)}"),
+    base: str = typer.Option(
+        None,
+        help=f"the base image (default {containers.PUBLIC_BASE}; where it cannot be pulled, a stand-in is made from "
+        "Debian's packages)",
+    ),
+    embedding_model: str = typer.Option(
+        containers.default_embedding_model(),
+        help="memory's embedder, baked into its image (qwen3-embedding-0.6b is fetched from the hub at build time)",
+    ),
+    logs: Path = typer.Option(Path("var/logs/images"), help="where each image's build log is kept"),
+):
+    """Build every function's image and the operator's with podman, from the repository's Dockerfiles."""
+    started = time.monotonic()
+    unknown = sorted(set(parts or ()) - set(containers.IMAGES))
+    if unknown:
+        console.print(f"[red]no such image: {', '.join(unknown)}[/] (the images: {', '.join(containers.IMAGES)})")
+        raise typer.Exit(2)
+    built = containers.build(base, embedding_model, logs, console, parts or containers.IMAGES)
+    table = Table("image", "built in", "size", "over the base", box=None)
+    for one in built:
+        table.add_row(
+            containers.image(one.part), f"{one.seconds:.0f} s", containers.mib(one.size), containers.mib(one.added)
+        )
+    out.print(table)
+    out.print(f"{len(built)} images in {time.monotonic() - started:.0f} s; run the platform from them: ./dev up --images")
 
 
 @app.command()

@@ -25,6 +25,7 @@ from agentfn.model import weights
 from agentfn.shared import db
 from rich.console import Console
 
+from . import images as containers
 from .postgres import EmbeddedPostgres
 from .settings import CliSettings
 
@@ -100,15 +101,18 @@ def port_taken(port: int) -> bool:
 
 
 class Stack:
-    def __init__(self, var: Path, console: Console):
+    def __init__(self, var: Path, console: Console, images: bool = False):
         self.var = var.resolve()
         self.console = console
+        self.images = images  # each function and the operator's local mode from its image (agentfn.cli.images)
         self.postgres = EmbeddedPostgres(self.var / "postgres", port=PORTS["postgres"])
         self.parts: list[Part] = []
         self.owns_postgres = False  # a start refused before Postgres (a port taken) leaves a running one alone
-        self.service_token_file = self.var / "secrets" / "memory-token"
+        # What a part reads as its pod reads a projected volume: var/secrets/<part>/, that part's alone.
+        self.service_token_file = self.var / "secrets" / "model" / "memory-token"
         # Each part that exchanges tokens authenticates at the issuer with its own workload token (audience: the issuer).
-        self.exchange_token_files = {part: self.var / "secrets" / f"exchange-token-{part}" for part in ("model", *READS)}
+        self.exchange_token_files = {part: self.var / "secrets" / part / "exchange-token" for part in ("model", *READS)}
+        self.registry = self.var / "registry" / "registry.json"  # the operator's output, the ConfigMap in a cluster
         self.started = time.monotonic()
         self.model: weights.Model | None = None  # the offline engine's, when it is started
 
@@ -120,12 +124,20 @@ class Stack:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             path.write_text(secrets.token_urlsafe(size))
             path.chmod(0o600)
+        self.hand_over(path)
         return path.read_text().strip()
+
+    def hand_over(self, path: Path) -> None:
+        """A file of var/secrets/<part>/ or var/registry/ given to the images' user, as the kubelet gives a pod's
+        volumes to its user: from images the parts run as uid 10001, not as the stack's user."""
+        if self.images and (path.parent.parent == self.var / "secrets" or path.parent == self.registry.parent):
+            for owned in (path.parent, path) if path.exists() else (path.parent,):
+                os.chown(owned, containers.UID, containers.UID)
 
     def approval_key_file(self) -> Path:
         """The key the model function signs approval tokens with (48 random bytes, URL-safe)."""
-        self.secret("approval-key", 48)
-        return self.var / "secrets" / "approval-key"
+        self.secret("model/approval-key", 48)
+        return self.var / "secrets" / "model" / "approval-key"
 
     def check_stand_ins(self) -> None:
         # The dev issuer and the platform services' test doubles are a distribution of their own, never in an image.
@@ -203,7 +215,7 @@ class Stack:
 
     def plan(self, dsns: dict[str, str]) -> None:
         ident = self.identity_env()
-        registry = self.var / "registry.json"
+        registry = self.registry
         url = {name: f"http://{HOST}:{port}" for name, port in PORTS.items()}
         tiers, offline = self.tier_env()
         self.parts = [
@@ -333,10 +345,45 @@ class Stack:
     def launch(self, part: Part) -> None:
         log = open(self.var / "logs" / f"{part.name}.log", "ab")
         env = {**os.environ, **part.env, "PORT": str(part.port), "AGENTFN_BIND": HOST}
-        argv = part.argv or [str(BIN / "gunicorn"), "-c", "python:agentfn.shared.gunicorn_conf", part.app]
+        if self.in_container(part):
+            argv = self.container(part).run_argv()
+        else:
+            argv = part.argv or [str(BIN / "gunicorn"), "-c", "python:agentfn.shared.gunicorn_conf", part.app]
         part.process = subprocess.Popen(
             argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent
         )
+
+    def container(self, part: Part) -> containers.Container:
+        """A part as a container of its image: the settings it has as a process (the platform's own, and the AGENTFN_
+        and OTEL_ ones of this environment), and the files they name mounted read-only at the same paths (each
+        part's folder of var/secrets, as its pod's projected volume; the operator's registry folder writable)."""
+        env = {name: value for name, value in os.environ.items() if name.startswith(("AGENTFN_", "OTEL_"))}
+        env |= {**part.env, "AGENTFN_BIND": HOST} | ({"PORT": str(part.port)} if part.port else {})
+        readable = set()
+        for value in env.values():
+            path = Path(value)
+            if path.is_absolute() and path.is_relative_to(self.var):
+                # A file the stack writes (a rotated token, the registry) is replaced, never written in place, and may
+                # not be there yet: its folder is mounted, so the part sees each new file as it would in its pod.
+                readable.add(path.parent)
+            elif path.is_absolute() and path.exists():
+                readable.add(path)
+        writable = {self.registry.parent} if part.name == "registry" else set()
+        if part.name == "registry":
+            readable.add(ROOT / "examples")
+        argv = tuple(arg.replace(str(BIN / "python"), "python") for arg in part.argv or ())
+        return containers.Container(
+            "operator" if part.name == "registry" else part.name,
+            self.container_name(part),
+            env,
+            tuple(sorted(readable - writable)),
+            tuple(sorted(writable)),
+            argv,
+        )
+
+    @staticmethod
+    def container_name(part: Part) -> str:
+        return f"agentfn-{part.name.replace('_', '-')}-{BASE}"
 
     def is_ready(self, part: Part) -> bool:
         if part.ready_file is not None:
@@ -387,6 +434,7 @@ class Stack:
         fresh = path.with_suffix(".new")
         fresh.write_text(answer.json()["token"])
         fresh.chmod(0o600)
+        self.hand_over(fresh)
         os.replace(fresh, path)  # read on each use: never half a token
 
     def up(self) -> None:
@@ -394,8 +442,13 @@ class Stack:
         self.tier_env()  # an unknown or missing offline model is one line before anything starts
         self.check_stand_ins()
         self.check_ports()
+        if self.images:
+            containers.check_built()
         self.plan(self.start_postgres())
-        (self.var / "registry.json").unlink(missing_ok=True)  # rewritten from examples/ at every start
+        self.registry.unlink(missing_ok=True)  # rewritten from examples/ at every start
+        for path in (self.registry, self.service_token_file, *self.exchange_token_files.values()):
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.hand_over(path)
         for part in self.parts:  # all at once: each loads on its own, two cores share the work
             self.launch(part)
         for part in self.parts:
@@ -404,9 +457,14 @@ class Stack:
                 self.rotate_service_token()
         self.banner()
 
+    def in_container(self, part: Part) -> bool:
+        return self.images and (part.name in containers.FUNCTIONS or part.name == "registry")
+
     def resident(self) -> dict[str, int]:
         """Proportional resident memory (PSS, shared pages split) of each part's processes, and Postgres's."""
         pids = {part.name: part.process.pid for part in self.parts if part.process}
+        for part in filter(self.in_container, self.parts):  # its processes are the container's, not podman's
+            pids[part.name] = containers.pid(self.container_name(part)) or pids[part.name]
         if self.postgres.pid():
             pids["postgres"] = self.postgres.pid()
         return {name: sum(pss(p) for p in process_tree(pid)) for name, pid in pids.items()}
@@ -433,6 +491,11 @@ class Stack:
                 else f"{os.environ.get('AGENTFN_TIER_FAST_MODEL', 'default')} at {os.environ['AGENTFN_TIER_FAST_URL']}",
             ),
             ("memory", f"{sum(memory.values()) / 2**20:.0f} MiB resident (MiB: {biggest}, ...)"),
+            *(
+                [("images", "each function and the operator from its image (agentfn images), as the chart runs them")]
+                if self.images
+                else []
+            ),
             ("data", f"{self.var}   logs: {self.var / 'logs'}   agents: examples/ (edit to update)"),
             ("stop", "Ctrl-C"),
         ):
@@ -450,6 +513,8 @@ class Stack:
                     part.process.wait(15)
                 except subprocess.TimeoutExpired:
                     os.killpg(part.process.pid, signal.SIGKILL)
+        if self.images:  # a container whose podman was killed runs on without it
+            containers.remove([self.container_name(part) for part in filter(self.in_container, self.parts)])
         if self.owns_postgres:
             self.postgres.stop()
         self.console.print("[green]✓[/] stopped")

@@ -179,6 +179,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     arguments = parser.parse_args(argv)
     try:
         config = model_config(arguments.model)
+        if config.hub_repo is None:
+            # An image built for a shipped model fetches nothing; it proves here, at build time, that the model opens.
+            embedder = open_embedder(config)
+            if not (embedder.wait_loaded(300) and embedder.ready()):
+                parser.error(f"embedding model {config.name!r} opens but does not embed")
+            print(f"{config.name} ships inside installed packages: nothing to fetch (it opens and embeds)")
+            print(f"run with {ENV_PREFIX}MODEL={config.name}")
+            return
         fetched = download(config, arguments.dir)
     except ValueError as error:
         parser.error(str(error))

@@ -48,7 +48,8 @@ class Bubblewrap:
     def argv(self, program_fd: int, status_fd: int, block_fd: int) -> list[str]:
         root = self.root.get()
         # --as-pid-1: the program is its namespace's init, so bwrap's exit status and CPU time are its own,
-        # and its children die with it.
+        # and its children die with it. No --hostname: naming its own UTS namespace takes sethostname, which a
+        # container runtime's default seccomp profile refuses without CAP_SYS_ADMIN; the program sees its pod's name.
         argv = [
             self.bwrap,
             "--unshare-all",
@@ -63,8 +64,6 @@ class Bubblewrap:
             "1000",
             "--gid",
             "1000",
-            "--hostname",
-            "sandbox",
             "--json-status-fd",
             str(status_fd),
             "--block-fd",
