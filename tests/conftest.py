@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+from pathlib import Path
 
 import pytest
 from agentfn.cli.postgres import free_port
@@ -22,6 +23,20 @@ from support import (
     web_clients,
 )
 from support.tools import dev_upstream
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--images", action="store_true", help="collect tests/images too: the platform from its images (after ./dev images)"
+    )
+
+
+def pytest_ignore_collect(collection_path, config):
+    """tests/images runs against the images `./dev images` built, only when asked (`--images`): the main suite needs no
+    container engine."""
+    if collection_path == Path(__file__).parent / "images" and not config.getoption("--images"):
+        return True
+    return None
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,41 @@
+"""The platform from its images: `agentfn up --images` on this machine, every function and the operator's local mode
+a container of the image `./dev images` built, under the chart's runtime settings.
+
+Run after `./dev images`, with `./dev test --images tests/images` (CI does both after the main suite); without
+`--images` this folder is not collected, so `./dev test` needs no container engine. The engine is the scripted
+one (a test double of an LLM's choices), in this process; the dev upstreams behind the read tools are the stack's.
+"""
+
+from __future__ import annotations
+
+import pytest
+from agentfn.cli import images
+from support.images import BANNER, Platform
+from support.model import Engine
+from support.scripted_engine import create_app as engine_app
+
+
+@pytest.fixture(scope="session", autouse=True)
+def built():
+    """Every image is here (`./dev images`): a missing one fails the suite, never skips it."""
+    images.check_built()
+
+
+@pytest.fixture(scope="session")
+def engine():
+    served = Engine(engine_app())
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="session")
+def platform(engine, tmp_path_factory):
+    # Postgres (its own user) reaches its data directory; the containers read what var/ hands them.
+    home = tmp_path_factory.mktemp("platform")
+    home.chmod(0o755)
+    up = Platform(home / "var", f"{engine.url}/v1")
+    shown = up.start()
+    assert BANNER in shown, shown[-3000:]
+    up.shown = shown
+    yield up
+    up.stop()
