@@ -121,8 +121,13 @@ def test_without_a_function_gunicorn_serves_the_app_it_is_given(monkeypatch):
 
 
 def test_each_image_installs_only_its_functions_group():
-    install = [args for name, args in stages(FUNCTION_DOCKERFILE.read_text())[0] if name == "RUN" and "pip install" in args]
-    assert len(install) == 1 and install[0].endswith('[${FUNCTION}]"')
+    project, build = stages(FUNCTION_DOCKERFILE.read_text())[:2]
+    # The stage every image shares installs the project's own dependencies; the next, the function's group, named as
+    # the wheel spells it (run_code -> run-code).
+    shared = [args for name, args in project if name == "RUN" and "pip install" in args]
+    assert len(shared) == 1 and shared[0].endswith('pip install "$(ls /wheels/agentfn-*.whl)"')
+    install = [args for name, args in build if name == "RUN" and "pip install" in args]
+    assert len(install) == 1 and install[0].endswith('[$(echo "$FUNCTION" | tr _ -)]"')
     operator = [args for name, args in stages(DOCKERFILES["operator"].read_text())[0] if name == "RUN"]
     assert any(args.endswith('[operator]"') for args in operator)
 
@@ -142,10 +147,32 @@ def test_memory_bakes_in_the_model_the_chart_points_at():
     text = FUNCTION_DOCKERFILE.read_text()
     run = [args for stage in stages(text) for name, args in stage if name == "RUN" and "embedder download" in args]
     assert len(run) == 1 and '"$FUNCTION" = memory' in run[0]  # only memory's image fetches it
-    target = re.search(r"download (\S+) --dir ([^\s;]+)", run[0])
+    # EMBEDDING_MODEL chooses the model; by default the one the chart's values name, in the folder they name.
+    [default] = [args for stage in stages(text) for name, args in stage if name == "ARG" and "EMBEDDING_MODEL=" in args]
+    model = default.split("=", 1)[1]
+    target = re.search(r'download "\$EMBEDDING_MODEL" --dir "([^"]+)"', run[0])
     env = env_of(knative_services()["memory"])
-    assert (target.group(1), target.group(2)) == (env["AGENTFN_EMBEDDING_MODEL"], env["AGENTFN_EMBEDDING_MODEL_DIR"])
+    assert (model, target.group(1).replace("$EMBEDDING_MODEL", model)) == (
+        env["AGENTFN_EMBEDDING_MODEL"],
+        env["AGENTFN_EMBEDDING_MODEL_DIR"],
+    )
     assert "COPY --from=model /models /models" in text
+
+
+@pytest.mark.parametrize(
+    ("values_set", "model", "dimensions", "threshold", "recall"),
+    [
+        ("default", "qwen3-embedding-0.6b", 1024, 0.40, "vector"),
+        ("offline-embedder", "multilingual-e5-small-q4", 384, 0.82, "hybrid"),
+    ],
+)
+def test_memory_runs_either_embedder_and_its_figures_follow_the_name(values_set, model, dimensions, threshold, recall):
+    """The settings memory reads from the chart's environment give the model's own dimensions, floor and recall."""
+    from agentfn.memory.embedder import config_from_env
+
+    env = {k: str(v) for k, v in env_of(knative_services(values_set)["memory"]).items() if isinstance(v, str | int)}
+    config = config_from_env(env)
+    assert (config.name, config.dimensions, config.threshold, config.recall) == (model, dimensions, threshold, recall)
 
 
 def test_the_user_is_the_one_the_chart_runs_as():
