@@ -26,7 +26,7 @@ class CliSettings(Settings):
         "AGENTFN_TOKEN", None, "the caller token the `agentfn` CLI sends (`--token`); never written anywhere"
     )
     registry_file: str = setting(
-        "AGENTFN_REGISTRY_FILE", "var/registry.json", "`agentfn audit`: the registry file it reads by default"
+        "AGENTFN_REGISTRY_FILE", "var/registry/registry.json", "`agentfn audit`: the registry file it reads by default"
     )
 
 

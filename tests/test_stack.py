@@ -97,7 +97,7 @@ def test_up_serves_memory_and_ctrl_c_stops_everything(stack):
     exchange = TokenExchange(
         mode="exchange",
         url=f"http://127.0.0.1:{base + 1}/token",
-        token_file=str(log.parent / "var" / "secrets" / "exchange-token-model"),
+        token_file=str(log.parent / "var" / "secrets" / "model" / "exchange-token"),
     )
     for caller, status in ((Caller("bob", ("platform-users",), user), 200), (Caller("alice", (), token), 403)):
         exchanged = exchange.token_for(caller, "agentfn:tool:platform_status")
@@ -108,7 +108,7 @@ def test_up_serves_memory_and_ctrl_c_stops_everything(stack):
             ).status_code
             == status
         )
-    assert (log.parent / "var" / "registry.json").exists()
+    assert (log.parent / "var" / "registry" / "registry.json").exists()
 
     # The admin doors, through the gateway, for the group the stack names admins.
     admin = subprocess.run(

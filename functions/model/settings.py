@@ -18,7 +18,7 @@ class ModelSettings(Settings):
         "AGENTFN_DATABASE_URL", REQUIRED, "DSN of the model function's own role; its schema is `model`"
     )
     registry_file: str = setting(
-        "AGENTFN_REGISTRY_FILE", "var/registry.json", "the operator's registry (agent -> tools -> who), reloaded on change"
+        "AGENTFN_REGISTRY_FILE", "var/registry/registry.json", "the operator's registry (agent -> tools -> who), reloaded on change"
     )
     memory_url: str | None = setting(
         "AGENTFN_MEMORY_URL", None, "memory's base URL: recall, `remember`/`forget`, WriteEpisode; unset: no memory"
@@ -52,7 +52,7 @@ class ModelSettings(Settings):
         "AGENTFN_APPROVAL_KEY_FILE",
         None,
         "the HS256 key (32+ bytes, read on each use) approval tokens are signed with; the chart mounts a Secret, "
-        "`agentfn up` keeps one in `var/secrets/approval-key` (mode 0600); unset, a call that needs approval is the "
+        "`agentfn up` keeps one in `var/secrets/model/approval-key` (mode 0600); unset, a call that needs approval is the "
         "tool's problem (503)",
     )
     approval_seconds: int = setting("AGENTFN_APPROVAL_SECONDS", 300, "how long an approval token is good for", minimum=1)

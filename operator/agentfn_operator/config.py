@@ -45,7 +45,7 @@ class Config(Settings):
     )
     registry_file: str = setting(
         "AGENTFN_REGISTRY_FILE",
-        "var/registry.json",
+        "var/registry/registry.json",
         "local mode and audit: the registry file (the model function reads the same name)",
     )
     tool_catalog_dir: str = setting(

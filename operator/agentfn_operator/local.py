@@ -1,6 +1,6 @@
 """Local mode: the operator's reconcile over YAML files, writing the registry file the dev stack reads.
 
-    python -m agentfn_operator.local examples/ --out var/registry.json [--watch]
+    python -m agentfn_operator.local examples/ --out var/registry/registry.json [--watch]
 
 The same `reconcile()` as in a cluster, so the dev stack and a cluster read agents the same way. The
 file is replaced atomically and only when its bytes change (the model function reloads on change).
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         type=Path,
         default=Path(Config.from_env().registry_file),
-        help="the registry file (default: $AGENTFN_REGISTRY_FILE or var/registry.json)",
+        help="the registry file (default: $AGENTFN_REGISTRY_FILE or var/registry/registry.json)",
     )
     parser.add_argument("--watch", action="store_true", help="rewrite whenever a file changes")
     parser.add_argument("--interval", type=float, default=0.5, help="--watch: seconds between looks")

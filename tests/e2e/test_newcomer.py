@@ -382,7 +382,7 @@ def test_the_tour(platform, web):
     assert episodes[0]["id"] not in json.dumps(platform.get("/v1/entries", alice).json())
 
     # Who may call what, from the registry the operator's local mode wrote from examples/.
-    audit = platform.cli("audit", "var/registry.json").stdout
+    audit = platform.cli("audit", "var/registry/registry.json").stdout
     assert "code-reviewer-runs-code" in audit and "platform-status-for-everyone" in audit
 
 
