@@ -44,10 +44,10 @@ RESULTS = ROOT / "benchmarks" / "results"
 def sizes() -> dict[str, dict[str, float]]:
     base = next(b for b in (images.PUBLIC_BASE, images.STAND_IN) if images.exists(b))
     under = images.size(base)
-    return {
-        part: {"mib": images.size(images.image(part)) / 2**20, "added_mib": (images.size(images.image(part)) - under) / 2**20}
-        for part in images.IMAGES
-    } | {"base": {"mib": under / 2**20, "added_mib": 0.0, "name": base}}
+    whole = {part: images.size(images.image(part)) for part in images.IMAGES}
+    return {part: {"mib": size / 2**20, "added_mib": (size - under) / 2**20} for part, size in whole.items()} | {
+        "base": {"mib": under / 2**20, "added_mib": 0.0, "name": base}
+    }
 
 
 def stop(stack: Stack, part: Part) -> None:
@@ -136,7 +136,8 @@ def report(found: dict) -> str:
         f"Command: `{found['command']}`; base image `{found['sizes']['base']['name']}` "
         f"({found['sizes']['base']['mib']:.0f} MiB). Medians of {found['rounds']} starts each, alternating.",
         "",
-        "| part | image, MiB | over the base, MiB | process: first answer / ready, s | container: first answer / ready, s | ready, container / process |",
+        "| part | image, MiB | over the base, MiB | process: first answer / ready, s | container: first answer / ready, s "
+        "| ready, container / process |",
         "|---|---|---|---|---|---|",
     ]
     for part in images.IMAGES:

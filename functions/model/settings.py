@@ -18,7 +18,9 @@ class ModelSettings(Settings):
         "AGENTFN_DATABASE_URL", REQUIRED, "DSN of the model function's own role; its schema is `model`"
     )
     registry_file: str = setting(
-        "AGENTFN_REGISTRY_FILE", "var/registry/registry.json", "the operator's registry (agent -> tools -> who), reloaded on change"
+        "AGENTFN_REGISTRY_FILE",
+        "var/registry/registry.json",
+        "the operator's registry (agent -> tools -> who), reloaded on change",
     )
     memory_url: str | None = setting(
         "AGENTFN_MEMORY_URL", None, "memory's base URL: recall, `remember`/`forget`, WriteEpisode; unset: no memory"
