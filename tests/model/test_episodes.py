@@ -146,6 +146,31 @@ def test_a_summary_that_breaks_a_rule_is_written_again_once(model, engine, memor
     assert "refused (address)" in second
 
 
+KEPT_PARTS = [  # (case, what the engine wrote, what is kept): the longest run of first sentences keeping every rule
+    ("a_late_address", f"{GOOD} Then the person read https://vault.example/rotate.", GOOD),
+    ("a_late_first_person", f"{GOOD} I think that is wise.", GOOD),
+    (
+        "past_the_character_bound",  # each further sentence 71 characters: GOOD (103) and five fit in 500
+        f"{GOOD} " + " ".join(f"The assistant then explained step {n} of the rotation in some detail." for n in range(9)),
+        f"{GOOD} " + " ".join(f"The assistant then explained step {n} of the rotation in some detail." for n in range(5)),
+    ),
+    ("cut_by_the_token_bound", f"{GOOD} The assistant then suggested that the person", GOOD),
+]
+
+
+@pytest.mark.parametrize(("case", "written", "kept"), KEPT_PARTS, ids=[c[0] for c in KEPT_PARTS])
+def test_a_summary_that_strays_late_keeps_its_first_sentences_that_keep_the_rules(
+    model, engine, memory, person, case, written, kept
+):
+    sid = engine.script({"text": written})
+    response = end(model, person, "reviewer", with_script(CHAT_EN, sid))
+    assert response.status_code == 201, response.text
+    assert response.json()["episode"]["text"] == kept and not faults(kept, "en")
+    assert [e["text"] for e in episodes_of(memory, person)] == [kept]
+    assert len(engine.requests(sid)) == 1  # kept at once: no second summary written
+    assert engine.requests(sid)[0]["max_tokens"] <= 150  # the summary's bound
+
+
 @pytest.mark.parametrize(
     ("summary", "rule"),
     [
