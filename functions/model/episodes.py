@@ -25,9 +25,12 @@ from .registry import Agent
 from .services import Services
 
 MAX_WORDS, MAX_CHARS = 80, 500
-# The summary's token bound: enough for the 60 words the brief asks for (Croatian spends about two tokens a word),
-# and no more, since decoding is most of /end's time on a small engine.
-SUMMARY_TOKENS = 150
+# The summary's token bound: enough for the 40 words the brief asks for (Croatian spends about two tokens a word),
+# and no more, since decoding is most of /end's time on a small engine; a sentence it cuts short is dropped.
+SUMMARY_TOKENS = 100
+# What the summariser reads of one message (its head): an answer's long listing or page says little of the session,
+# and every token read is time the person waits at /end.
+MESSAGE_CHARS = 400
 
 # The episode rules, one pattern each; a summary is refused for the first rule it breaks.
 RULES: list[tuple[str, re.Pattern]] = [
@@ -180,8 +183,9 @@ def instructions(person_language: str | None, broken: list[str]) -> str:
     text = (
         f"You keep a short memory of a conversation between a person and an assistant. Write one summary of what "
         f"the person asked for and what was settled or found, in {name}, in the third person: the person and the "
-        "assistant, never I, me, my, you or your. At most 60 words, in plain sentences. Describe code, commands and "
-        "addresses in plain words instead of quoting them; no passwords, keys or tokens. Reply with the summary only."
+        "assistant, never I, me, my, you or your. At most 40 words, in two or three plain sentences. Describe code, "
+        "commands and addresses in plain words instead of quoting them; no passwords, keys or tokens. Reply with the "
+        "summary only."
     )
     if broken:
         text += f" The last summary was refused ({', '.join(broken)}): write it again, keeping the rules."
@@ -223,8 +227,13 @@ def transcript(messages: list[dict[str, str]], tokens: int) -> str:
     means nothing in an episode."""
     kept = prompt.fit(messages, tokens)
     return "\n".join(
-        f"{'Person' if m['role'] == 'user' else 'Assistant'}: {plain(CITATION.sub('', m['content']))}" for m in kept
+        f"{'Person' if m['role'] == 'user' else 'Assistant'}: {head(plain(CITATION.sub('', m['content'])))}" for m in kept
     )
+
+
+def head(text: str) -> str:
+    """The first MESSAGE_CHARS of a message, cut at a word."""
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS].rsplit(" ", 1)[0] + " ..."
 
 
 def end_session(

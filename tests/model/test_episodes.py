@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 import requests
-from agentfn.model.episodes import faults, language
+from agentfn.model.episodes import MESSAGE_CHARS, SUMMARY_TOKENS, faults, language
 
 GOOD = "The person asked how to rotate the ledger database password and decided to do it every ninety days."
 GOOD_HR = "Osoba je pitala kako promijeniti lozinku baze podataka i odlučila to raditi svakih devedeset dana."
@@ -138,6 +138,17 @@ def test_the_summariser_reads_code_and_addresses_in_plain_words(model, engine, m
         assert kept_out not in read, kept_out
 
 
+def test_the_summariser_reads_the_head_of_a_long_message(model, engine, memory, person):
+    listing = "The report lists " + " ".join(f"item{n}" for n in range(400)) + "."
+    chat = [*CHAT_EN[:1], {"role": "assistant", "content": listing}, *CHAT_EN[2:]]
+    sid = engine.script({"text": GOOD})
+    assert end(model, person, "reviewer", with_script(chat, sid)).status_code == 201
+    read = engine.requests(sid)[0]["messages"][1]["content"]
+    shown = next(line for line in read.splitlines() if line.startswith("Assistant: The report lists"))
+    assert len(shown) <= len("Assistant: ") + MESSAGE_CHARS + 4 and shown.endswith(" ...") and "item399" not in read
+    assert "every ninety days" in read  # the messages after it are read whole
+
+
 def test_a_summary_that_breaks_a_rule_is_written_again_once(model, engine, memory, person):
     sid = engine.script({"text": "The person read https://vault.example/rotate first."}, {"text": GOOD})
     response = end(model, person, "reviewer", with_script(CHAT_EN, sid))
@@ -168,7 +179,7 @@ def test_a_summary_that_strays_late_keeps_its_first_sentences_that_keep_the_rule
     assert response.json()["episode"]["text"] == kept and not faults(kept, "en")
     assert [e["text"] for e in episodes_of(memory, person)] == [kept]
     assert len(engine.requests(sid)) == 1  # kept at once: no second summary written
-    assert engine.requests(sid)[0]["max_tokens"] <= 150  # the summary's bound
+    assert engine.requests(sid)[0]["max_tokens"] <= SUMMARY_TOKENS
 
 
 @pytest.mark.parametrize(
