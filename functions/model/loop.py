@@ -242,6 +242,7 @@ class Turn:
             tools=[t for t, _ in tools.values()],
             constrained=constrained,
             memory_tools=bool(MEMORY_TOOLS & set(tools)),
+            notes=agent.memory != "none",
         )
         notes = prompt.memory_block(recalled) if recalled else ""
         room = (
@@ -388,12 +389,6 @@ class Round:
 def call_key(request: ToolRequest) -> tuple[str, str]:
     """What makes two calls the same call: the tool and its canonical arguments (as sent, when they did not parse)."""
     return request.name, canonical(request.arguments) if request.parsed else str(request.raw)
-
-
-def delimited(name: str, n: int, seen: str) -> str:
-    """A result as the model reads it: between markers it cannot close from inside (`</` is written `<\\/`, as
-    JSON allows), so a page or a note cannot end the result and speak as the platform."""
-    return f'<result step="{n}" tool="{name}">\n' + seen.replace("</", "<\\/") + "\n</result>"
 
 
 DECLINED = problem(403, "Declined", "the person declined this call; do not ask for it again in this turn", "declined")
@@ -585,8 +580,9 @@ class Steps:
 
     def _tell(self, request: ToolRequest, n: int, seen: str) -> None:
         """The result, in the `tool` role in both modes: data from a tool, never the person's words."""
+        told = prompt.delimited("result", seen, step=n, tool=request.name)
         if self.constrained:
             self.convo.append({"role": "assistant", "content": request.raw})
-            self.convo.append({"role": "tool", "content": delimited(request.name, n, seen)})
+            self.convo.append({"role": "tool", "content": told})
         else:
-            self.convo.append({"role": "tool", "tool_call_id": request.id, "content": delimited(request.name, n, seen)})
+            self.convo.append({"role": "tool", "tool_call_id": request.id, "content": told})
