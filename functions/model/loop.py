@@ -52,7 +52,7 @@ def begin(services: Services, caller: Caller, agent: Agent, messages: list[dict[
     deadline = time.monotonic() + seconds
     if prompt.likely(messages[-1]["content"]) > tier.context_tokens - tier.max_tokens - TOOL_OVERHEAD:
         raise ProblemError(413, "Content Too Large", "the last message does not fit the tier's context")
-    approvals = checked_approvals(s, caller, agent, asked)
+    approvals = checked_approvals(s, caller, agent, messages, asked)
     with ExitStack() as closing:
         generation = closing.enter_context(
             Generation(
@@ -91,9 +91,11 @@ def begin(services: Services, caller: Caller, agent: Agent, messages: list[dict[
     )
 
 
-def checked_approvals(s: Services, caller: Caller, agent: Agent, items: list[dict]) -> list[Approval]:
+def checked_approvals(
+    s: Services, caller: Caller, agent: Agent, messages: list[dict[str, str]], items: list[dict]
+) -> list[Approval]:
     """Every approval checked before anything of the turn runs (its use comes after the budget's hold)."""
-    approvals = s.approvals.check(caller, agent.name, items)
+    approvals = s.approvals.check(caller, agent.name, messages, items)
     granted = agent.granted_tools(caller)
     for i, approval in enumerate(approvals):
         if approval.tool not in granted:
@@ -469,7 +471,7 @@ class Steps:
         if refusal is None and not approved and self._needs_approval(request):
             try:
                 token = turn.services.approvals.issue(
-                    turn.caller, turn.agent.name, request.name, request.arguments, turn.generation.id
+                    turn.caller, turn.agent.name, request.name, request.arguments, turn.generation.id, turn.messages
                 )
             except ProblemError as unavailable:
                 refusal = {**unavailable.to_dict()}
