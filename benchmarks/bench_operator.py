@@ -128,7 +128,9 @@ def bench_apply(applies: int) -> dict:
 
 
 def synthetic(agents: int, tools: int, per_agent: bool):
-    catalog = {f"t{t}": CatalogEntry(f"t{t}", f"f{t}", callable_alone=t < 3, mcp=t < 3) for t in range(tools)}
+    catalog = {
+        f"t{t}": CatalogEntry(f"t{t}", f"f{t}", callable_alone=t < 3, mcp=t < 3, changes_state=False) for t in range(tools)
+    }
     agent_objs = [
         {
             "kind": "Agent",

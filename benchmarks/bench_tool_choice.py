@@ -215,7 +215,9 @@ def tour(engine: Engine, system: str, tools: list[Tool]) -> list[dict]:
 def measure(model: weights.Model, port: int, cases: list[dict], tours: int) -> dict:
     brief, tools = reviewer()
     by_name = {t.name: t for t in tools}
-    system = prompt.system(brief, datetime.date.today().isoformat(), tools=tools, constrained=True, memory_tools=True)
+    system = prompt.system(
+        brief, datetime.date.today().isoformat(), tools=tools, constrained=True, memory_tools=True, notes=True
+    )
     served = Served(model, port, RESULTS / f".engine-{model.name}.log")
     try:
         engine = Engine(Tier("bench", served.url, model.alias, "constrained", 300.0, MAX_TOKENS, model.context, 0.0))

@@ -6,8 +6,9 @@ entries with the cited ones marked, and one dim line of usage and timing.
 
 A step that changes state waits for the person: its card shows the exact arguments and asks
 `approve? [y/N]` (`--yes` approves every one, for scripts; a command typed there, such as /end, declines
-the call and then runs); then the same conversation is sent again with the answers, and the approved
-calls run as the first steps of that turn, which goes on to the answer.
+the call and then runs); then the same conversation is sent again, unchanged, with the answers (an
+approval runs only in the conversation that asked for it), and the approved calls run as the first steps
+of that turn, which goes on to the answer.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ class Chat:
             if not self.asked:
                 self.messages = conversation + ([{"role": "assistant", "content": answer}] if answer.strip() else [])
                 return True
-            # The same conversation again, with the person's answers: the approved calls run first.
+            # The same conversation again, unchanged (each approval runs only in the conversation that asked for
+            # it), with the person's answers: the approved calls run first.
             approvals = [{"token": step["approval"], "approve": self.approve(step)} for step in self.asked]
         self.err.print(f"the agent asked for approval {MAX_ASKS} times in a row; send your message again to go on")
         self.messages = conversation

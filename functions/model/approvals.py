@@ -7,15 +7,19 @@ that turn runs, and all of them are used up at once (one transaction; a token is
 
 Stateless, as scale-to-zero needs: the token is a JWT (HS256, the key in `AGENTFN_APPROVAL_KEY_FILE`)
 carrying the subject, the agent, the tool, the sha256 of the canonical arguments, the arguments
-themselves (they are needed to run the call), the generation that asked, a jti and an expiry
-(`AGENTFN_APPROVAL_SECONDS`). It is signed, not encrypted: it goes only to the caller who asked, over the
-same connection that streams them the arguments in plain text, and comes back only from that caller; what
-matters is that no one can alter it, not that they cannot read it. It is never logged or recorded.
+themselves (they are needed to run the call), the generation that asked, the conversation that asked (a
+keyed digest of the messages that turn was given), a jti and an expiry (`AGENTFN_APPROVAL_SECONDS`). A
+token runs only in a request that carries that same conversation: the person approved a call in the
+conversation they saw, not in another one of theirs. It is signed, not encrypted: it goes only to the
+caller who asked, over the same connection that streams them the arguments in plain text, and comes back
+only from that caller; what matters is that no one can alter it, not that they cannot read it. It is
+never logged or recorded.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import time
@@ -30,7 +34,9 @@ log = logging.getLogger("agentfn.model.approvals")
 
 AUDIENCE, ISSUER = "agentfn-approval", "agentfn-model"
 ALGORITHM = "HS256"
-CLAIMS = ("sub", "agent", "tool", "args", "args_sha256", "gen", "jti", "exp", "iat")
+CLAIMS = ("sub", "agent", "tool", "args", "args_sha256", "gen", "conv", "jti", "exp", "iat")
+# Keeps the conversation's digest apart from the token's own signature, which the same key makes.
+CONVERSATION = b"agentfn-approval-conversation\x00"
 
 
 def canonical(arguments: Any) -> str:
@@ -40,6 +46,12 @@ def canonical(arguments: Any) -> str:
 
 def digest(arguments: Any) -> str:
     return hashlib.sha256(canonical(arguments).encode()).hexdigest()
+
+
+def conversation_digest(key: bytes, messages: list[dict[str, str]]) -> str:
+    """The conversation a token is bound to: keyed, so a token never lets anyone test a guess of what was said."""
+    data = CONVERSATION + canonical(messages).encode("utf-8", "surrogatepass")
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
 
 
 def refused(status: int, kind: str, detail: str) -> ProblemError:
@@ -81,10 +93,19 @@ class Approvals:
             raise refused(503, "approvals-unavailable", "the approval key is shorter than 32 bytes")
         return key
 
-    def issue(self, caller: Caller, agent: str, tool: str, arguments: Any, generation: uuid.UUID) -> str:
+    def issue(
+        self,
+        caller: Caller,
+        agent: str,
+        tool: str,
+        arguments: Any,
+        generation: uuid.UUID,
+        messages: list[dict[str, str]],
+    ) -> str:
+        """A token for one call, bound to the conversation the asking turn was given (`messages`, as they came)."""
         import jwt
 
-        now = int(time.time())
+        key, now = self._key(), int(time.time())
         claims = {
             "iss": ISSUER,
             "aud": AUDIENCE,
@@ -94,19 +115,24 @@ class Approvals:
             "args": arguments,
             "args_sha256": digest(arguments),
             "gen": str(generation),
+            "conv": conversation_digest(key, messages),
             "jti": str(uuid.uuid4()),
             "iat": now,
             "exp": now + self.seconds,
         }
-        return jwt.encode(claims, self._key(), algorithm=ALGORITHM)
+        return jwt.encode(claims, key, algorithm=ALGORITHM)
 
-    def check(self, caller: Caller, agent: str, items: list[dict[str, Any]]) -> list[Approval]:
-        """The request's approvals, each checked, or a problem refusing the whole request (nothing is used)."""
+    def check(
+        self, caller: Caller, agent: str, messages: list[dict[str, str]], items: list[dict[str, Any]]
+    ) -> list[Approval]:
+        """The request's approvals, each checked against the request's caller, agent and conversation, or a problem
+        refusing the whole request (nothing is used)."""
         if not items:
             return []
         import jwt
 
         key, out = self._key(), []
+        conversation = conversation_digest(key, messages)
         for i, item in enumerate(items):
             where = f"approvals[{i}]"
             try:
@@ -128,6 +154,13 @@ class Approvals:
                 raise refused(403, "approval-not-yours", f"{where}: the approval was given to another caller")
             if claims["agent"] != agent:
                 raise refused(403, "approval-other-agent", f"{where}: the approval is for another agent")
+            if not hmac.compare_digest(str(claims["conv"]), conversation):
+                raise refused(
+                    403,
+                    "approval-other-conversation",
+                    f"{where}: the approval was asked for in another conversation; send it with the messages "
+                    "of the turn that asked for it, unchanged",
+                )
             out.append(
                 Approval(str(claims["jti"]), str(claims["tool"]), claims["args"], bool(item["approve"]), int(claims["exp"]))
             )

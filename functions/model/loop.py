@@ -52,7 +52,7 @@ def begin(services: Services, caller: Caller, agent: Agent, messages: list[dict[
     deadline = time.monotonic() + seconds
     if prompt.likely(messages[-1]["content"]) > tier.context_tokens - tier.max_tokens - TOOL_OVERHEAD:
         raise ProblemError(413, "Content Too Large", "the last message does not fit the tier's context")
-    approvals = checked_approvals(s, caller, agent, asked)
+    approvals = checked_approvals(s, caller, agent, messages, asked)
     with ExitStack() as closing:
         generation = closing.enter_context(
             Generation(
@@ -91,9 +91,11 @@ def begin(services: Services, caller: Caller, agent: Agent, messages: list[dict[
     )
 
 
-def checked_approvals(s: Services, caller: Caller, agent: Agent, items: list[dict]) -> list[Approval]:
+def checked_approvals(
+    s: Services, caller: Caller, agent: Agent, messages: list[dict[str, str]], items: list[dict]
+) -> list[Approval]:
     """Every approval checked before anything of the turn runs (its use comes after the budget's hold)."""
-    approvals = s.approvals.check(caller, agent.name, items)
+    approvals = s.approvals.check(caller, agent.name, messages, items)
     granted = agent.granted_tools(caller)
     for i, approval in enumerate(approvals):
         if approval.tool not in granted:
@@ -242,6 +244,7 @@ class Turn:
             tools=[t for t, _ in tools.values()],
             constrained=constrained,
             memory_tools=bool(MEMORY_TOOLS & set(tools)),
+            notes=agent.memory != "none",
         )
         notes = prompt.memory_block(recalled) if recalled else ""
         room = (
@@ -390,12 +393,6 @@ def call_key(request: ToolRequest) -> tuple[str, str]:
     return request.name, canonical(request.arguments) if request.parsed else str(request.raw)
 
 
-def delimited(name: str, n: int, seen: str) -> str:
-    """A result as the model reads it: between markers it cannot close from inside (`</` is written `<\\/`, as
-    JSON allows), so a page or a note cannot end the result and speak as the platform."""
-    return f'<result step="{n}" tool="{name}">\n' + seen.replace("</", "<\\/") + "\n</result>"
-
-
 DECLINED = problem(403, "Declined", "the person declined this call; do not ask for it again in this turn", "declined")
 ONCE = problem(409, "Once per turn", "this tool may be called once in a turn", "once-per-turn")
 
@@ -474,7 +471,7 @@ class Steps:
         if refusal is None and not approved and self._needs_approval(request):
             try:
                 token = turn.services.approvals.issue(
-                    turn.caller, turn.agent.name, request.name, request.arguments, turn.generation.id
+                    turn.caller, turn.agent.name, request.name, request.arguments, turn.generation.id, turn.messages
                 )
             except ProblemError as unavailable:
                 refusal = {**unavailable.to_dict()}
@@ -585,8 +582,9 @@ class Steps:
 
     def _tell(self, request: ToolRequest, n: int, seen: str) -> None:
         """The result, in the `tool` role in both modes: data from a tool, never the person's words."""
+        told = prompt.delimited("result", seen, step=n, tool=request.name)
         if self.constrained:
             self.convo.append({"role": "assistant", "content": request.raw})
-            self.convo.append({"role": "tool", "content": delimited(request.name, n, seen)})
+            self.convo.append({"role": "tool", "content": told})
         else:
-            self.convo.append({"role": "tool", "tool_call_id": request.id, "content": delimited(request.name, n, seen)})
+            self.convo.append({"role": "tool", "tool_call_id": request.id, "content": told})

@@ -49,7 +49,8 @@ APPROVALS = {
     "type": "array",
     "maxItems": MAX_APPROVALS,
     "description": "the person's answers to the calls the last turn asked about (its `needs_approval` steps): the "
-    "approved calls run first, as this turn's steps; the declined are shown to the model as declined",
+    "approved calls run first, as this turn's steps; the declined are shown to the model as declined. Sent with the "
+    "`messages` of the turn that asked, unchanged: a token is bound to that conversation",
     "items": {
         "type": "object",
         "additionalProperties": False,
@@ -209,8 +210,8 @@ or instead `error` (a problem, with `generation_id`) when the turn cannot finish
 FAILURES = {  # a door's problems by status
     400: "Bad request",
     401: "No valid caller token",
-    403: "An approval forged, altered, expired, another caller's or another agent's, or for a tool not granted; "
-    "an admin door for a caller in no admin group",
+    403: "An approval forged, altered, expired, another caller's or another agent's, sent with another conversation "
+    "than the one that asked, or for a tool not granted; an admin door for a caller in no admin group",
     404: "No such agent or tool for this caller",
     409: "An approval already used",
     413: "Body too large",

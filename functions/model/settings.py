@@ -53,7 +53,8 @@ class ModelSettings(Settings):
     approval_key_file: str | None = setting(
         "AGENTFN_APPROVAL_KEY_FILE",
         None,
-        "the HS256 key (32+ bytes, read on each use) approval tokens are signed with; the chart mounts a Secret, "
+        "the HS256 key (32+ bytes, read on each use) approval tokens are signed with, and the digest of the "
+        "conversation each is bound to keyed with; the chart mounts a Secret, "
         "`agentfn up` keeps one in `var/secrets/model/approval-key` (mode 0600); unset, a call that needs approval is the "
         "tool's problem (503)",
     )

@@ -10,7 +10,8 @@ may see: nothing raises.
 Descriptors: a tool function's comes from its `GET /v1/tool` (fetched with the first caller's token that
 needs it, kept for `AGENTFN_DESCRIPTOR_TTL_SECONDS`); the page fetcher's and memory's tools are in
 the contract with the operator (`agentfn.shared.contract`). `run_code`, `open_page` and the memory tools are never
-alone nor on MCP, whatever a grant or a descriptor says.
+alone nor on MCP, whatever a grant or a descriptor says; nor is any tool whose descriptor says it changes state
+(or does not say): only a step of an agent has a person to approve it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentfn.shared import telemetry
-from agentfn.shared.contract import ALONE, MCP, MEMORY_TOOLS, NEVER_ALONE_OR_MCP, builtin_tools
+from agentfn.shared.contract import ALONE, MEMORY_TOOLS, NEVER_ALONE_OR_MCP, builtin_tools
 from agentfn.shared.exchange import ExchangeFailed, TokenExchange
 from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError, problem_type
@@ -225,8 +226,8 @@ class ToolTable:
             tool = self.descriptor(name, caller)
             if tool is None or not (tool.callable_alone if channel == ALONE else tool.mcp):
                 continue
-            if channel == MCP and tool.changes_state:
-                continue  # MCP has no approval here: what changes state (or does not say) is not offered there
+            if tool.changes_state:
+                continue  # no one approves a call alone or over MCP: what changes state (or does not say) is not there
             out[name] = (tool, access)
         return out
 

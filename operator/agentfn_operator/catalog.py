@@ -1,4 +1,5 @@
-"""The tool catalog: which tools exist, which function serves each, and the channels its descriptor allows.
+"""The tool catalog: which tools exist, which function serves each, and the channels its descriptor allows
+(never alone nor over MCP for a tool that changes state, whatever the descriptor offers).
 
 The source is the tools' own descriptor files, `functions/<function>/tool.json`. The built-in tools come
 from the contract the model function reads too (`agentfn.shared.contract`): the memory tools `remember` and
@@ -19,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from agentfn.shared.contract import NEVER_ALONE_OR_MCP, STEP, builtin_tools
-from agentfn.shared.tools import DESCRIPTOR_FILE, check_descriptor
+from agentfn.shared.tools import DESCRIPTOR_FILE, changes_state, check_descriptor
 
 from .config import Config
 
@@ -34,12 +35,19 @@ class CatalogEntry:
     function: str  # the function that serves it (its folder under functions/)
     callable_alone: bool
     mcp: bool
+    changes_state: bool = True  # as its descriptor says; one that does not say is taken to change state
+
+    @property
+    def step_only(self) -> bool:
+        """Never callable alone or over MCP, whatever its descriptor offers: the operator's own list, and every tool
+        that changes state (only an agent's step has a person to approve the call)."""
+        return self.name in NEVER_ALONE_OR_MCP or self.changes_state
 
     @property
     def channels(self) -> frozenset[str]:
         """The channels a grant may open for this tool."""
         allowed = {STEP}
-        if self.name not in NEVER_ALONE_OR_MCP:
+        if not self.step_only:
             allowed |= {"alone"} if self.callable_alone else set()
             allowed |= {"mcp"} if self.mcp else set()
         return frozenset(allowed)
@@ -56,7 +64,9 @@ def from_descriptors(entries: Iterable[tuple[str, dict]]) -> dict[str, CatalogEn
         name = descriptor["name"]
         if name in catalog:
             raise ValueError(f"tool {name} is described twice ({catalog[name].function} and {function})")
-        catalog[name] = CatalogEntry(name, function, descriptor["callable_alone"], descriptor["mcp"])
+        catalog[name] = CatalogEntry(
+            name, function, descriptor["callable_alone"], descriptor["mcp"], changes_state(descriptor)
+        )
     return catalog
 
 

@@ -8,8 +8,9 @@ Rules (an invalid object never widens access: it is left out of the registry who
 - an Agent names only catalog tools, and the memory tools only if it remembers something;
 - a ToolGrant names a catalog tool, callers (subjects or groups), at least one channel, agents that
   exist, are valid and name the tool; `run_code`, `open_page` and the memory tools are never callable
-  alone or over MCP, and a tool's descriptor bounds its channels; `run_code` and `open_page` go only to
-  the agents allowed them (the code reviewer);
+  alone or over MCP, nor is a tool whose descriptor says it changes state (or does not say: no one would
+  approve its calls there), and a tool's descriptor bounds its channels; `run_code` and `open_page` go
+  only to the agents allowed them (the code reviewer);
 - each (tool, agent) and each (tool, alone) and (tool, mcp) has at most one grant: the oldest wins
   (creation time, then order, then name, as Gateway API settles conflicts), the others are `Conflict`.
 """
@@ -189,9 +190,14 @@ def _grant(obj: Mapping[str, Any], catalog: Catalog, position: int) -> _Grant:
     channels = [STEP] * bool(agents) + [ALONE] * flags["callableAlone"] + [MCP] * flags["mcp"]
     forbidden = [c for c in channels if c not in catalog[tool].channels]
     if forbidden:
-        why = "never" if tool in NEVER_ALONE_OR_MCP else "not, by its descriptor,"
         names = " or ".join("over MCP" if c == MCP else "alone" for c in forbidden)
-        raise InvalidObject("ForbiddenChannel", f"{tool} is {why} callable {names}")
+        if tool in NEVER_ALONE_OR_MCP:
+            message = f"{tool} is never callable {names}"
+        elif catalog[tool].changes_state:
+            message = f"{tool} changes state: it is never callable {names}"
+        else:
+            message = f"{tool} is not, by its descriptor, callable {names}"
+        raise InvalidObject("ForbiddenChannel", message)
     if tool in ONLY_FOR and not set(agents) <= ONLY_FOR[tool]:
         others = sorted(set(agents) - ONLY_FOR[tool])
         raise InvalidObject(

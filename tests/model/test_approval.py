@@ -2,8 +2,8 @@
 
 A call of a tool that changes state (remember, forget, run_code), whose grant does not waive approval, is not
 run: the turn streams a `needs_approval` step with the exact arguments and a signed token, and ends (`done`
-says which steps are pending). The next turn request carries `approvals`; each token is checked before
-anything runs and is good once.
+says which steps are pending). The next turn request carries `approvals` with the same conversation; each
+token is checked before anything runs, runs only in the conversation that asked for it, and is good once.
 """
 
 from __future__ import annotations
@@ -63,9 +63,12 @@ def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_th
     asked = [d for name, d in events if name == "step"]
     assert [(d["n"], d["tool"], d["status"], d["arguments"]) for d in asked] == [(1, "remember", "needs_approval", NOTE)]
     done = events[-1][1]
-    # The token: bound to the caller, the agent, the tool, the canonical arguments and the asking generation.
+    # The token: bound to the caller, the agent, the tool, the canonical arguments, the asking generation and its
+    # conversation (a keyed digest: not the plain hash of what was said).
     claims = jwt.decode(asked[0]["approval"], options={"verify_signature": False})
     canonical = json.dumps(NOTE, sort_keys=True, separators=(",", ":")).encode()
+    said = json.dumps([{"role": "user", "content": message}], sort_keys=True, separators=(",", ":")).encode()
+    assert len(claims["conv"]) == 64 and claims["conv"] != hashlib.sha256(said).hexdigest()
     assert (claims["sub"], claims["agent"], claims["tool"], claims["args"], claims["gen"]) == (
         person.subject,
         "asker" + MODES[mode],
@@ -179,31 +182,60 @@ BAD_TOKENS = [  # (case, how the token is made, whose request, which agent, stat
 def test_a_bad_approval_refuses_the_whole_request_and_nothing_runs(
     model, engine, memory, person, issuer, model_env, approval_key_file, case, make, who, agent, status, kind
 ):
-    message, events, _ = ask(model, engine, person)
+    # The conversation that asked comes back with the token: only the token is bad.
+    message, events, sid = ask(model, engine, person, rounds=(KEEP, ANSWER, ANSWER))
     genuine = next(d["approval"] for name, d in events if name == "step")
     if case == "replayed":
         response, _ = take_turn(model.url, person, "asker", message, approvals=[{"token": genuine, "approve": False}])
         assert response.status_code == 200
     caller = person if who == "person" else Person(issuer)
-    before = spent(model_env, caller.subject)
-    sid = engine.script(
-        {"call": {"name": "remember", "arguments": {"kind": "fact", "text": "Something else."}}}, {"text": "ran"}
-    )
+    before, engine_rounds = spent(model_env, caller.subject), len(engine.requests(sid))
     token = make(genuine, approval_key_file.read_bytes().strip())
-    response, events = take_turn(
-        model.url,
-        caller,
-        agent,
-        f"Please keep that I work on the ledger team. script:{sid}",
-        approvals=[{"token": token, "approve": True}],
-    )
+    response, events = take_turn(model.url, caller, agent, message, approvals=[{"token": token, "approve": True}])
     assert response.status_code == status, response.text
     problem = response.json()
     assert response.headers["Content-Type"] == "application/problem+json"
     assert problem["status"] == status and problem["type"].endswith("/" + kind)
     assert token not in response.text
-    assert engine.requests(sid) == [] and mine(memory, person) == [] and mine(memory, caller) == []
+    assert len(engine.requests(sid)) == engine_rounds and mine(memory, person) == [] and mine(memory, caller) == []
     assert spent(model_env, caller.subject) == before
+
+
+ELSEWHERE = {  # another conversation than the one that asked: (the history, the person's last message)
+    "other_words": lambda message, sid: ((), f"Please keep that I work on the payments team. script:{sid}"),
+    "the_same_words_after_another_history": lambda message, sid: (
+        [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": "Hi, how can I help?"}],
+        message,
+    ),
+    "the_conversation_gone_on": lambda message, sid: (
+        [{"role": "user", "content": message}, {"role": "assistant", "content": "Shall I keep it?"}],
+        f"Yes, keep it. script:{sid}",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", ELSEWHERE)
+def test_an_approval_runs_only_in_the_conversation_that_asked_for_it(model, engine, memory, person, model_env, case):
+    message, events, asked = ask(model, engine, person)
+    token = next(d["approval"] for name, d in events if name == "step")
+    before = spent(model_env, person.subject)
+    sid = engine.script({"call": {"name": "remember", "arguments": {"kind": "fact", "text": "Works on payments."}}}, ANSWER)
+    history, content = ELSEWHERE[case](message, sid)
+    response, _ = take_turn(
+        model.url, person, "asker", content, history=history, approvals=[{"token": token, "approve": True}]
+    )
+    assert response.status_code == 403, response.text
+    assert response.headers["Content-Type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["type"].endswith("/approval-other-conversation") and "conversation" in problem["detail"]
+    assert token not in response.text
+    # Nothing ran, nothing was spent and nothing used up: the token still runs its call in its own conversation.
+    assert engine.requests(sid) == [] and len(engine.requests(asked)) == 1
+    assert mine(memory, person) == [] and spent(model_env, person.subject) == before
+    response, events = take_turn(model.url, person, "asker", message, approvals=[{"token": token, "approve": True}])
+    assert response.status_code == 200, response.text
+    assert steps(events) == [(1, "remember", "started"), (1, "remember", "ok")]
+    assert [e["text"] for e in mine(memory, person)] == [NOTE["text"]]
 
 
 def test_an_approval_used_by_two_requests_at_once_runs_once(model, engine, memory, person):

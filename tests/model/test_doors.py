@@ -8,7 +8,17 @@ import time
 import psycopg
 import pytest
 import requests
-from support.model import Person, exchanged_for_upstream, registry_document, take_turn
+from support import STATEFUL_TOOLS, Gunicorn
+from support.model import (
+    EVERYONE,
+    Person,
+    access,
+    agent,
+    exchanged_for_upstream,
+    registry_document,
+    stateful_tool,
+    take_turn,
+)
 
 
 def generations(model_env, subject):
@@ -183,6 +193,65 @@ def test_call_tool_runs_the_same_path_as_a_step(model, upstreams, person, model_
         ("tool_call", "alone", "error", 422),
     ]
     assert [r[5] for r in rows][0][0]["tool"] == "platform_status"
+
+
+@pytest.fixture(scope="module")
+def stateful(issuer):
+    served = {name: stateful_tool(issuer, name) for name in STATEFUL_TOOLS}
+    yield served
+    for server in served.values():
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def stateful_model(model_env, stateful, logs, tmp_path_factory):
+    """The model function with the tools of `stateful`, granted alone and over MCP to everyone, and as the steps
+    of an agent whose grant waives approval."""
+    document = registry_document()
+    for name in stateful:
+        document["alone"][name] = document["mcp"][name] = access([EVERYONE])
+    waived = access([EVERYONE], approval="waived")
+    document["agents"]["incident-desk"] = agent("Closes incidents.", "fast", "none", dict.fromkeys(stateful, waived))
+    path = tmp_path_factory.mktemp("registry-stateful") / "registry.json"
+    path.write_text(json.dumps(document))
+    env = {
+        **model_env,
+        "AGENTFN_REGISTRY_FILE": str(path),
+        **{f"AGENTFN_TOOL_{name.upper()}_URL": server.url for name, server in stateful.items()},
+    }
+    server = Gunicorn("agentfn.model.app:create_app()", env, logs / "model-stateful.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_a_tool_that_changes_state_is_never_callable_alone_whatever_its_descriptor_says(
+    stateful_model, stateful, engine, person
+):
+    # The model function reaches them: as an agent's steps they run.
+    sid = engine.script({"calls": [{"name": name, "arguments": {}} for name in stateful]}, {"text": "Done."})
+    _, events = take_turn(stateful_model.url, person, "incident-desk", f"Close it and page on-call. script:{sid}")
+    assert [(d["tool"], d["status"]) for n, d in events if n == "step" and d["status"] != "started"] == [
+        (name, "ok") for name in stateful
+    ]
+    for server in stateful.values():
+        server.app.extensions["calls"].clear()
+    # Their descriptors offer them alone and over MCP, and the registry grants them so: neither lists nor runs them.
+    listed = requests.get(f"{stateful_model.url}/v1/tools", headers=person.headers, timeout=10).json()["tools"]
+    assert [t["name"] for t in listed] == ["list_models", "platform_status"]
+    for name in stateful:
+        called = requests.post(
+            f"{stateful_model.url}/v1/tools/{name}/call", json={"arguments": {}}, headers=person.headers, timeout=10
+        )
+        assert called.status_code == 404, called.text
+    over_mcp = requests.post(
+        stateful_model.url + "/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {person.mcp_token}"},
+        timeout=30,
+    )
+    assert [t["name"] for t in over_mcp.json()["result"]["tools"]] == ["list_models", "platform_status"]
+    assert all(server.app.extensions["calls"] == [] for server in stateful.values())
 
 
 def test_call_tool_refused_by_the_platform_is_a_403(model, stranger):

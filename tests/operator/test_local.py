@@ -61,6 +61,46 @@ def test_local_mode_leaves_out_an_invalid_object_and_says_so(tmp_path):
     assert "open_page" not in json.loads(out.read_text())["agents"]["site-guide"]["tools"]
 
 
+def test_local_mode_refuses_a_grant_that_makes_a_tool_that_changes_state_callable_alone(tmp_path):
+    # A tool function of another team: its descriptor offers it alone and does not say it is a read.
+    for described in (ROOT / "functions").glob("*/tool.json"):
+        (tmp_path / "catalog" / described.parent.name).mkdir(parents=True)
+        shutil.copy(described, tmp_path / "catalog" / described.parent.name)
+    (tmp_path / "catalog" / "incidents").mkdir()
+    (tmp_path / "catalog" / "incidents" / "tool.json").write_text(
+        json.dumps(
+            {
+                "name": "close_incident",
+                "description": "Closes an incident.",
+                "input_schema": {"type": "object", "additionalProperties": False},
+                "callable_alone": True,
+                "mcp": False,
+            }
+        )
+    )
+    shutil.copytree(EXAMPLES, tmp_path / "agents")
+    (tmp_path / "agents" / "incidents.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "agentfn.dev/v1alpha1",
+                "kind": "ToolGrant",
+                "metadata": {"name": "incidents-alone"},
+                "spec": {"tool": "close_incident", "callableAlone": True, "groups": ["platform-users"]},
+            }
+        )
+    )
+    out = tmp_path / "registry.json"
+    done = run(
+        "local", tmp_path / "agents", "--out", out, env={**os.environ, "AGENTFN_TOOL_CATALOG_DIR": str(tmp_path / "catalog")}
+    )
+    assert done.returncode == 1, done.stderr
+    assert (
+        "ToolGrant default/incidents-alone: Invalid (ForbiddenChannel) close_incident changes state: "
+        "it is never callable alone" in done.stderr
+    )
+    assert "close_incident" not in json.loads(out.read_text())["alone"]
+
+
 def test_watch_mode_rewrites_the_registry_when_a_file_changes(tmp_path):
     shutil.copytree(EXAMPLES, tmp_path / "agents")
     out = tmp_path / "registry.json"

@@ -7,7 +7,7 @@ import copy
 import json
 
 import pytest
-from agentfn_operator.catalog import CatalogEntry
+from agentfn_operator.catalog import CatalogEntry, from_descriptors
 from agentfn_operator.reconcile import functions_in_use, reconcile
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -256,10 +256,41 @@ def test_deleting_an_agent_voids_the_grants_that_name_it(tools):
 
 
 def test_a_descriptor_bounds_the_channels():
-    quiet = {"quiet": CatalogEntry("quiet", "quiet", callable_alone=False, mcp=True)}
+    quiet = {"quiet": CatalogEntry("quiet", "quiet", callable_alone=False, mcp=True, changes_state=False)}
     outcome = reconcile(quiet, [agent("a", ["quiet"])], [grant("g", "quiet", ["a"], callableAlone=True)])
     assert reasons(outcome)["g"] == "ForbiddenChannel"
     assert "by its descriptor" in next(v.message for v in outcome.verdicts if v.name == "g")
+
+
+STATEFUL = {"input_schema": {"type": "object", "additionalProperties": False}, "callable_alone": True, "mcp": True}
+
+
+@pytest.mark.parametrize(
+    ("says", "flags"),
+    [
+        ({"changes_state": True}, {"callableAlone": True}),
+        ({}, {"callableAlone": True}),  # a descriptor that does not say is taken to change state
+        ({"changes_state": True}, {"mcp": True}),
+    ],
+    ids=["changes_state_alone", "unsaid_alone", "changes_state_over_mcp"],
+)
+def test_a_tool_that_changes_state_is_never_callable_alone_or_over_mcp_whatever_its_descriptor_says(says, flags):
+    # The descriptor offers both channels; the grant asks for one of them: the operator refuses it.
+    described = {"name": "close_incident", "description": "Closes an incident.", **STATEFUL, **says}
+    catalog = from_descriptors([("incidents", described)])
+    outcome = reconcile(
+        catalog,
+        [agent("site-guide", ["close_incident"])],
+        [grant("g", "close_incident", ["site-guide"], **flags)],
+    )
+    verdict = next(v for v in outcome.verdicts if v.name == "g")
+    assert (verdict.ready, verdict.reason) == (False, "ForbiddenChannel")
+    channel = "alone" if "callableAlone" in flags else "over MCP"
+    assert verdict.message == f"close_incident changes state: it is never callable {channel}"
+    assert table(outcome.registry) == {"site-guide": [], "alone": [], "mcp": []}
+    # As a step of an agent, where the person approves each call, it may be granted.
+    alone = reconcile(catalog, [agent("site-guide", ["close_incident"])], [grant("step", "close_incident", ["site-guide"])])
+    assert reasons(alone)["step"] == "Granted" and table(alone.registry)["site-guide"] == ["close_incident"]
 
 
 def test_the_revision_follows_the_content_only(tools):

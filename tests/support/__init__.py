@@ -34,6 +34,9 @@ READ_TOOLS = {
     "radar_latest": "AGENTFN_RADAR_LATEST_UPSTREAM_URL",
 }
 TOOLS = (*READ_TOOLS, "run_code")
+# Tool functions of another team whose descriptors offer them alone and over MCP and do not say they are reads
+# (support.model.stateful_tool): what the model function must never let be called alone.
+STATEFUL_TOOLS = {"close_incident": {"changes_state": True}, "page_oncall": {}}
 MCP_RESOURCE = "https://agentfn.test/mcp"  # /mcp's resource URL in the tests (AGENTFN_MCP_RESOURCE)
 WORKBENCH = "agentfn-workbench"  # the workbench's client at the issuer: a browser app at the site root
 WORKBENCH_URL = "https://agentfn.test/"
@@ -50,7 +53,7 @@ def exchange_clients() -> dict[str, ExchangeClient]:
     clients = {
         MODEL_SERVICE: ExchangeClient(
             frozenset({"agentfn", MCP_RESOURCE}),
-            frozenset({"agentfn:memory", "agentfn:page", *(f"agentfn:tool:{t}" for t in TOOLS)}),
+            frozenset({"agentfn:memory", "agentfn:page", *(f"agentfn:tool:{t}" for t in (*TOOLS, *STATEFUL_TOOLS))}),
         )
     }
     for tool in READ_TOOLS:

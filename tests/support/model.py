@@ -12,7 +12,7 @@ import time
 import jwt
 import requests
 
-from support import BIN, MCP_RESOURCE, MODEL_SERVICE, Gunicorn, Served, account
+from support import BIN, MCP_RESOURCE, MODEL_SERVICE, STATEFUL_TOOLS, Gunicorn, Served, account
 
 EVERYONE = "system:authenticated"
 SERVED_READS = ("platform_status", "list_models")  # the read tools the model function's tests serve and name
@@ -95,6 +95,36 @@ def registry_document() -> dict:
         "mcp": {"platform_status": everyone, "list_models": users, "run_code": everyone, "forget": everyone},
     }
     return {"apiVersion": "agentfn.dev/v1alpha1", "kind": "Registry", "revision": "sha256:" + "0" * 64, **body}
+
+
+def stateful_tool(issuer, name: str) -> Served:
+    """A tool function built as every one is (`shared.app`, `shared.tools.doors`), of another team: its descriptor offers
+    it alone and over MCP and says it changes state, or does not say (`STATEFUL_TOOLS`). The calls that reach it
+    are kept in `app.extensions["calls"]`."""
+    from agentfn.shared.app import create_app
+    from agentfn.shared.identity import Identity
+    from agentfn.shared.tools import check_descriptor, doors, openapi
+
+    descriptor = check_descriptor(
+        {
+            "name": name,
+            "description": f"{name.replace('_', ' ').capitalize()}.",
+            "input_schema": {"type": "object", "additionalProperties": False, "properties": {}},
+            "callable_alone": True,
+            "mcp": True,
+            **STATEFUL_TOOLS[name],
+        }
+    )
+    calls: list[str] = []
+    app = create_app(
+        f"agentfn.{name}",
+        openapi=openapi(descriptor, {"type": "object"}, call_problems=()),
+        readiness={},
+        identity=Identity.from_env(issuer.env(), gateway=False, audience=f"agentfn:tool:{name}"),
+    )
+    app.register_blueprint(doors(descriptor, lambda caller, arguments: calls.append(caller.subject) or {"done": True}))
+    app.extensions["calls"] = calls
+    return Served(app)
 
 
 def tier_env(name: str, url: str, mode: str, **extra) -> dict[str, str]:

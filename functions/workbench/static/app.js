@@ -405,6 +405,7 @@ async function say(text) {
         return;
       }
       setBusy(false, true);
+      // The next request resends `conversation` unchanged: an approval runs only in the conversation that asked.
       approvals = await askApprovals(result.pending);
       setBusy(true);
     }
