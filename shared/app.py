@@ -93,6 +93,15 @@ def subject_hash(subject: str) -> str:
     return hashlib.sha256(subject.encode()).hexdigest()[:12]
 
 
+# The methods named as sent (RFC 9110's and PATCH, the HTTP conventions' default list); any other is `_OTHER`, so
+# that a caller cannot write a word of their choosing into span names, traces or logs through the request line.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
+
+
+def method_of(method: str) -> str:
+    return method if method in KNOWN_METHODS else "_OTHER"
+
+
 DRAIN_BYTES = 1024 * 1024
 
 
@@ -143,7 +152,7 @@ def create_app(
             "request",
             extra={
                 "request_id": g.get("request_id"),
-                "method": request.method,
+                "method": method_of(request.method),
                 "route": request.url_rule.rule if request.url_rule else None,
                 "status": response.status_code,
                 "ms": round((time.perf_counter() - g.get("started", time.perf_counter())) * 1000, 2),
@@ -223,14 +232,17 @@ def create_app(
 
 def _trace_requests(app: Flask) -> None:
     """A server span per request, a child of the caller's `traceparent`: the method and the route's pattern (never
-    the path, which may carry an id or a query), the status and the caller's `subject_hash`."""
+    the path, which may carry an id or a query), the status and the caller's `subject_hash`. A method outside the
+    known ones is `_OTHER`, and its span is named `HTTP` (the HTTP conventions' names); its original is not kept."""
 
     @app.before_request
     def open_span():
         route = request.url_rule.rule if request.url_rule else None
+        method = method_of(request.method)
+        named = "HTTP" if method == "_OTHER" else method
         span = telemetry.start(
-            f"{request.method} {route}" if route else request.method,
-            {"http.request.method": request.method, "http.route": route},
+            f"{named} {route}" if route else named,
+            {"http.request.method": method, "http.route": route},
             kind="server",
             parent=telemetry.extract(request.headers),
         )

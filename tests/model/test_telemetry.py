@@ -8,9 +8,12 @@ fails: its platform service answers 503) and answers.
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import subprocess
 import sys
+import time
 
 import pytest
 import requests
@@ -399,3 +402,41 @@ def test_memorys_writes_are_spans_with_their_operation_and_counts_and_never_the_
     assert inner["DELETE /v1/entries/<entry_id>"][0].attributes["agentfn.memory.entries"] == 1
     for secret in (marker, "sourcemarkerzz", entry, person.subject):
         assert secret.encode() not in receiver.raw()
+
+
+def test_a_method_outside_the_known_set_is_other_in_spans_and_logs(traced, receiver):
+    """A caller picks the method; only the known ones (RFC 9110's and PATCH) are named as sent: any other is `_OTHER`
+    in the span's attribute and the log line, and `HTTP` in the span's name, as the HTTP conventions say."""
+    memory, request_id = traced["memory"], f"req-method-{secrets.token_hex(6)}"
+    for method in ("XMARKERZZ", "DELETE"):
+        answer = requests.request(
+            method, memory.url + "/no/such/door", headers={"X-Request-Id": f"{request_id}-{method}"}, timeout=30
+        )
+        assert answer.status_code == 404, answer.text
+    spans = receiver.wait_for(
+        lambda: (
+            (
+                found := [
+                    s
+                    for s in receiver.spans()
+                    if s.service == "agentfn-memory"
+                    and s.kind == SERVER
+                    and s.attributes.get("http.response.status_code") == 404
+                ]
+            )
+            and len({s.attributes["http.request.method"] for s in found}) >= 2
+            and found
+        )
+    )
+    assert {(s.name, s.attributes["http.request.method"]) for s in spans} == {("HTTP", "_OTHER"), ("DELETE", "DELETE")}
+    lines = {}
+    deadline = time.monotonic() + 10
+    while len(lines) < 2 and time.monotonic() < deadline:
+        lines = {
+            r["request_id"]: r
+            for r in map(json.loads, filter(lambda line: request_id in line, memory.log.read_text().splitlines()))
+        }
+        time.sleep(0.05)
+    assert lines[f"{request_id}-XMARKERZZ"]["method"] == "_OTHER" and lines[f"{request_id}-DELETE"]["method"] == "DELETE"
+    assert b"XMARKERZZ" not in receiver.raw()
+    assert "XMARKERZZ" not in memory.log.read_text().replace(f"{request_id}-XMARKERZZ", "")
