@@ -13,7 +13,6 @@ token, a compiled request schema) stays off the way to ready and is warmed up (`
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -27,9 +26,10 @@ from typing import Any, Protocol
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from . import logs, telemetry
+from . import logs, pseudonym, telemetry
 from .identity import Identity
 from .problems import PROBLEM_JSON, ProblemError, unavailable
+from .pseudonym import subject_hash
 from .server import ServerSettings
 
 
@@ -88,11 +88,6 @@ def problem_response(problem: ProblemError) -> Response:
     return response
 
 
-def subject_hash(subject: str) -> str:
-    """A short stable pseudonym for logs: lets records be joined without naming the subject."""
-    return hashlib.sha256(subject.encode()).hexdigest()[:12]
-
-
 # The methods named as sent (RFC 9110's and PATCH, the HTTP conventions' default list); any other is `_OTHER`, so
 # that a caller cannot write a word of their choosing into span names, traces or logs through the request line.
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
@@ -132,6 +127,7 @@ def create_app(
     app.extensions[WARM_UP] = WarmUp()
     if identity is not None:
         app.extensions["agentfn.identity"] = identity
+        pseudonym.use(identity.subject_key)
         warm_up(app, identity.warm)
     if telemetry.setup(name.removeprefix("agentfn.")):
         _trace_requests(app)

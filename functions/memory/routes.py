@@ -6,9 +6,9 @@ import logging
 import time
 
 from agentfn.shared import telemetry
-from agentfn.shared.app import subject_hash
 from agentfn.shared.identity import caller_required, service_required
 from agentfn.shared.problems import ProblemError, bad_request, problem_type
+from agentfn.shared.pseudonym import subject_hash
 from agentfn.shared.validation import Schema, json_body
 from flask import Blueprint, current_app, g, jsonify, request
 
