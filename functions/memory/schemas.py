@@ -181,7 +181,7 @@ def openapi(model: str) -> dict:
             "/v1/entries": {
                 "get": {
                     "operationId": "listEntries",
-                    "summary": "The caller's entries, newest first.",
+                    "summary": "The caller's entries, newest first (the person's own token only: an exchanged one is 403).",
                     "security": caller,
                     "parameters": [
                         {"name": "kind", "in": "query", "schema": {"type": "string", "enum": KINDS}},
@@ -192,7 +192,7 @@ def openapi(model: str) -> dict:
                             "schema": {"type": "integer", "minimum": 0, "maximum": 1000000000},
                         },
                     ],
-                    "responses": {"200": ok("entries", entries_list), **_problems(400, 401, 422, 503)},
+                    "responses": {"200": ok("entries", entries_list), **_problems(400, 401, 403, 422, 503)},
                 },
                 "post": {
                     "operationId": "createEntry",
@@ -208,7 +208,8 @@ def openapi(model: str) -> dict:
                 "delete": {
                     "operationId": "forgetAllEntries",
                     "summary": f"Forget every entry of the caller, of every kind (rows and vectors), in one transaction; "
-                    f'the body confirms it with the phrase "{FORGET_EVERYTHING}".',
+                    f'the body confirms it with the phrase "{FORGET_EVERYTHING}" (the person\'s own token only: an '
+                    "exchanged one is 403).",
                     "security": caller,
                     "requestBody": json_body(FORGET_ALL),
                     "responses": {
@@ -216,7 +217,7 @@ def openapi(model: str) -> dict:
                             "the receipt: how many of each kind were deleted, and when; no text",
                             {"$ref": "#/components/schemas/Receipt"},
                         ),
-                        **_problems(400, 401, 413, 415, 422, 503),
+                        **_problems(400, 401, 403, 413, 415, 422, 503),
                     },
                 },
             },
@@ -224,12 +225,13 @@ def openapi(model: str) -> dict:
                 "parameters": [ENTRY_ID],
                 "patch": {
                     "operationId": "correctEntry",
-                    "summary": "Correct an entry's text or source (embedded again).",
+                    "summary": "Correct an entry's text or source (embedded again; the person's own token only: an "
+                    "exchanged one is 403).",
                     "security": caller,
                     "requestBody": json_body(CORRECT),
                     "responses": {
                         "200": ok("the corrected entry", entry_ref),
-                        **_problems(400, 401, 404, 409, 413, 415, 422, 429, 503),
+                        **_problems(400, 401, 403, 404, 409, 413, 415, 422, 429, 503),
                     },
                 },
                 "delete": {
