@@ -110,7 +110,7 @@ RECALLED = {
 RECEIPT = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["deleted", "total", "at"],
+    "required": ["deleted", "total", "at", "stays"],
     "properties": {
         "deleted": {
             "type": "object",
@@ -121,6 +121,23 @@ RECEIPT = {
         },
         "total": {"type": "integer", "minimum": 0},
         "at": {"type": "string", "format": "date-time", "description": "when they were deleted"},
+        "stays": {
+            "type": "array",
+            "description": "every record of the platform that still names the caller, and why: counts, names and times "
+            "of use, never anything the caller said",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["part", "record", "holds", "why", "until"],
+                "properties": {
+                    "part": {"type": "string", "description": "the part that keeps it"},
+                    "record": {"type": "string", "description": "its table (`schema.table`), or logs and traces"},
+                    "holds": {"type": "string", "description": "what of the caller it holds"},
+                    "why": {"type": "string", "description": "why forgetting everything leaves it"},
+                    "until": {"type": "string", "description": "when it goes, if it does"},
+                },
+            },
+        },
     },
 }
 
@@ -214,7 +231,7 @@ def openapi(model: str) -> dict:
                     "requestBody": json_body(FORGET_ALL),
                     "responses": {
                         "200": ok(
-                            "the receipt: how many of each kind were deleted, and when; no text",
+                            "the receipt: how many of each kind were deleted, and when; what stays, and why; no text",
                             {"$ref": "#/components/schemas/Receipt"},
                         ),
                         **_problems(400, 401, 403, 413, 415, 422, 503),
