@@ -63,6 +63,6 @@ def use(key: bytes) -> None:
 def subject_hash(subject: str, key: bytes | None = None) -> str:
     """The subject's pseudonym under `key`, else under this process's key."""
     key = key or _key
-    if key is None:
+    if not key:  # never an HMAC under an empty key, which anyone could compute
         raise RuntimeError(f"no subject hash key in this process: a part that names callers reads {VARIABLE}")
     return hmac.new(key, subject.encode(), hashlib.sha256).hexdigest()[:HEX_DIGITS]
