@@ -45,7 +45,7 @@ from agentfn.devstack.issuer import DevIssuer  # noqa: E402
 from agentfn.shared.exchange import TokenExchange  # noqa: E402
 from agentfn.shared.identity import Caller  # noqa: E402
 from bench_model import ENGINE_MAIN, wait_http  # noqa: E402  the scripted engine's process and its wait, shared
-from support import MODEL_SERVICE, Gunicorn, Postgres, account, postgres_dir  # noqa: E402
+from support import MODEL_SERVICE, Gunicorn, Postgres, account, postgres_dir, subject_hash_key  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 GOAL_CACHED_MS = 2.0
@@ -105,6 +105,7 @@ class Bench:
             "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": MODEL_SERVICE,
             "AGENTFN_TRUSTED_ACTORS": MODEL_SERVICE,
             "AGENTFN_LOG_LEVEL": "WARNING",
+            **subject_hash_key(self.tmp),
         }
         served = Gunicorn(
             "agentfn.devstack.issuer:create_app()",

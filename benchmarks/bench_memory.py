@@ -82,7 +82,7 @@ from agentfn.memory.memory import Memory  # noqa: E402
 from agentfn.memory.quotas import Limits  # noqa: E402
 from agentfn.memory.settings import MemorySettings  # noqa: E402
 from agentfn.memory.store import Store  # noqa: E402
-from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
+from support import Gunicorn, Postgres, postgres_dir, subject_hash_key  # noqa: E402
 
 APP, DIMS, SMALL_MAX = "agentfn.memory.app:create_app()", 384, 200
 MEASURED = {"1k": 1_000, "10k": 10_000}
@@ -647,6 +647,7 @@ def run(args, ctx, root: Path) -> dict:
     ctx.env = {
         "AGENTFN_JWT_ISSUER": ctx.issuer.url,
         "AGENTFN_JWKS_URL": ctx.issuer.jwks_url,
+        **subject_hash_key(root),
         "AGENTFN_DATABASE_URL": dsn,
         "AGENTFN_MEMORY_MAX_ENTRIES": str(UNLIMITED.max_entries),
         "AGENTFN_MEMORY_WRITES_PER_MINUTE": str(UNLIMITED.writes_per_minute),

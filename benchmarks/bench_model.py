@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from agentfn.cli.postgres import free_port  # noqa: E402
 from agentfn.devstack.issuer import DevIssuer  # noqa: E402
 from agentfn.devstack.issuer import create_app as issuer_app  # noqa: E402
-from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
+from support import Gunicorn, Postgres, postgres_dir, subject_hash_key  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 SERVICE = "system:serviceaccount:agentfn:model"
@@ -145,6 +145,7 @@ class Bench:
             "AGENTFN_JWKS_URL": self.issuer.jwks_url,
             "AGENTFN_TOKEN_FORWARDING": "raw",
             "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": SERVICE,
+            **subject_hash_key(self.tmp),
         }
         engine_port = free_port()
         self.engine_process = subprocess.Popen(

@@ -113,6 +113,7 @@ def inside(args) -> None:
             "AGENTFN_JWT_ISSUER": issuer.url,
             "AGENTFN_JWKS_URL": issuer.jwks_url,
             "AGENTFN_TOKEN_FORWARDING": "raw",
+            "AGENTFN_SUBJECT_HASH_KEY_FILE": str(subject_hash_key(work)),
             "AGENTFN_DATABASE_URL": postgres.dsn("agentfn_page", password),
             "AGENTFN_DNS_SERVERS": "127.0.0.1:53",
             "AGENTFN_PAGE_DAILY_PAGES": "1000000",
@@ -242,6 +243,14 @@ def inside(args) -> None:
             server.stop()
         postgres.stop("immediate")
         shutil.rmtree(work, ignore_errors=True)
+
+
+def subject_hash_key(directory: Path) -> Path:
+    """The deployment's key of subject_hash, which a part that takes callers needs to start."""
+    path = directory / "subject-hash-key"
+    path.write_text(secrets.token_urlsafe(48))
+    path.chmod(0o600)
+    return path
 
 
 def _die_with_parent() -> None:

@@ -64,7 +64,7 @@ from agentfn.run_code.limits import Limits  # noqa: E402
 from agentfn.run_code.rootfs import LazyRoot, default_python  # noqa: E402
 from agentfn.run_code.sandbox import Uids  # noqa: E402
 from agentfn.run_code.settings import SandboxSettings  # noqa: E402
-from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
+from support import Gunicorn, Postgres, postgres_dir, subject_hash_key  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 READ_TOOLS = {
@@ -319,6 +319,7 @@ def main() -> None:
         "AGENTFN_JWKS_URL": issuer.jwks_url,
         "AGENTFN_LOG_LEVEL": "WARNING",
         "AGENTFN_TOKEN_FORWARDING": "raw",
+        **subject_hash_key(work),
     }
     headers = {"Authorization": f"Bearer {issuer.caller_token('bench', GROUPS)}"}
     upstreams = {t: Served(importlib.import_module(f"agentfn.devstack.{t}").create_app(identity)) for t in READ_TOOLS}

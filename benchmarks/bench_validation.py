@@ -47,7 +47,7 @@ from agentfn.model import schemas as model_schemas  # noqa: E402
 from agentfn.shared.problems import ProblemError  # noqa: E402
 from agentfn.shared.validation import Schema  # noqa: E402
 from jsonschema import Draft202012Validator  # noqa: E402
-from support import Gunicorn, Postgres, postgres_dir  # noqa: E402
+from support import Gunicorn, Postgres, postgres_dir, subject_hash_key  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 FORMER_NOT_BLANK = "^[^\\u0000]*[^\\u0000 \\t\\n\\r\\f\\v][^\\u0000]*$"
@@ -150,6 +150,7 @@ def door(runs: int, root: Path) -> list[dict]:
             "AGENTFN_JWT_ISSUER": issuer.url,
             "AGENTFN_JWKS_URL": issuer.jwks_url,
             "AGENTFN_LOG_LEVEL": "WARNING",
+            **subject_hash_key(root),
             "AGENTFN_DATABASE_URL": pg.provision("memory", "agentfn_memory"),
             "AGENTFN_MEMORY_WRITES_PER_MINUTE": "1000000",
         }  # a benchmark, not a person

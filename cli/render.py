@@ -52,9 +52,15 @@ def kinds(counted: dict[str, int]) -> str:
 
 
 def receipt(r: dict) -> Text:
-    """What forgetting everything deleted, by kind, and when."""
+    """What forgetting everything deleted, by kind, and when; then what stays of the person, and why."""
     total = f"{r['total']} {'entry' if r['total'] == 1 else 'entries'}"
-    return Text.assemble(f"forgot {total}: {kinds(r['deleted'])}", (f"  at {r['at'][:19].replace('T', ' ')} UTC", "dim"))
+    shown = Text.assemble(f"forgot {total}: {kinds(r['deleted'])}", (f"  at {r['at'][:19].replace('T', ' ')} UTC", "dim"))
+    if r.get("stays"):
+        shown.append("\nwhat stays (no text of yours):")
+        for item in r["stays"]:
+            shown.append(f"\n  {item['record']}: {item['holds']}")
+            shown.append(f"\n    why: {item['why']}; until: {item['until']}", "dim")
+    return shown
 
 
 def agents(found: Iterable[dict]) -> Table:

@@ -134,6 +134,13 @@ class Stack:
             for owned in (path.parent, path) if path.exists() else (path.parent,):
                 os.chown(owned, containers.UID, containers.UID)
 
+    def subject_hash_key_file(self) -> Path:
+        """The deployment's key of subject_hash (48 random bytes, URL-safe), made once: a new key would name everyone
+        anew, and logs before and after it would no longer join. One folder every part mounts, as every pod mounts
+        the chart's one Secret."""
+        self.secret("subject-hash/key", 48)
+        return self.var / "secrets" / "subject-hash" / "key"
+
     def approval_key_file(self) -> Path:
         """The key the model function signs approval tokens with (48 random bytes, URL-safe)."""
         self.secret("model/approval-key", 48)
@@ -174,6 +181,7 @@ class Stack:
             "AGENTFN_JWKS_URL": f"{issuer}/.well-known/jwks.json",
             "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": SERVICE_ACCOUNT,
             "AGENTFN_TRUSTED_ACTORS": SERVICE_ACCOUNT,
+            "AGENTFN_SUBJECT_HASH_KEY_FILE": str(self.subject_hash_key_file()),
         }
 
     def exchange_clients(self) -> str:
@@ -325,7 +333,13 @@ class Stack:
                     **{f"AGENTFN_TOOL_{tool.upper()}_URL": url[tool] for tool in (*READS, "run_code")},
                 },
             ),
-            Part("workbench", "agentfn.workbench.app:create_app()", PORTS["workbench"], ident),
+            # The workbench serves a page and names no caller: no subject_hash key, as in the chart.
+            Part(
+                "workbench",
+                "agentfn.workbench.app:create_app()",
+                PORTS["workbench"],
+                {k: v for k, v in ident.items() if k != "AGENTFN_SUBJECT_HASH_KEY_FILE"},
+            ),
             # Ready when a public door answers through it: the model function's 401 to a caller without a token.
             Part(
                 "gateway",

@@ -13,7 +13,6 @@ token, a compiled request schema) stays off the way to ready and is warmed up (`
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -27,9 +26,10 @@ from typing import Any, Protocol
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from . import logs, telemetry
+from . import logs, pseudonym, telemetry
 from .identity import Identity
 from .problems import PROBLEM_JSON, ProblemError, unavailable
+from .pseudonym import subject_hash
 from .server import ServerSettings
 
 
@@ -88,9 +88,13 @@ def problem_response(problem: ProblemError) -> Response:
     return response
 
 
-def subject_hash(subject: str) -> str:
-    """A short stable pseudonym for logs: lets records be joined without naming the subject."""
-    return hashlib.sha256(subject.encode()).hexdigest()[:12]
+# The methods named as sent (RFC 9110's and PATCH, the HTTP conventions' default list); any other is `_OTHER`, so
+# that a caller cannot write a word of their choosing into span names, traces or logs through the request line.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
+
+
+def method_of(method: str) -> str:
+    return method if method in KNOWN_METHODS else "_OTHER"
 
 
 DRAIN_BYTES = 1024 * 1024
@@ -123,6 +127,7 @@ def create_app(
     app.extensions[WARM_UP] = WarmUp()
     if identity is not None:
         app.extensions["agentfn.identity"] = identity
+        pseudonym.use(identity.subject_key)
         warm_up(app, identity.warm)
     if telemetry.setup(name.removeprefix("agentfn.")):
         _trace_requests(app)
@@ -143,7 +148,7 @@ def create_app(
             "request",
             extra={
                 "request_id": g.get("request_id"),
-                "method": request.method,
+                "method": method_of(request.method),
                 "route": request.url_rule.rule if request.url_rule else None,
                 "status": response.status_code,
                 "ms": round((time.perf_counter() - g.get("started", time.perf_counter())) * 1000, 2),
@@ -223,14 +228,17 @@ def create_app(
 
 def _trace_requests(app: Flask) -> None:
     """A server span per request, a child of the caller's `traceparent`: the method and the route's pattern (never
-    the path, which may carry an id or a query), the status and the caller's `subject_hash`."""
+    the path, which may carry an id or a query), the status and the caller's `subject_hash`. A method outside the
+    known ones is `_OTHER`, and its span is named `HTTP` (the HTTP conventions' names); its original is not kept."""
 
     @app.before_request
     def open_span():
         route = request.url_rule.rule if request.url_rule else None
+        method = method_of(request.method)
+        named = "HTTP" if method == "_OTHER" else method
         span = telemetry.start(
-            f"{request.method} {route}" if route else request.method,
-            {"http.request.method": request.method, "http.route": route},
+            f"{named} {route}" if route else named,
+            {"http.request.method": method, "http.route": route},
             kind="server",
             parent=telemetry.extract(request.headers),
         )

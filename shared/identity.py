@@ -31,6 +31,7 @@ from typing import Any
 
 from flask import current_app, g, request
 
+from . import pseudonym
 from .problems import forbidden, unauthorized, unavailable
 from .settings import REQUIRED, Settings, setting
 
@@ -347,11 +348,13 @@ class IdentitySettings(Settings):
 
 @dataclass(frozen=True)
 class Identity:
-    """The trust a function is configured with: caller tokens, and optionally service tokens."""
+    """The trust a function is configured with: caller tokens, and optionally service tokens; and the key of the
+    pseudonym its records name callers by (`agentfn.shared.pseudonym`)."""
 
     caller: CallerVerifier
     service: Verifier
     trusted_services: frozenset[str]
+    subject_key: bytes = field(default=b"", repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, gateway: bool = True, audience: str | None = None) -> Identity:
@@ -381,7 +384,7 @@ class Identity:
         if service.audience in (gateway_audience, own) or own == gateway_audience:
             raise RuntimeError("caller, exchanged and service tokens need different audiences")
         trusted = frozenset(s.trusted_service_accounts)
-        return cls(caller, Verifier(service), trusted)
+        return cls(caller, Verifier(service), trusted, pseudonym.read_key(env))
 
     def warm(self) -> None:
         """Load what the first token's check needs (PyJWT, its crypto backend), before that token comes."""

@@ -1,5 +1,7 @@
 """The README's first command as a newcomer runs it: up, a token, a kept entry recalled, Ctrl-C stops all."""
 
+import hashlib
+import hmac
 import json
 import os
 import random
@@ -122,6 +124,21 @@ def test_up_serves_memory_and_ctrl_c_stops_everything(stack):
     answer = requests.get(grants, headers={"Authorization": f"Bearer {admin}"}, timeout=30)
     assert answer.status_code == 200 and answer.json()["rows"], answer.text
     assert requests.get(grants, headers=headers, timeout=30).status_code == 403  # alice is in no admin group
+
+    # One key of the deployment, made once in var/secrets, names a caller alike in every part's log.
+    key_file = log.parent / "var" / "secrets" / "subject-hash" / "key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    key = key_file.read_bytes().strip()
+
+    def logged(part: str) -> set[str]:
+        lines = (log.parent / "var" / "logs" / f"{part}.log").read_text().splitlines()
+        return {json.loads(line).get("subject_hash") for line in lines if line.startswith("{")}
+
+    def hashed(subject: str) -> str:
+        return hmac.new(key, subject.encode(), hashlib.sha256).hexdigest()[:12]
+
+    assert hashed("alice") in logged("memory") and hashed("carol") in logged("model")
+    assert hashed("bob") in logged("platform_status")
 
     process.send_signal(signal.SIGINT)
     assert process.wait(60) == 0

@@ -14,6 +14,7 @@ from agentfn.shared.problems import ProblemError, not_found, problem_type, unpro
 from . import notes, quotas
 from .quotas import Limits, Survey
 from .schemas import EPISODE_MAX_CHARS, EPISODE_MAX_WORDS, KINDS, MAX_RECALL
+from .stays import STAYS
 from .store import Store
 
 
@@ -139,10 +140,16 @@ class Memory:
             raise not_found("no entry with this id")
 
     def forget_all(self, subject: str) -> dict:
-        """A receipt of forgetting every entry of the subject: counts by kind and when, never text."""
+        """A receipt of forgetting every entry of the subject: counts by kind and when, never text; and every record
+        of the platform that still names the subject, and why (`stays`)."""
         row = self.store.forget_all(subject)
         deleted = {kind: row[kind] for kind in KINDS}
-        return {"deleted": deleted, "total": sum(deleted.values()), "at": row["at"].isoformat()}
+        return {
+            "deleted": deleted,
+            "total": sum(deleted.values()),
+            "at": row["at"].isoformat(),
+            "stays": [dict(item) for item in STAYS],
+        }
 
     def recall(self, subject: str, query: str, kinds: list[str] | None, limit: int | None, max_tokens: int | None) -> dict:
         config = self.embedder.config

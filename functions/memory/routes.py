@@ -6,9 +6,9 @@ import logging
 import time
 
 from agentfn.shared import telemetry
-from agentfn.shared.app import subject_hash
 from agentfn.shared.identity import caller_required, service_required
 from agentfn.shared.problems import ProblemError, bad_request, problem_type
+from agentfn.shared.pseudonym import subject_hash
 from agentfn.shared.validation import Schema, json_body
 from flask import Blueprint, current_app, g, jsonify, request
 
@@ -25,6 +25,19 @@ CONFIRM = (
     f"confirm: forgetting everything deletes every entry you have, of every kind, and cannot be undone; send "
     f'{{"confirm": "{schemas.FORGET_EVERYTHING}"}} to do it. Nothing was forgotten'
 )
+
+
+OWN_TOKEN_ONLY = (
+    "this door takes the person's own token: a token exchanged for memory may recall, keep a note and forget one entry"
+)
+
+
+def own_token() -> None:
+    """Listing, correcting and forgetting everything take the person's own token (the gateway's). A token the model
+    function exchanged for memory (it names an actor) opens only what its loop needs: recall, one write at a time and
+    forgetting one entry, so one leaked from a turn cannot read out or erase a person's memory."""
+    if g.caller.actor is not None:
+        raise ProblemError(403, "Forbidden", OWN_TOKEN_ONLY, type=problem_type("own-token-only"))
 
 
 def memory() -> Memory:
@@ -44,6 +57,7 @@ def _int_arg(name: str, default: int, low: int, high: int) -> int:
 @caller_required
 def list_entries():
     """The caller's entries, newest first, optionally of one kind."""
+    own_token()
     unknown = set(request.args) - {"kind", "limit", "offset"}
     if unknown:
         raise bad_request(f"unknown query parameter {', '.join(sorted(unknown))}")
@@ -68,6 +82,7 @@ def create_entry():
 @caller_required
 def forget_all_entries():
     """Forget every entry of the caller, once they confirm it with the phrase; answers a receipt, no text."""
+    own_token()
     confirmed()
     with telemetry.span("delete_memory", {"gen_ai.operation.name": "delete_memory"}) as span:
         receipt = memory().forget_all(g.caller.subject)
@@ -102,6 +117,7 @@ def confirmed() -> None:
 @caller_required
 def correct_entry(entry_id: str):
     """Correct the text or source of one of the caller's entries; it is embedded again."""
+    own_token()
     body = json_body(CORRECT)
     with telemetry.span("update_memory", {"gen_ai.operation.name": "update_memory"}):
         entry = memory().correct(g.caller.subject, parse_id(entry_id), body.get("text"), body.get("source"))

@@ -110,7 +110,7 @@ RECALLED = {
 RECEIPT = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["deleted", "total", "at"],
+    "required": ["deleted", "total", "at", "stays"],
     "properties": {
         "deleted": {
             "type": "object",
@@ -121,6 +121,23 @@ RECEIPT = {
         },
         "total": {"type": "integer", "minimum": 0},
         "at": {"type": "string", "format": "date-time", "description": "when they were deleted"},
+        "stays": {
+            "type": "array",
+            "description": "every record of the platform that still names the caller, and why: counts, names and times "
+            "of use, never anything the caller said",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["part", "record", "holds", "why", "until"],
+                "properties": {
+                    "part": {"type": "string", "description": "the part that keeps it"},
+                    "record": {"type": "string", "description": "its table (`schema.table`), or logs and traces"},
+                    "holds": {"type": "string", "description": "what of the caller it holds"},
+                    "why": {"type": "string", "description": "why forgetting everything leaves it"},
+                    "until": {"type": "string", "description": "when it goes, if it does"},
+                },
+            },
+        },
     },
 }
 
@@ -181,7 +198,7 @@ def openapi(model: str) -> dict:
             "/v1/entries": {
                 "get": {
                     "operationId": "listEntries",
-                    "summary": "The caller's entries, newest first.",
+                    "summary": "The caller's entries, newest first (the person's own token only: an exchanged one is 403).",
                     "security": caller,
                     "parameters": [
                         {"name": "kind", "in": "query", "schema": {"type": "string", "enum": KINDS}},
@@ -192,7 +209,7 @@ def openapi(model: str) -> dict:
                             "schema": {"type": "integer", "minimum": 0, "maximum": 1000000000},
                         },
                     ],
-                    "responses": {"200": ok("entries", entries_list), **_problems(400, 401, 422, 503)},
+                    "responses": {"200": ok("entries", entries_list), **_problems(400, 401, 403, 422, 503)},
                 },
                 "post": {
                     "operationId": "createEntry",
@@ -208,15 +225,16 @@ def openapi(model: str) -> dict:
                 "delete": {
                     "operationId": "forgetAllEntries",
                     "summary": f"Forget every entry of the caller, of every kind (rows and vectors), in one transaction; "
-                    f'the body confirms it with the phrase "{FORGET_EVERYTHING}".',
+                    f'the body confirms it with the phrase "{FORGET_EVERYTHING}" (the person\'s own token only: an '
+                    "exchanged one is 403).",
                     "security": caller,
                     "requestBody": json_body(FORGET_ALL),
                     "responses": {
                         "200": ok(
-                            "the receipt: how many of each kind were deleted, and when; no text",
+                            "the receipt: how many of each kind were deleted, and when; what stays, and why; no text",
                             {"$ref": "#/components/schemas/Receipt"},
                         ),
-                        **_problems(400, 401, 413, 415, 422, 503),
+                        **_problems(400, 401, 403, 413, 415, 422, 503),
                     },
                 },
             },
@@ -224,12 +242,13 @@ def openapi(model: str) -> dict:
                 "parameters": [ENTRY_ID],
                 "patch": {
                     "operationId": "correctEntry",
-                    "summary": "Correct an entry's text or source (embedded again).",
+                    "summary": "Correct an entry's text or source (embedded again; the person's own token only: an "
+                    "exchanged one is 403).",
                     "security": caller,
                     "requestBody": json_body(CORRECT),
                     "responses": {
                         "200": ok("the corrected entry", entry_ref),
-                        **_problems(400, 401, 404, 409, 413, 415, 422, 429, 503),
+                        **_problems(400, 401, 403, 404, 409, 413, 415, 422, 429, 503),
                     },
                 },
                 "delete": {

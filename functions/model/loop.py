@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentfn.shared import telemetry
-from agentfn.shared.app import subject_hash
 from agentfn.shared.contract import MEMORY_TOOLS, STEP
 from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError
+from agentfn.shared.pseudonym import subject_hash
 
 from . import prompt
 from .approvals import Approval, canonical, refused

@@ -7,7 +7,7 @@ import logging
 import time
 
 from agentfn.shared import clock, telemetry
-from agentfn.shared.app import subject_hash
+from agentfn.shared.pseudonym import subject_hash
 
 from . import guard
 from .cache import PageCache

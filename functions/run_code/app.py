@@ -17,9 +17,9 @@ from typing import Any
 
 from agentfn.shared import app as http
 from agentfn.shared import clock, telemetry
-from agentfn.shared.app import subject_hash
 from agentfn.shared.identity import Caller, Identity
 from agentfn.shared.problems import ProblemError, problem_type, unavailable
+from agentfn.shared.pseudonym import subject_hash
 from agentfn.shared.tools import doors, load_descriptor, openapi
 from flask import Flask
 

@@ -51,6 +51,7 @@ def stack():
             "AGENTFN_JWT_ISSUER": issuer.url,
             "AGENTFN_JWKS_URL": issuer.jwks_url,
             "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": TRUSTED,
+            **support.subject_hash_key(scratch),
             "AGENTFN_LOG_LEVEL": "WARNING",
             "AGENTFN_MEMORY_WRITES_PER_MINUTE": "1000",  # the corpus is kept in one go
             "AGENTFN_DATABASE_URL": pg.provision("memory", "agentfn_memory"),

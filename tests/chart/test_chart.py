@@ -191,7 +191,11 @@ def test_cnpg_gives_each_part_its_own_role_and_schema():
     assert "CREATE EXTENSION IF NOT EXISTS vector SCHEMA public" in sql
     for part in DB_PARTS:
         assert f"CREATE SCHEMA {part} AUTHORIZATION agentfn_{part}" in sql
-    secrets = {s["metadata"]["name"] for s in objects("cnpg", "Secret") if not s["metadata"]["name"].endswith(APPROVAL_KEY)}
+    secrets = {
+        s["metadata"]["name"]
+        for s in objects("cnpg", "Secret")
+        if not s["metadata"]["name"].endswith((APPROVAL_KEY, SUBJECT_HASH_KEY))
+    }
     assert {r["passwordSecret"]["name"] for r in roles.values()} == secrets
     services = knative_services("cnpg")
     for part in DB_PARTS:
@@ -205,7 +209,8 @@ def test_cnpg_gives_each_part_its_own_role_and_schema():
 
 def test_an_external_database_is_a_dsn_secret_per_part():
     assert objects("external", "Cluster") == []
-    assert [s["metadata"]["name"] for s in objects("external", "Secret")] == [APPROVAL_KEY]  # (this set's prefix is empty)
+    # The keys the chart makes (this set's prefix is empty), and no database's.
+    assert [s["metadata"]["name"] for s in objects("external", "Secret")] == [APPROVAL_KEY, SUBJECT_HASH_KEY]
     services = knative_services("external")
     refs = {fn: env_of(services[fn])["AGENTFN_DATABASE_URL"]["secretKeyRef"] for fn in DB_PARTS}
     assert refs["memory"] == {"name": "memory-dsn", "key": "dsn"}
@@ -266,6 +271,7 @@ def test_func_yaml_agrees_with_the_chart(fn):
 
 
 APPROVAL_KEY = "model-approval-key"
+SUBJECT_HASH_KEY = "subject-hash-key"
 
 
 @pytest.mark.parametrize("values_set", ["default", "external"])
@@ -302,6 +308,36 @@ def test_an_existing_secret_holds_the_approval_key_instead():
         == "my-approval-key"
     )
     assert env_of(model)["AGENTFN_APPROVAL_SECONDS"] == "120"
+
+
+@pytest.mark.parametrize("values_set", SETS)
+def test_every_function_names_callers_with_one_key_from_a_secret_the_chart_makes_once(values_set):
+    [secret] = [s for s in objects(values_set, "Secret") if s["metadata"]["name"].endswith(SUBJECT_HASH_KEY)]
+    assert len(secret["data"]["key"]) >= 64  # base64 of 64 random characters
+    services = knative_services(values_set)
+    # Every function that takes callers; the workbench serves a page and names no one.
+    assert set(services) == set(FUNCTIONS)
+    for fn, service in services.items():
+        spec = pod_spec(service)
+        if fn == "workbench":
+            assert "AGENTFN_SUBJECT_HASH_KEY_FILE" not in env_of(service)
+            assert not [v for v in spec.get("volumes", []) if v["name"] == SUBJECT_HASH_KEY]
+            continue
+        assert env_of(service)["AGENTFN_SUBJECT_HASH_KEY_FILE"] == "/var/run/secrets/agentfn/subject-hash/key", fn
+        volume = next(v for v in spec["volumes"] if v["name"] == SUBJECT_HASH_KEY)
+        assert volume["secret"] == {"secretName": secret["metadata"]["name"], "items": [{"key": "key", "path": "key"}]}
+        mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == SUBJECT_HASH_KEY)
+        assert mount == {"name": SUBJECT_HASH_KEY, "mountPath": "/var/run/secrets/agentfn/subject-hash", "readOnly": True}
+
+
+def test_an_existing_secret_holds_the_subject_hash_key_instead():
+    sets = ("subjectHash.existingSecret=my-subject-hash-key",)
+    assert not [s for s in objects("default", "Secret", sets) if s["metadata"]["name"].endswith(SUBJECT_HASH_KEY)]
+    services = [s for s in objects("default", "Service", sets) if s["apiVersion"] == "serving.knative.dev/v1"]
+    for service in services:
+        if service["metadata"]["labels"]["app.kubernetes.io/component"] != "workbench":
+            volume = next(v for v in pod_spec(service)["volumes"] if v["name"] == SUBJECT_HASH_KEY)
+            assert volume["secret"]["secretName"] == "my-subject-hash-key"
 
 
 @pytest.mark.parametrize(

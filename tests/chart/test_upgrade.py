@@ -100,11 +100,20 @@ def table(kube) -> str:
     return shown
 
 
+def keys(kube) -> dict[str, str]:
+    """The keys the chart makes once: approval tokens' and subject_hash's (base64, as the Secrets hold them)."""
+    return {
+        name: json.loads(kube.kubectl("-n", NAMESPACE, "get", "secret", name, "-o", "json").stdout)["data"]["key"]
+        for name in ("agentfn-model-approval-key", "agentfn-subject-hash-key")
+    }
+
+
 def test_crds_upgrade_and_roll_back_with_the_release_and_outlive_it(kube, tmp_path):
     at = ("--kubeconfig", str(kube.kubeconfig), "-n", NAMESPACE)
     n, n1 = release(tmp_path, "0.1.0"), release(tmp_path, "0.1.1", add_owner)
     helm("install", "agentfn", str(n), *at, "--create-namespace")
     assert crd_version(kube) == "0.1.0"
+    made = keys(kube)
     kube.kubectl("apply", *[f"--filename={p}" for p in EXAMPLES])
     before = specs(kube)
     assert len(before) >= 4 and {k.split("/")[0] for k in before} == {"Agent", "ToolGrant"}
@@ -115,6 +124,7 @@ def test_crds_upgrade_and_roll_back_with_the_release_and_outlive_it(kube, tmp_pa
 
     helm("upgrade", "agentfn", str(n1), *at)
     assert crd_version(kube) == "0.1.1"
+    assert keys(kube) == made  # kept (lookup): a new key would void approvals and name everyone anew
     assert {k: v for k, v in specs(kube).items() if k != "Agent/owned"} == before
     published(kube, "agents.spec.owner")  # kubectl validates against the OpenAPI the server republishes
     kube.kubectl("apply", "-f", "-", input=json.dumps(OWNED))

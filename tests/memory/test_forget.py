@@ -1,12 +1,13 @@
 """Forgetting is deletion: after a forget, no table anywhere holds the entry's text, vector or id."""
 
 import datetime
-import hashlib
 import json
+import re
 import secrets
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import jwt
 import psycopg
@@ -94,7 +95,7 @@ def test_forget_all_deletes_every_entry_of_the_caller_and_answers_a_receipt(call
     assert receipt["deleted"] == {"fact": 2, "preference": 1, "episode": 1} and receipt["total"] == 4
     at = datetime.datetime.fromisoformat(receipt["at"])
     assert before - datetime.timedelta(seconds=5) <= at <= datetime.datetime.now(datetime.UTC)
-    assert set(receipt) == {"deleted", "total", "at"} and not any(t in answer.text for t in (*needles, "chat"))
+    assert set(receipt) == {"deleted", "total", "at", "stays"} and not any(t in answer.text for t in (*needles, "chat"))
 
     assert caller.get("/v1/entries").json()["entries"] == []
     assert caller.post("/v1/recall", json={"query": "Who maintains the billing exporter?"}).json()["entries"] == []
@@ -105,7 +106,7 @@ def test_forget_all_deletes_every_entry_of_the_caller_and_answers_a_receipt(call
     assert again["deleted"] == {"fact": 0, "preference": 0, "episode": 0} and again["total"] == 0
     # The log says who (hashed) forgot how many, never what.
     subject = jwt.decode(caller.session.headers["Authorization"][7:], options={"verify_signature": False})["sub"]
-    hashed = hashlib.sha256(subject.encode()).hexdigest()[:12]
+    hashed = issuer.subject_hash(subject)
     time.sleep(0.3)  # the last lines are flushed
     lines = [json.loads(line) for line in memory.log.read_text().splitlines() if line.startswith("{")]
     events = [
@@ -188,3 +189,40 @@ def test_forget_all_needs_a_caller_token(memory, issuer):
     assert requests.delete(memory.url + "/v1/entries", json=PHRASE, timeout=30).status_code == 401
     service = {"Authorization": f"Bearer {issuer.service_token(MODEL_SERVICE)}"}
     assert requests.delete(memory.url + "/v1/entries", json=PHRASE, headers=service, timeout=30).status_code == 401
+
+
+# What forgetting everything leaves: every record of any part that names the subject, and why it stays.
+MIGRATIONS = sorted(Path(__file__).resolve().parents[2].glob("functions/*/migrations/*.sql"))
+TABLE = re.compile(r"CREATE TABLE (\w+) \((.*?)\n\);", re.S)
+ADDED = re.compile(r"ALTER TABLE (\w+) ADD COLUMN subject\b")
+
+
+def tables_naming_a_subject() -> set[str]:
+    """`schema.table` of every table any part's migrations make with a `subject` column (schema: the part's)."""
+    found = set()
+    for path in MIGRATIONS:
+        for table, columns in TABLE.findall(path.read_text()):
+            if re.search(r"^\s*subject\s", columns, re.M):
+                found.add(f"{path.parent.parent.name}.{table}")
+        found |= {f"{path.parent.parent.name}.{table}" for table in ADDED.findall(path.read_text())}
+    return found
+
+
+def test_the_receipt_says_what_stays_and_why(caller, memory, issuer, postgres):
+    keep_some(caller, memory, issuer)
+    subject = jwt.decode(caller.session.headers["Authorization"][7:], options={"verify_signature": False})["sub"]
+    answer = caller.delete("/v1/entries", json=PHRASE)
+    assert answer.status_code == 200, answer.text
+    receipt = answer.json()
+    assert receipt["total"] == 4 and subject not in answer.text
+    stays = receipt["stays"]
+    assert all(set(item) == {"part", "record", "holds", "why", "until"} for item in stays)
+    assert all(isinstance(v, str) and len(v) > 3 for item in stays for v in item.values())
+    records = {item["record"] for item in stays}
+    # Every record that names a person, in every part, is either deleted (the entries) or said to stay, with why.
+    assert {"memory.entries", "memory.quotas", "model.generations", "page.audit"} <= tables_naming_a_subject()
+    assert records - {"logs and traces"} == tables_naming_a_subject() - {"memory.entries"}
+    assert "logs and traces" in records
+    # And what the database still holds of the subject after it is only what the receipt names.
+    left = {f"{schema}.{table}" for schema, table, _ in scan(postgres.admin_dsn, [subject])}
+    assert left and left <= records, left

@@ -172,14 +172,54 @@ EXCHANGED = {
 @pytest.mark.parametrize(("audience", "actor", "status"), EXCHANGED.values(), ids=EXCHANGED.keys())
 def test_memory_takes_a_token_exchanged_for_it_and_no_other(memory, issuer, audience, actor, status):
     token = issuer.exchanged(audience, "exchanged-reader", actor=actor)
-    response = requests.get(memory.url + "/v1/entries", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    response = requests.post(
+        memory.url + "/v1/recall", json={"query": "q"}, headers={"Authorization": f"Bearer {token}"}, timeout=10
+    )
     assert response.status_code == status, response.text
 
 
 def test_a_token_for_memory_from_an_untrusted_actor_is_refused(memory, issuer):
     token = issuer.sign({**claims(issuer, aud="agentfn:memory"), "act": {"sub": "system:serviceaccount:agentfn:page"}})
-    response = requests.get(memory.url + "/v1/entries", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    response = requests.post(
+        memory.url + "/v1/recall", json={"query": "q"}, headers={"Authorization": f"Bearer {token}"}, timeout=10
+    )
     assert response.status_code == 401 and "not exchanged by a service this part trusts" in response.json()["detail"]
+
+
+def test_a_token_exchanged_for_memory_recalls_keeps_and_forgets_one_but_never_lists_corrects_or_erases_all(memory, issuer):
+    """What the model function's loop needs, and nothing more: a token it exchanged (it carries `act`) recalls,
+    keeps one note and forgets one entry; listing, correcting and forgetting everything take the person's own."""
+    subject = f"exchanged-{secrets.token_hex(4)}"
+    own = {"Authorization": f"Bearer {issuer.caller_token(subject)}"}
+    exchanged = {"Authorization": f"Bearer {issuer.exchanged('agentfn:memory', subject)}"}
+    note = {"kind": "preference", "text": "Prefers short answers with one example.", "source": "chat"}
+    kept = requests.post(memory.url + "/v1/entries", json=note, headers=exchanged, timeout=30)
+    assert kept.status_code == 201, kept.text
+    entry = kept.json()
+    recalled = requests.post(
+        memory.url + "/v1/recall", json={"query": "How long should answers be?"}, headers=exchanged, timeout=30
+    )
+    assert recalled.status_code == 200 and [e["id"] for e in recalled.json()["entries"]] == [entry["id"]]
+
+    refused = [
+        ("GET", "/v1/entries", None),
+        ("DELETE", "/v1/entries", {"confirm": "forget everything"}),
+        ("PATCH", f"/v1/entries/{entry['id']}", {"text": "Prefers long answers."}),
+    ]
+    for method, path, body in refused:
+        answer = requests.request(method, memory.url + path, json=body, headers=exchanged, timeout=30)
+        assert answer.status_code == 403, (method, path, answer.text)
+        assert answer.headers["Content-Type"] == "application/problem+json"
+        problem = answer.json()
+        assert problem["type"] == "https://agentfn.dev/problems/own-token-only" and "own token" in problem["detail"]
+    # Nothing was listed, corrected or forgotten: the person's own token sees the entry as it was kept.
+    mine = requests.get(memory.url + "/v1/entries", headers=own, timeout=30).json()["entries"]
+    assert [(e["id"], e["text"]) for e in mine] == [(entry["id"], note["text"])]
+
+    assert requests.delete(memory.url + f"/v1/entries/{entry['id']}", headers=exchanged, timeout=30).status_code == 204
+    assert requests.get(memory.url + "/v1/entries", headers=own, timeout=30).json()["entries"] == []
+    erased = requests.delete(memory.url + "/v1/entries", json={"confirm": "forget everything"}, headers=own, timeout=30)
+    assert erased.status_code == 200, erased.text
 
 
 # --- the service key set's bearer token is read on each fetch (a projected token rotates) --------------------

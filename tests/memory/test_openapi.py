@@ -68,6 +68,8 @@ def test_the_document_says_how_to_forget_everything(memory):
         "$ref": "#/components/schemas/Receipt"
     }
     receipt = document["components"]["schemas"]["Receipt"]
-    assert set(receipt["properties"]) == {"deleted", "total", "at"}  # counts and a time: no text
+    # Counts, a time and what stays (the platform's own words): no text of the caller's.
+    assert set(receipt["properties"]) == {"deleted", "total", "at", "stays"}
+    assert receipt["properties"]["stays"]["items"]["required"] == ["part", "record", "holds", "why", "until"]
     assert set(receipt["properties"]["deleted"]["required"]) == {"fact", "preference", "episode"}
     assert "422" in forget_all["responses"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import datetime
-import hashlib
 import io
 import json
 import secrets
@@ -39,7 +38,7 @@ def call_alone(model, who: Person) -> None:
     assert answer.status_code == 200, answer.text
 
 
-def test_an_admin_sees_a_turn_as_counts_names_and_timings_with_the_subject_hashed(model, engine, person, admin):
+def test_an_admin_sees_a_turn_as_counts_names_and_timings_with_the_subject_hashed(model, engine, issuer, person, admin):
     said, argument, answered = (f"canary{secrets.token_hex(6)}" for _ in range(3))
     sid = engine.script(
         {"call": {"name": "platform_status", "arguments": {"service": argument}}}, {"text": f"The answer is {answered}."}
@@ -52,7 +51,7 @@ def test_an_admin_sees_a_turn_as_counts_names_and_timings_with_the_subject_hashe
     assert answer.status_code == 200, answer.text
     found = answer.json()["generations"]
     [mine] = [g for g in found if g["id"] == done["generation_id"]]
-    assert mine["subject_hash"] == hashlib.sha256(person.subject.encode()).hexdigest()[:12]
+    assert mine["subject_hash"] == issuer.subject_hash(person.subject)
     assert (mine["kind"], mine["channel"], mine["agent"], mine["tier"], mine["status"], mine["problem"]) == (
         "turn",
         "step",
@@ -72,7 +71,7 @@ def test_an_admin_sees_a_turn_as_counts_names_and_timings_with_the_subject_hashe
     assert started == sorted(started, reverse=True)  # newest first
 
 
-def test_before_pages_back_through_the_generations(model, person, admin):
+def test_before_pages_back_through_the_generations(model, issuer, person, admin):
     for _ in range(4):
         call_alone(model, person)
     whole = recent(model.url, admin, limit=4).json()["generations"]
@@ -80,7 +79,7 @@ def test_before_pages_back_through_the_generations(model, person, admin):
     second = recent(model.url, admin, limit=2, before=first[-1]["started_at"]).json()["generations"]
     assert [g["id"] for g in first + second] == [g["id"] for g in whole]
     assert all(g["started_at"] < first[-1]["started_at"] for g in second)
-    hashed = hashlib.sha256(person.subject.encode()).hexdigest()[:12]
+    hashed = issuer.subject_hash(person.subject)
     assert [(g["kind"], g["channel"], g["subject_hash"]) for g in whole] == [("tool_call", "alone", hashed)] * 4
     # A time long past: nothing before it; a time without an offset is read as UTC.
     assert recent(model.url, admin, before="2000-01-01T00:00:00Z").json()["generations"] == []
@@ -193,11 +192,11 @@ def audited(model, engine, upstreams, person, admin):
     return {"since": since, "canaries": (said, argument, answered), "generation": events[-1][1]["generation_id"]}
 
 
-def test_an_admin_lists_each_call_with_its_channel_outcome_and_grant_and_no_content(model, person, admin, audited):
+def test_an_admin_lists_each_call_with_its_channel_outcome_and_grant_and_no_content(model, issuer, person, admin, audited):
     answer = calls(model.url, admin, since=audited["since"])
     assert answer.status_code == 200, answer.text
     found = answer.json()["calls"]
-    hashed = hashlib.sha256(person.subject.encode()).hexdigest()[:12]
+    hashed = issuer.subject_hash(person.subject)
     assert [(c["subject_hash"], c["agent"], c["tool"], c["channel"], c["outcome"], c["grant"]) for c in found] == [
         (hashed, None, "platform_status", "alone", "ok", "agentfn/test"),
         (hashed, "reviewer", "list_models", "step", "error", "agentfn/test"),

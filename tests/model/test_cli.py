@@ -109,6 +109,7 @@ def test_memory_forget_all_takes_the_typed_phrase_or_yes(cli, gateway, person, a
     assert "Traceback" not in done.stderr + done.stdout
     if code == 0:
         assert "Works on the ledger" not in done.stdout + done.stderr  # the receipt has counts, not text
+        assert "what stays" in done.stdout and "model.token_budgets" in done.stdout  # and says what it leaves
 
 
 def test_memory_forget_all_shows_the_platforms_problem(gateway):

@@ -8,13 +8,15 @@ fails: its platform service answers 503) and answers.
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import subprocess
 import sys
+import time
 
 import pytest
 import requests
-from agentfn.shared.app import subject_hash
 from support import READ_TOOLS, Gunicorn
 from support.model import SERVED_READS, Person, take_turn
 from support.otlp_receiver import Receiver
@@ -142,7 +144,7 @@ def one(spans, name, service=None):
     return found[0]
 
 
-def test_a_turn_is_one_trace_across_the_parts_with_genai_names_and_parents(turn):
+def test_a_turn_is_one_trace_across_the_parts_with_genai_names_and_parents(turn, issuer):
     spans, root, person = turn["spans"], turn["root"], turn["person"]
     by_id = {s.span_id: s for s in spans}
     assert {s.service for s in spans} == {
@@ -162,7 +164,7 @@ def test_a_turn_is_one_trace_across_the_parts_with_genai_names_and_parents(turn)
         "agentfn.outcome": "ok",
         "agentfn.steps": 2,
         "agentfn.rounds": 2,
-        "user.hash": subject_hash(person.subject),
+        "user.hash": issuer.subject_hash(person.subject),
     }
     assert root.attributes["gen_ai.usage.input_tokens"] > 0 and root.attributes["gen_ai.usage.output_tokens"] > 0
     chats = [s for s in spans if s.name == "chat scripted"]
@@ -177,7 +179,7 @@ def test_a_turn_is_one_trace_across_the_parts_with_genai_names_and_parents(turn)
     search = one(spans, "search_memory", "agentfn-memory")
     assert recall.parent_id == root.span_id and search.parent_id == recall.span_id
     assert search.attributes["gen_ai.operation.name"] == "search_memory" and search.attributes["agentfn.memory.entries"] >= 1
-    assert recall.attributes["user.hash"] == subject_hash(person.subject)
+    assert recall.attributes["user.hash"] == issuer.subject_hash(person.subject)
     # Each step: the model's execute_tool, the tool function's door under it, and the tool's own execute_tool.
     for tool, status in (("platform_status", "ok"), ("list_models", "error")):
         step = one(spans, f"execute_tool {tool}", "agentfn-model")
@@ -332,11 +334,10 @@ def test_a_call_alone_is_an_execute_tool_span_on_its_channel_with_the_tool_funct
         json={"arguments": {"service": MARKERS["argument"]}},
     )
     assert answer.status_code == 200, answer.text
+    hashed = issuer.subject_hash(person.subject)
     door = receiver.wait_for(
         lambda: [
-            s
-            for s in receiver.spans()
-            if s.name == "POST /v1/tools/<name>/call" and s.attributes.get("user.hash") == subject_hash(person.subject)
+            s for s in receiver.spans() if s.name == "POST /v1/tools/<name>/call" and s.attributes.get("user.hash") == hashed
         ]
     )[0]
     spans = receiver.wait_for(
@@ -375,7 +376,7 @@ def test_memorys_writes_are_spans_with_their_operation_and_counts_and_never_the_
         requests.delete(base + "/v1/entries", headers=headers, timeout=30, json={"confirm": "forget everything"}).status_code
         == 200
     )
-    hashed = subject_hash(person.subject)
+    hashed = issuer.subject_hash(person.subject)
     doors = receiver.wait_for(
         lambda: (
             (
@@ -399,3 +400,41 @@ def test_memorys_writes_are_spans_with_their_operation_and_counts_and_never_the_
     assert inner["DELETE /v1/entries/<entry_id>"][0].attributes["agentfn.memory.entries"] == 1
     for secret in (marker, "sourcemarkerzz", entry, person.subject):
         assert secret.encode() not in receiver.raw()
+
+
+def test_a_method_outside_the_known_set_is_other_in_spans_and_logs(traced, receiver):
+    """A caller picks the method; only the known ones (RFC 9110's and PATCH) are named as sent: any other is `_OTHER`
+    in the span's attribute and the log line, and `HTTP` in the span's name, as the HTTP conventions say."""
+    memory, request_id = traced["memory"], f"req-method-{secrets.token_hex(6)}"
+    for method in ("XMARKERZZ", "DELETE"):
+        answer = requests.request(
+            method, memory.url + "/no/such/door", headers={"X-Request-Id": f"{request_id}-{method}"}, timeout=30
+        )
+        assert answer.status_code == 404, answer.text
+    spans = receiver.wait_for(
+        lambda: (
+            (
+                found := [
+                    s
+                    for s in receiver.spans()
+                    if s.service == "agentfn-memory"
+                    and s.kind == SERVER
+                    and s.attributes.get("http.response.status_code") == 404
+                ]
+            )
+            and len({s.attributes["http.request.method"] for s in found}) >= 2
+            and found
+        )
+    )
+    assert {(s.name, s.attributes["http.request.method"]) for s in spans} == {("HTTP", "_OTHER"), ("DELETE", "DELETE")}
+    lines = {}
+    deadline = time.monotonic() + 10
+    while len(lines) < 2 and time.monotonic() < deadline:
+        lines = {
+            r["request_id"]: r
+            for r in map(json.loads, filter(lambda line: request_id in line, memory.log.read_text().splitlines()))
+        }
+        time.sleep(0.05)
+    assert lines[f"{request_id}-XMARKERZZ"]["method"] == "_OTHER" and lines[f"{request_id}-DELETE"]["method"] == "DELETE"
+    assert b"XMARKERZZ" not in receiver.raw()
+    assert "XMARKERZZ" not in memory.log.read_text().replace(f"{request_id}-XMARKERZZ", "")

@@ -8,6 +8,8 @@ the project (`support.scripted_engine`); fixtures stay in the conftest files.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import secrets
 import subprocess
@@ -66,17 +68,38 @@ def web_clients() -> dict[str, WebClient]:
     return {WORKBENCH: WebClient(WORKBENCH, frozenset({WORKBENCH_URL}), CALLER_AUDIENCE)}
 
 
+def subject_hash_key(directory: str | Path) -> dict[str, str]:
+    """The setting of the deployment's key of subject_hash, its file made once in `directory` (as the chart's Secret
+    or `agentfn up`'s var/secrets/subject-hash/key holds it): every part that takes callers needs it to start."""
+    path = Path(directory) / "subject-hash-key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(48))
+        path.chmod(0o600)
+    return {"AGENTFN_SUBJECT_HASH_KEY_FILE": str(path)}
+
+
 class Issuer(DevIssuer):
     """The dev issuer as the tests serve it, with the settings and tokens each part's tests ask of it."""
 
+    def __init__(self, directory, *args, **kwargs):
+        super().__init__(directory, *args, **kwargs)
+        self.subject_hash_key_file = Path(subject_hash_key(directory)["AGENTFN_SUBJECT_HASH_KEY_FILE"])
+
     def env(self) -> dict[str, str]:
-        """A part's identity settings: the model function trusted at WriteEpisode and as the actor of exchanges."""
+        """A part's identity settings: the model function trusted at WriteEpisode and as the actor of exchanges, and
+        the key of the pseudonym the logs and traces name callers by."""
         return {
             "AGENTFN_JWT_ISSUER": self.url,
             "AGENTFN_JWKS_URL": self.jwks_url,
             "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": MODEL_SERVICE,
             "AGENTFN_TRUSTED_ACTORS": MODEL_SERVICE,
+            "AGENTFN_SUBJECT_HASH_KEY_FILE": str(self.subject_hash_key_file),
         }
+
+    def subject_hash(self, subject: str) -> str:
+        """The pseudonym the parts log for `subject`: HMAC-SHA256 keyed by the deployment's key, 48 bits in hex."""
+        key = self.subject_hash_key_file.read_bytes().strip()
+        return hmac.new(key, subject.encode(), hashlib.sha256).hexdigest()[:12]
 
     def upstream_env(self, tool: str) -> dict[str, str]:
         """A dev upstream's: it trusts its read tool as the actor."""

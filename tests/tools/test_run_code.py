@@ -3,9 +3,11 @@
 import os
 import re
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -453,12 +455,23 @@ class NonRootGunicorn(Gunicorn):
 def non_root(run_code_env, tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("starting the service as another uid needs root")
+    # Its key of subject_hash where its uid may read it, as a pod reads its mounted Secret.
+    directory = Path(tempfile.mkdtemp(prefix="agentfn-run-code-key-"))
+    key = directory / "subject-hash-key"
+    shutil.copyfile(run_code_env["AGENTFN_SUBJECT_HASH_KEY_FILE"], key)
+    for path in (directory, key):
+        os.chown(path, SERVICE_UID, SERVICE_UID)
     server = NonRootGunicorn(
-        "agentfn.run_code.app:create_app()", run_code_env, tmp_path_factory.mktemp("run-code-non-root") / "run_code.log"
+        "agentfn.run_code.app:create_app()",
+        {**run_code_env, "AGENTFN_SUBJECT_HASH_KEY_FILE": str(key)},
+        tmp_path_factory.mktemp("run-code-non-root") / "run_code.log",
     )
-    server.start()
-    yield server
-    server.stop()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(params=["root", "uid 10001"])

@@ -41,6 +41,7 @@ def test_the_way_to_ready_imports_nothing_heavy(run_code_env, tool):
         f"AGENTFN_{tool.upper()}_UPSTREAM_URL": "http://127.0.0.1:9",
         "AGENTFN_LOG_LEVEL": "WARNING",
         "AGENTFN_DATABASE_URL": run_code_env["AGENTFN_DATABASE_URL"],
+        "AGENTFN_SUBJECT_HASH_KEY_FILE": run_code_env["AGENTFN_SUBJECT_HASH_KEY_FILE"],
     }
     probe = subprocess.run(
         [sys.executable, "-c", PROBE, tool, json.dumps(env), json.dumps(HEAVY)],

@@ -11,7 +11,7 @@ import time
 from agentfn.shared.app import create_app, warm_up
 
 PROBE = """
-import json, sys, threading, time
+import json, sys, tempfile, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class Healthy(BaseHTTPRequestHandler):
@@ -24,7 +24,11 @@ class Healthy(BaseHTTPRequestHandler):
 
 upstream = ThreadingHTTPServer(("127.0.0.1", 0), Healthy)
 threading.Thread(target=upstream.serve_forever, daemon=True).start()
+key = tempfile.NamedTemporaryFile(prefix="subject-hash-key-")
+key.write(b"k" * 48)
+key.flush()
 env = {
+    "AGENTFN_SUBJECT_HASH_KEY_FILE": key.name,
     "AGENTFN_JWT_ISSUER": "http://127.0.0.1:9",
     "AGENTFN_JWKS_URL": "http://127.0.0.1:9/jwks",
     "AGENTFN_TRUSTED_ACTORS": "system:serviceaccount:agentfn:agentfn-model",

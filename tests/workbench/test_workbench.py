@@ -184,6 +184,8 @@ def test_memory_lists_corrects_forgets_searches_and_forgets_everything(page, sta
     page.get_by_label("Confirmation").fill("forget everything")
     button.click()
     expect(page.locator("#receipt")).to_contain_text(re.compile(r"Deleted 1 entry \(.*fact 1.*\)"))
+    expect(page.get_by_role("heading", name="What stays")).to_be_visible()
+    expect(page.locator("#stays li").filter(has_text="model.token_budgets")).to_contain_text("daily token budget")
     shot(page, "7-forget-all")
     assert stack.door("GET", "/v1/entries", token).json()["entries"] == []
 

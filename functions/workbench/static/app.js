@@ -561,6 +561,13 @@ async function forgetAll(event) {
     const receipt = await door("DELETE", "/v1/entries", { confirm: FORGET_ALL });
     const counts = Object.entries(receipt.deleted || {}).map(([kind, n]) => `${kind} ${n}`).join(", ");
     $("receipt").textContent = `Deleted ${plural(receipt.total || 0, "entry", "entries")} (${counts}) at ${when(receipt.at)}.`;
+    // What stays of the person after it, and why: the platform's own words, shown as text.
+    $("stays").replaceChildren(
+      ...(receipt.stays || []).map((item) =>
+        el("li", {}, el("code", { text: item.record }), ` ${item.holds}. `, el("span", { class: "dim", text: `${item.why}; ${item.until}.` })),
+      ),
+    );
+    $("stays-title").hidden = !(receipt.stays || []).length;
     $("forget-all-confirm").value = "";
     $("forget-all-button").disabled = true;
     notify(null);
