@@ -1,4 +1,8 @@
-"""How the CLI draws what the doors answer: tables of entries, agents, tools and grants; a turn's pieces."""
+"""How the CLI draws what the doors answer: tables of entries, agents, tools and grants; a turn's pieces.
+
+What the platform relays is drawn as Rich `Text`, never as markup: a note, a tool's name or a model's answer
+with `[/]` in it is shown as written (its control characters were taken out as it was read: client.printable).
+"""
 
 from __future__ import annotations
 
@@ -27,20 +31,27 @@ def entries(found: Iterable[dict]) -> Table:
         table.add_column(column, overflow="fold")
     for e in found:
         table.add_row(
-            e["id"][:ID_PREFIX],
-            e["kind"],
-            e["text"],
-            e.get("source") or "",
-            (e.get("updated_at") or e.get("created_at") or "")[:19].replace("T", " "),
+            *cells(
+                e["id"][:ID_PREFIX],
+                e["kind"],
+                e["text"],
+                e.get("source") or "",
+                (e.get("updated_at") or e.get("created_at") or "")[:19].replace("T", " "),
+            )
         )
     return table
+
+
+def cells(*values: Any) -> list[Text]:
+    """A table row's cells as text (a str cell would be read as markup)."""
+    return [Text(str(v)) for v in values]
 
 
 def entry(e: dict, title: str) -> Panel:
     return Panel(
         Text(e["text"]),
-        title=f"{title} {e['id']}",
-        subtitle=f"{e['kind']} · {e.get('source') or ''}".rstrip(" ·"),
+        title=Text(f"{title} {e['id']}"),
+        subtitle=Text(f"{e['kind']} · {e.get('source') or ''}".rstrip(" ·")),
         title_align="left",
         subtitle_align="right",
     )
@@ -64,14 +75,16 @@ def agents(found: Iterable[dict]) -> Table:
     for a in found:
         limits = a.get("limits") or {}
         table.add_row(
-            a["name"],
-            a["tier"],
-            a["memory"],
-            ", ".join(a["tools"]),
-            str(limits.get("steps", "")),
-            str(limits.get("tokensPerTurn", "")),
-            f"{limits.get('deadlineSeconds', '')} s",
-            a["brief"],
+            *cells(
+                a["name"],
+                a["tier"],
+                a["memory"],
+                ", ".join(a["tools"]),
+                limits.get("steps", ""),
+                limits.get("tokensPerTurn", ""),
+                f"{limits.get('deadlineSeconds', '')} s",
+                a["brief"],
+            )
         )
     return table
 
@@ -84,7 +97,7 @@ def tools(found: Iterable[dict]) -> Table:
         properties = (t.get("input_schema") or {}).get("properties") or {}
         required = set((t.get("input_schema") or {}).get("required") or [])
         table.add_row(
-            t["name"], t.get("description", ""), ", ".join(f"{k}{'' if k in required else '?'}" for k in properties)
+            *cells(t["name"], t.get("description", ""), ", ".join(f"{k}{'' if k in required else '?'}" for k in properties))
         )
     return table
 
@@ -94,7 +107,7 @@ def grants(header: Iterable[str], found: Iterable[Iterable[str]]) -> Table:
     for column in header:
         table.add_column(column.lower(), overflow="fold")
     for row in found:
-        table.add_row(*row)
+        table.add_row(*cells(*row))
     return table
 
 
@@ -135,7 +148,7 @@ def step(event: dict) -> Panel:
         lines.append(Text.assemble(("result    ", "dim"), short(result)))
     return Panel(
         Group(*lines),
-        title=f"step {event.get('n', '?')} · [bold]{event.get('tool', '?')}[/]",
+        title=Text.assemble(f"step {event.get('n', '?')} · ", (str(event.get("tool", "?")), "bold")),
         title_align="left",
         border_style=STATUS_STYLE.get(status, ""),
         expand=False,
@@ -151,11 +164,13 @@ def recalled(found: list[dict], cited: Iterable[str]) -> Table:
     for e in found:
         similarity = e.get("similarity")
         table.add_row(
-            "✓" if e["id"] in cited else "",
-            e["id"][:ID_PREFIX],
-            e["kind"] + (f" {e['date']}" if e.get("date") else ""),
-            short(e["text"], 200),
-            f"{similarity:.2f}" if isinstance(similarity, int | float) else "",
+            *cells(
+                "✓" if e["id"] in cited else "",
+                e["id"][:ID_PREFIX],
+                e["kind"] + (f" {e['date']}" if e.get("date") else ""),
+                short(e["text"], 200),
+                f"{similarity:.2f}" if isinstance(similarity, int | float) else "",
+            )
         )
     return table
 

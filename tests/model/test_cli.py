@@ -427,3 +427,55 @@ def test_chat_json_with_yes_prints_the_ask_the_answer_and_the_approving_turn(cli
         ("done", None),
     ]
     assert events[1]["data"]["approval"] and events[1]["data"]["arguments"]["text"] == "I work on the ledger team."
+
+
+# What a model or a tool may write to get at the person's terminal: CSI (clear, colours), OSC 52 (the clipboard),
+# OSC 8 (a hyperlink that hides its target), C1 controls (CSI, DCS and ST as single bytes), BEL, BS, CR, DEL.
+HOSTILE = (
+    "Plain \x1b[2J\x1b[31mred\x1b[0m, \x1b]52;c;ZWNobyBoaQ==\x07clip, "
+    "\x1b]8;;https://evil.example/\x1b\\link\x1b]8;;\x1b\\, "
+    "\x9b31mcsi\x9b0m, \x90dcs\x9c, bell\x07, back\x08space\x7f\r\nnext\tline."
+)
+
+
+def controls(text: str) -> list[str]:
+    """The C0 and C1 controls (and DEL) in a text, but newline and tab."""
+    return [c for c in text if (ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F]
+
+
+def test_chat_shows_a_tool_name_with_markup_and_strips_control_characters(cli, engine):
+    sid = engine.script(
+        {"call": {"name": "x[/]", "arguments": {"code": "\x1b]52;c;aGk=\x07[bold]print(1)[/]\x9b2J"}}},
+        {"text": HOSTILE, "chunks": 7},
+    )
+    done = cli("chat", "reviewer", stdin=f"Hello. script:{sid}\n")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert controls(done.stdout + done.stderr) == [], controls(done.stdout + done.stderr)
+    shown = done.stdout
+    assert "step 1 · x[/]" in shown and "No such tool" in shown  # the name as written, as text
+    assert "[bold]print(1)[/]" in shown  # arguments as text, never as markup
+    assert "agent> Plain [2J[31mred[0m, ]52;c;ZWNobyBoaQ==clip, ]8;;https://evil.example/\\link]8;;\\, 31mcsi0m" in shown
+    assert "dcs, bell, backspace" in shown and "next" in shown and "line." in shown
+
+
+def test_chat_json_strips_control_characters_too(cli, engine):
+    sid = engine.script({"text": HOSTILE})
+    done = cli("chat", "guide", "--json", "-m", f"Hello. script:{sid}")
+    assert done.returncode == 0, done.stderr
+    text = "".join(json.loads(line)["data"]["text"] for line in done.stdout.splitlines() if '"delta"' in line)
+    assert controls(text) == [] and controls(done.stdout) == []
+    assert text.startswith("Plain [2J[31mred[0m, ]52;c;") and text.endswith("backspace\nnext\tline.")
+
+
+def test_notes_with_markup_are_listed_and_recalled_as_written(cli, gateway, engine, person):
+    text, source = "Write [/] as it is, and [red]this[/red] too.", "[bold]tour[/]"
+    assert cli("memory", "add", text, "--kind", "preference", "--source", source).returncode == 0
+    listed = cli("memory", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert text in listed.stdout and source in listed.stdout
+    found = cli("memory", "search", "How should I write brackets like [/]?")
+    assert found.returncode == 0 and text in found.stdout, found.stderr
+    sid = engine.script({"text": "Noted."})
+    said = cli("chat", "reviewer", stdin=f"How should I write [/]? script:{sid}\n")
+    assert said.returncode == 0 and "Traceback" not in said.stderr, said.stderr
+    assert text in said.stdout
