@@ -129,6 +129,9 @@ def step(event: dict) -> Panel:
     if status == "needs_approval":  # the person approves exactly these arguments: shown whole
         shown = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, indent=2)
         lines = [Text("arguments", style="dim"), Text(shown)]
+        note = event.get("note")
+        if isinstance(note, dict):  # forget: the note it deletes, beside its id
+            lines.append(Text.assemble(("note      ", "dim"), f"{note.get('kind') or 'note'}: {note.get('text', '')}"))
     else:
         lines = [Text.assemble(("arguments ", "dim"), short(arguments))]
     flow = Text.assemble(("status    ", "dim"), ("started", STATUS_STYLE["started"]))

@@ -479,3 +479,20 @@ def test_notes_with_markup_are_listed_and_recalled_as_written(cli, gateway, engi
     said = cli("chat", "reviewer", stdin=f"How should I write [/]? script:{sid}\n")
     assert said.returncode == 0 and "Traceback" not in said.stderr, said.stderr
     assert text in said.stdout
+
+
+def test_a_forget_card_shows_the_notes_text_beside_its_id(cli, gateway, engine, person):
+    note = requests.post(
+        gateway.url + "/v1/entries",
+        headers=person.headers,
+        timeout=30,
+        json={"kind": "fact", "text": "I work on the ledger team.", "source": "test"},
+    ).json()
+    sid = engine.script({"call": {"name": "forget", "arguments": {"id": note["id"]}}}, {"text": "Kept it."})
+    done = cli("chat", "asker", stdin=f"Forget that I work on the ledger team. script:{sid}\nn\n")
+    assert done.returncode == 0, done.stderr
+    out = " ".join(done.stdout.split())
+    card = out[out.index("step 1 · forget") : out.index("needs your approval")]  # the card, above its status
+    assert note["id"] in card and "note fact: I work on the ledger team." in card
+    assert out.index("needs your approval") < out.index("approve? [y/N]")
+    assert [e["id"] for e in door(gateway, person, "/v1/entries").json()["entries"]] == [note["id"]]
