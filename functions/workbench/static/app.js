@@ -270,6 +270,11 @@ function drawStep(card, step) {
     el("span", { class: "status", text: label[step.status] || step.status }),
     step.ms !== undefined && step.status !== "started" ? el("span", { class: "dim", text: `${step.ms} ms` }) : null);
   const parts = [header, el("pre", { text: JSON.stringify(step.arguments ?? {}, null, 1) })];
+  if (step.note) {
+    // forget: the note it deletes, beside its id, so the person approves a note and not an id
+    parts.push(el("p", { class: "note", "aria-label": "The note" }, el("span", { class: "kind", text: step.note.kind || "note" }),
+      " ", el("span", { text: step.note.text })));
+  }
   if (step.result !== undefined) {
     const result = step.result;
     const text = result && typeof result === "object" && result.title
@@ -377,7 +382,10 @@ function askApprovals(pending) {
         el("button", { type: "button", onclick: () => settle(false), text: "Deny" }));
       card.append(ask);
     }
-    pending[0].card.querySelector(".ask button").focus();
+    // The first card has the focus, not Approve: the person reads the call before answering, and an Enter meant
+    // for something else answers nothing (Approve and Deny are a Tab away).
+    for (const { card } of pending) card.tabIndex = -1;
+    pending[0].card.focus();
   });
 }
 
