@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Group
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -68,25 +69,29 @@ def receipt(r: dict) -> Text:
     return Text.assemble(f"forgot {total}: {kinds(r['deleted'])}", (f"  at {r['at'][:19].replace('T', ' ')} UTC", "dim"))
 
 
-def agents(found: Iterable[dict]) -> Table:
-    table = Table(show_edge=False, header_style="bold")
-    for column in ("agent", "tier", "memory", "tools", "steps", "tokens/turn", "deadline", "brief"):
-        table.add_column(column, overflow="fold")
+def agents(found: Iterable[dict]) -> Group:
+    """One block per agent, so that it reads at 80 columns: the name, tier and memory; the brief; tools; limits.
+    Continuation lines are indented: the first word of an unindented line is always an agent's name."""
+    blocks: list[Any] = []
     for a in found:
         limits = a.get("limits") or {}
-        table.add_row(
-            *cells(
-                a["name"],
-                a["tier"],
-                a["memory"],
-                ", ".join(a["tools"]),
-                limits.get("steps", ""),
-                limits.get("tokensPerTurn", ""),
-                f"{limits.get('deadlineSeconds', '')} s",
-                a["brief"],
-            )
+        if blocks:
+            blocks.append(Text())
+        blocks.append(Text.assemble((a["name"], "bold"), (f"  {a['tier']} tier · memory: {a['memory']}", "dim")))
+        rows = Table.grid(padding=(0, 2))
+        rows.add_column(style="dim", no_wrap=True)
+        rows.add_column()
+        rows.add_row(Text("brief"), Text(a["brief"]))
+        rows.add_row(Text("tools"), Text(", ".join(a["tools"])))
+        rows.add_row(
+            Text("limits"),
+            Text(
+                f"{plural(limits.get('steps', 0), 'step')}, {limits.get('tokensPerTurn', '')} tokens and "
+                f"{limits.get('deadlineSeconds', '')} s a turn"
+            ),
         )
-    return table
+        blocks.append(Padding(rows, (0, 0, 0, 2)))
+    return Group(*blocks)
 
 
 def tools(found: Iterable[dict]) -> Table:

@@ -188,6 +188,14 @@ def first_cells(table: str) -> set[str]:
     return {line.split()[0] for line in table.splitlines() if line.strip() and not line.startswith(" " * 2)}
 
 
+def block(shown: str, name: str) -> str:
+    """One agent's block of `agentfn agents`: its first line (the name) and the indented lines under it."""
+    lines = shown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split() and line.split()[0] == name)
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith(" ")), len(lines))
+    return "\n".join(lines[start:end])
+
+
 def test_agents_shows_what_the_caller_may_use(cli, gateway, person, issuer):
     done = cli("agents")
     assert done.returncode == 0, done.stderr
@@ -195,8 +203,10 @@ def test_agents_shows_what_the_caller_may_use(cli, gateway, person, issuer):
     assert {a["name"] for a in granted} <= first_cells(done.stdout) and "secret" not in first_cells(done.stdout)
     for tool in {t for a in granted for t in a["tools"]}:
         assert tool in done.stdout
-    reviewer = next(line for line in done.stdout.splitlines() if line.split() and line.split()[0] == "reviewer")
-    assert "preferences" in reviewer and "60000" in reviewer and "30 s" in reviewer
+    reviewer = block(done.stdout, "reviewer")
+    assert "fast" in reviewer and "preferences" in reviewer and "Reviews code with the person." in reviewer
+    assert "4 steps" in reviewer and "60000 tokens" in reviewer and "30 s" in reviewer
+    assert "platform_status" in reviewer and "run_code" in reviewer and "Answers fast." not in reviewer
     stranger = agentfn("agents", url=gateway.url, token=Person(issuer, groups=()).token)
     assert stranger.returncode == 0 and "platform_status" in stranger.stdout and "run_code" not in stranger.stdout
 
@@ -496,3 +506,16 @@ def test_a_forget_card_shows_the_notes_text_beside_its_id(cli, gateway, engine, 
     assert note["id"] in card and "note fact: I work on the ledger team." in card
     assert out.index("needs your approval") < out.index("approve? [y/N]")
     assert [e["id"] for e in door(gateway, person, "/v1/entries").json()["entries"]] == [note["id"]]
+
+
+def test_agents_is_readable_at_80_columns(gateway, issuer):
+    """Every name, tool and word of a brief whole on one line (none split across two), no line wider than 80."""
+    admin = Person(issuer, groups=("developers", "platform-users", "platform-admins"))
+    done = agentfn("agents", url=gateway.url, token=admin.token, columns=80)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, done.stdout
+    words = {w.strip(",.;:()·") for line in lines for w in line.split()}
+    for a in door(gateway, admin, "/v1/agents").json()["agents"]:
+        for word in (a["name"], *a["tools"], *a["brief"].split(), str(a["limits"]["tokensPerTurn"])):
+            assert word.strip(",.;:()") in words, (word, done.stdout)
