@@ -239,9 +239,19 @@ def test_an_admin_sees_who_may_call_what_and_what_happened(page, stack):
 
 
 def test_a_person_without_the_admin_group_has_no_admin_page(page, stack):
+    said, asked = [], []
+    page.on("console", lambda message: said.append(f"{message.type}: {message.text}"))
+    page.on("request", lambda request: asked.append(request.url))
     sign_in(page, stack, "wb-jon")
     expect(page.locator("#nav").get_by_role("button", name="Chat")).to_be_visible()
+    expect(page.get_by_label("Agent")).to_contain_text("code-reviewer")
+    for view in ("Memory", "Tools", "Chat"):
+        page.locator("#nav").get_by_role("button", name=view).click()
+    page.wait_for_load_state("networkidle")
     expect(page.locator("#nav").get_by_role("button", name="Admin")).to_be_hidden()
+    # The page asks for the admin view only for a person in an admin group: nothing refused in the console.
+    assert not [url for url in asked if "/v1/admin" in url], asked
+    assert not [line for line in said if line.startswith("error")], said
     status = page.evaluate("""async () => (await fetch('/v1/admin/grants')).status""")
     assert status == 401  # without the person's token the door does not answer; with it, 403 (tests/model)
 

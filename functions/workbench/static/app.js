@@ -10,7 +10,7 @@ const SIGN_IN = "agentfn.sign-in"; // sessionStorage: the PKCE verifier and stat
 const MAX_ASKS = 4; // approval rounds in a row for one message, as the CLI allows
 const FORGET_ALL = "forget everything";
 
-const state = { token: null, claims: null, agents: [], messages: [], busy: null, olderThan: null, grants: [] };
+const state = { token: null, claims: null, agents: [], messages: [], busy: null, olderThan: null, grants: [], adminGroups: [] };
 
 // --- small helpers --------------------------------------------------------------------------------------
 
@@ -196,12 +196,16 @@ async function signedIn(token) {
   $("nav").hidden = false;
   show("chat");
   await loadAgents();
-  // The admin section exists for callers the platform lets read the audit; for others it is not there at all.
-  try {
-    state.grants = (await door("GET", "/v1/admin/grants")).rows || [];
-    $("nav-admin").hidden = false;
-  } catch {
-    $("nav-admin").hidden = true;
+  // The admin section exists for callers the platform lets read the audit; for others it is not there at all. Only a
+  // person whose token names an admin group is asked about (anyone else would only be refused); the doors decide.
+  $("nav-admin").hidden = true;
+  if (groups.some((group) => state.adminGroups.includes(group))) {
+    try {
+      state.grants = (await door("GET", "/v1/admin/grants")).rows || [];
+      $("nav-admin").hidden = false;
+    } catch {
+      // refused after all (the model function's admin groups differ): no admin section
+    }
   }
   $("message").focus();
 }
@@ -735,6 +739,7 @@ async function start() {
     $("sign-in").disabled = true;
     return;
   }
+  state.adminGroups = Array.isArray(config.admin_groups) ? config.admin_groups : [];
   $("signin-where").textContent = `You sign in at ${config.issuer}.`;
   $("sign-in").addEventListener("click", () => signIn(config).catch(notify));
   const query = new URLSearchParams(location.search);
