@@ -94,7 +94,7 @@ class Chat:
                 else:
                     asker.print(prompt, end="")
                     line = sys.stdin.readline()
-                    asker.print(line.strip())
+                    asker.print(Text(line.strip()))
             except (EOFError, KeyboardInterrupt):
                 line = ""
             if line.strip().startswith("/"):
@@ -133,7 +133,7 @@ class Chat:
                 if name == "delta":
                     if not line_open:
                         self.out.print(Text("agent> ", style="bold cyan"), end="")
-                    self.out.print(data.get("text", ""), end="", soft_wrap=True, markup=False, highlight=False)
+                    self.out.print(Text(data.get("text", "")), end="", soft_wrap=True)
                     line_open = True
                 elif name == "step":
                     if line_open:
@@ -141,7 +141,7 @@ class Chat:
                         line_open = False
                     if data.get("status") == "started":
                         if self.out.is_terminal:
-                            spinner = self.out.status(f"step {data.get('n')} · {data.get('tool')} …")
+                            spinner = self.out.status(Text(f"step {data.get('n')} · {data.get('tool')} …"))
                             spinner.start()
                     else:
                         if spinner is not None:

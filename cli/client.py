@@ -7,6 +7,7 @@ commands show those two lines and nothing else (never a traceback).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,22 @@ from .settings import CliSettings
 
 TOKEN_HINT = "export AGENTFN_TOKEN=$(agentfn token alice --groups developers)"
 TIMEOUT = (5, 600)  # connect; read between two chunks (a turn on a small CPU engine pauses long)
+# The C0 and C1 controls but newline and tab, and DEL. What the doors relay was written by a model, a tool, a page or
+# a note; printed as is, such a character could clear the screen, set the clipboard (OSC 52) or hide where a
+# link goes (OSC 8) on the person's terminal.
+CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(value: Any) -> Any:
+    """A decoded answer with every control character taken out of its strings (keys too): everything the CLI shows
+    of the platform's answers comes through here, whatever then draws it."""
+    if isinstance(value, str):
+        return CONTROLS.sub("", value)
+    if isinstance(value, list):
+        return [printable(v) for v in value]
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    return value
 
 
 def default_url() -> str:
@@ -41,7 +58,7 @@ class Problem(Failure):
     @classmethod
     def of(cls, response: requests.Response) -> Problem:
         try:
-            body = response.json()
+            body = printable(response.json())
         except ValueError:
             body = None
         if isinstance(body, dict) and "title" in body:
@@ -50,7 +67,7 @@ class Problem(Failure):
             )
         return cls(
             response.status_code,
-            f"{response.status_code} {response.reason or ''}".strip(),
+            printable(f"{response.status_code} {response.reason or ''}".strip()),
             "the gateway answered without problem details",
         )
 
@@ -87,7 +104,7 @@ class Client:
 
     def json(self, method: str, path: str, **kw: Any) -> Any:
         response = self.request(method, path, **kw)
-        return response.json() if response.content else None
+        return printable(response.json()) if response.content else None
 
     # The doors.
     def entries(self, kind: str | None = None) -> list[dict]:
@@ -118,11 +135,11 @@ def events(lines: Iterator[str]) -> Iterator[tuple[str, dict]]:
     for line in lines:
         if line == "":
             if name is not None:
-                yield name, json.loads("\n".join(data) or "{}")
+                yield name, printable(json.loads("\n".join(data) or "{}"))
             name, data = None, []
         elif line.startswith("event:"):
             name = line[6:].strip()
         elif line.startswith("data:"):
             data.append(line[5:].removeprefix(" "))
     if name is not None:
-        yield name, json.loads("\n".join(data) or "{}")
+        yield name, printable(json.loads("\n".join(data) or "{}"))

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from . import images as containers
 from . import render
-from .client import Client, Failure, default_url
+from .client import Client, Failure, default_url, printable
 from .settings import CliSettings
 from .stack import PORTS, Stack
 
@@ -114,7 +114,9 @@ def images(
     started = time.monotonic()
     unknown = sorted(set(parts or ()) - set(containers.IMAGES))
     if unknown:
-        console.print(f"[red]no such image: {', '.join(unknown)}[/] (the images: {', '.join(containers.IMAGES)})")
+        console.print(
+            Text.assemble((f"no such image: {', '.join(unknown)}", "red"), f" (the images: {', '.join(containers.IMAGES)})")
+        )
         raise typer.Exit(2)
     built = containers.build(base, embedding_model, logs, console, parts or containers.IMAGES)
     table = Table("image", "built in", "size", "over the base", box=None)
@@ -157,7 +159,7 @@ def token(
         console.print(f"[red]the dev issuer is not answering at {ISSUER}[/]: start the platform with ./dev up")
         raise typer.Exit(1) from None
     if response.status_code != 200:
-        console.print(f"[red]{response.json().get('error', response.text)}[/]")
+        console.print(Text(printable(str(response.json().get("error", response.text))), style="red"))
         raise typer.Exit(1)
     print(response.json()["token"])
 
@@ -247,7 +249,7 @@ def memory_forget(
         if every == (entry_id is not None):
             raise Failure("name one entry, or --all", "agentfn memory forget ID  |  agentfn memory forget --all", code=2)
         if entry_id is not None:
-            out.print(f"forgot {entries.forget(ctx.obj.client(), entry_id)}", highlight=False)
+            out.print(Text(f"forgot {entries.forget(ctx.obj.client(), entry_id)}"))
             return
         client = ctx.obj.client()
         if not yes:

@@ -1,4 +1,8 @@
-"""How the CLI draws what the doors answer: tables of entries, agents, tools and grants; a turn's pieces."""
+"""How the CLI draws what the doors answer: tables of entries, agents, tools and grants; a turn's pieces.
+
+What the platform relays is drawn as Rich `Text`, never as markup: a note, a tool's name or a model's answer
+with `[/]` in it is shown as written (its control characters were taken out as it was read: client.printable).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Group
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -27,20 +32,27 @@ def entries(found: Iterable[dict]) -> Table:
         table.add_column(column, overflow="fold")
     for e in found:
         table.add_row(
-            e["id"][:ID_PREFIX],
-            e["kind"],
-            e["text"],
-            e.get("source") or "",
-            (e.get("updated_at") or e.get("created_at") or "")[:19].replace("T", " "),
+            *cells(
+                e["id"][:ID_PREFIX],
+                e["kind"],
+                e["text"],
+                e.get("source") or "",
+                (e.get("updated_at") or e.get("created_at") or "")[:19].replace("T", " "),
+            )
         )
     return table
+
+
+def cells(*values: Any) -> list[Text]:
+    """A table row's cells as text (a str cell would be read as markup)."""
+    return [Text(str(v)) for v in values]
 
 
 def entry(e: dict, title: str) -> Panel:
     return Panel(
         Text(e["text"]),
-        title=f"{title} {e['id']}",
-        subtitle=f"{e['kind']} · {e.get('source') or ''}".rstrip(" ·"),
+        title=Text(f"{title} {e['id']}"),
+        subtitle=Text(f"{e['kind']} · {e.get('source') or ''}".rstrip(" ·")),
         title_align="left",
         subtitle_align="right",
     )
@@ -63,23 +75,29 @@ def receipt(r: dict) -> Text:
     return shown
 
 
-def agents(found: Iterable[dict]) -> Table:
-    table = Table(show_edge=False, header_style="bold")
-    for column in ("agent", "tier", "memory", "tools", "steps", "tokens/turn", "deadline", "brief"):
-        table.add_column(column, overflow="fold")
+def agents(found: Iterable[dict]) -> Group:
+    """One block per agent, so that it reads at 80 columns: the name, tier and memory; the brief; tools; limits.
+    Continuation lines are indented: the first word of an unindented line is always an agent's name."""
+    blocks: list[Any] = []
     for a in found:
         limits = a.get("limits") or {}
-        table.add_row(
-            a["name"],
-            a["tier"],
-            a["memory"],
-            ", ".join(a["tools"]),
-            str(limits.get("steps", "")),
-            str(limits.get("tokensPerTurn", "")),
-            f"{limits.get('deadlineSeconds', '')} s",
-            a["brief"],
+        if blocks:
+            blocks.append(Text())
+        blocks.append(Text.assemble((a["name"], "bold"), (f"  {a['tier']} tier · memory: {a['memory']}", "dim")))
+        rows = Table.grid(padding=(0, 2))
+        rows.add_column(style="dim", no_wrap=True)
+        rows.add_column()
+        rows.add_row(Text("brief"), Text(a["brief"]))
+        rows.add_row(Text("tools"), Text(", ".join(a["tools"])))
+        rows.add_row(
+            Text("limits"),
+            Text(
+                f"{plural(limits.get('steps', 0), 'step')}, {limits.get('tokensPerTurn', '')} tokens and "
+                f"{limits.get('deadlineSeconds', '')} s a turn"
+            ),
         )
-    return table
+        blocks.append(Padding(rows, (0, 0, 0, 2)))
+    return Group(*blocks)
 
 
 def tools(found: Iterable[dict]) -> Table:
@@ -90,7 +108,7 @@ def tools(found: Iterable[dict]) -> Table:
         properties = (t.get("input_schema") or {}).get("properties") or {}
         required = set((t.get("input_schema") or {}).get("required") or [])
         table.add_row(
-            t["name"], t.get("description", ""), ", ".join(f"{k}{'' if k in required else '?'}" for k in properties)
+            *cells(t["name"], t.get("description", ""), ", ".join(f"{k}{'' if k in required else '?'}" for k in properties))
         )
     return table
 
@@ -100,7 +118,7 @@ def grants(header: Iterable[str], found: Iterable[Iterable[str]]) -> Table:
     for column in header:
         table.add_column(column.lower(), overflow="fold")
     for row in found:
-        table.add_row(*row)
+        table.add_row(*cells(*row))
     return table
 
 
@@ -122,6 +140,9 @@ def step(event: dict) -> Panel:
     if status == "needs_approval":  # the person approves exactly these arguments: shown whole
         shown = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, indent=2)
         lines = [Text("arguments", style="dim"), Text(shown)]
+        note = event.get("note")
+        if isinstance(note, dict):  # forget: the note it deletes, beside its id
+            lines.append(Text.assemble(("note      ", "dim"), f"{note.get('kind') or 'note'}: {note.get('text', '')}"))
     else:
         lines = [Text.assemble(("arguments ", "dim"), short(arguments))]
     flow = Text.assemble(("status    ", "dim"), ("started", STATUS_STYLE["started"]))
@@ -141,7 +162,7 @@ def step(event: dict) -> Panel:
         lines.append(Text.assemble(("result    ", "dim"), short(result)))
     return Panel(
         Group(*lines),
-        title=f"step {event.get('n', '?')} · [bold]{event.get('tool', '?')}[/]",
+        title=Text.assemble(f"step {event.get('n', '?')} · ", (str(event.get("tool", "?")), "bold")),
         title_align="left",
         border_style=STATUS_STYLE.get(status, ""),
         expand=False,
@@ -157,11 +178,13 @@ def recalled(found: list[dict], cited: Iterable[str]) -> Table:
     for e in found:
         similarity = e.get("similarity")
         table.add_row(
-            "✓" if e["id"] in cited else "",
-            e["id"][:ID_PREFIX],
-            e["kind"] + (f" {e['date']}" if e.get("date") else ""),
-            short(e["text"], 200),
-            f"{similarity:.2f}" if isinstance(similarity, int | float) else "",
+            *cells(
+                "✓" if e["id"] in cited else "",
+                e["id"][:ID_PREFIX],
+                e["kind"] + (f" {e['date']}" if e.get("date") else ""),
+                short(e["text"], 200),
+                f"{similarity:.2f}" if isinstance(similarity, int | float) else "",
+            )
         )
     return table
 

@@ -35,6 +35,7 @@ HOST = "127.0.0.1"
 PR_SET_PDEATHSIG = 1
 SERVICE_ACCOUNT = "system:serviceaccount:agentfn:agentfn-model"
 WORKBENCH = "agentfn-workbench"  # the workbench's public client at the issuer
+ADMINS = "platform-admins"  # the group the admin doors (and the workbench's admin page) are for
 
 
 def account(part: str) -> str:
@@ -329,7 +330,7 @@ class Stack:
                     "AGENTFN_APPROVAL_KEY_FILE": str(self.approval_key_file()),
                     "AGENTFN_EXCHANGE_TOKEN_FILE": str(self.exchange_token_files["model"]),
                     "AGENTFN_MCP_RESOURCE": self.mcp_resource,
-                    "AGENTFN_ADMIN_GROUPS": "platform-admins",
+                    "AGENTFN_ADMIN_GROUPS": ADMINS,
                     **{f"AGENTFN_TOOL_{tool.upper()}_URL": url[tool] for tool in (*READS, "run_code")},
                 },
             ),
@@ -338,7 +339,7 @@ class Stack:
                 "workbench",
                 "agentfn.workbench.app:create_app()",
                 PORTS["workbench"],
-                {k: v for k, v in ident.items() if k != "AGENTFN_SUBJECT_HASH_KEY_FILE"},
+                {**{k: v for k, v in ident.items() if k != "AGENTFN_SUBJECT_HASH_KEY_FILE"}, "AGENTFN_ADMIN_GROUPS": ADMINS},
             ),
             # Ready when a public door answers through it: the model function's 401 to a caller without a token.
             Part(

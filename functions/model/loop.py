@@ -235,7 +235,6 @@ class Turn:
             recalled = found or []
             # Memory not answering does not end the turn; the caller is told it went without.
             yield "recall", {"entries": recalled} if found is not None else {"entries": [], "unavailable": True}
-        shown = frozenset(e["id"] for e in recalled)
         tools = s.tools.for_agent(agent, self.caller, self.deadline)
         constrained = tier.tool_mode == "constrained"
         system = prompt.system(
@@ -257,7 +256,8 @@ class Turn:
             {"role": "system", "content": system},
             *prompt.with_notes(prompt.fit(self.messages, max(room, 64)), recalled),
         ]
-        steps = Steps(self, tools, shown, convo, constrained, Offered(written(self.messages)))
+        notes = {e["id"]: e for e in recalled}
+        steps = Steps(self, tools, notes, convo, constrained, Offered(written(self.messages)))
         calls_left = min(MAX_CALLS, agent.steps) if tools else 0
         if self.approvals:
             # The person's answers to the last turn's asks: the approved calls run first, as this turn's steps.
@@ -407,9 +407,11 @@ class Steps:
     """
 
     def __init__(
-        self, turn: Turn, tools: dict, shown: frozenset[str], convo: list[dict], constrained: bool, offered: Offered
+        self, turn: Turn, tools: dict, notes: dict[str, dict], convo: list[dict], constrained: bool, offered: Offered
     ):
-        self.turn, self.tools, self.shown, self.convo, self.constrained = turn, tools, shown, convo, constrained
+        self.turn, self.tools, self.convo, self.constrained = turn, tools, convo, constrained
+        self.notes = notes  # the notes recalled for the turn, by id: the ones shown to the model
+        self.shown = frozenset(notes)
         self.offered = offered
         self.made: dict[tuple[str, str], tuple[int, ToolResult]] = {}
         self.once: set[str] = set()
@@ -476,10 +478,13 @@ class Steps:
             except ProblemError as unavailable:
                 refusal = {**unavailable.to_dict()}
             else:
-                yield (
-                    "step",
-                    {"n": n, "tool": request.name, "arguments": arguments, "status": "needs_approval", "approval": token},
-                )
+                asked = {"n": n, "tool": request.name, "arguments": arguments, "status": "needs_approval", "approval": token}
+                if request.name == "forget":
+                    # The person approves deleting a note, not an id: its text as this turn recalled it (a forget
+                    # asks only for an id shown in the turn), streamed to the person and never logged.
+                    note = self.notes[request.arguments["id"]]
+                    asked["note"] = {"id": note["id"], "kind": note.get("kind"), "text": note["text"]}
+                yield "step", asked
                 self._record(request, "needs_approval", 0.0)
                 self.made[key] = (
                     n,

@@ -201,10 +201,11 @@ GRANT_ROW = {
 EVENTS = """Server-sent events, in this order: `recall` `{entries}` (agents with memory), then for each tool call
 `step` `{n, tool, arguments, status: "started"}` and `step` `{n, tool, arguments, status: "ok"|"error", ms, result}`;
 a call not run is one `step`: `status: "needs_approval"` with its `approval` token (the person approves it in the next
-turn request's `approvals`), `"declined"` (the person declined it), or `"repeat"` (`repeat_of`: the step that made the
-same call; `result`: that step's); `delta` `{text}` pieces of the answer as they arrive, and at the end `done`
-`{cited, steps, pending, usage, generation_id, timing}` (`pending`: the numbers of the steps awaiting approval, the
-turn ended for them; `timing`: `ms`, `engine_ms`, `tools_ms` of the turn),
+turn request's `approvals`; a `forget`'s also has `note` `{id, kind, text}`, the note it deletes), `"declined"` (the
+person declined it), or `"repeat"` (`repeat_of`: the step that made the same call; `result`: that step's); `delta`
+`{text}` pieces of the answer as they arrive, and at the end `done` `{cited, steps, pending, usage, generation_id,
+timing}` (`pending`: the numbers of the steps awaiting approval, the turn ended for them; `timing`: `ms`, `engine_ms`,
+`tools_ms` of the turn),
 or instead `error` (a problem, with `generation_id`) when the turn cannot finish."""
 
 FAILURES = {  # a door's problems by status

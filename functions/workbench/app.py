@@ -48,7 +48,7 @@ def asset(name: str) -> Response:
 
 @bp.get("/workbench.json")
 def settings() -> Response:
-    """What the page needs to sign in: the issuer, its client id and the scopes."""
+    """What the page needs to sign in: the issuer, its client id and the scopes; and which groups the admin page is for."""
     return jsonify(current_app.config["WORKBENCH"])
 
 
@@ -108,17 +108,18 @@ OPENAPI = {
                 "summary": "Sign-in settings",
                 "responses": {
                     "200": {
-                        "description": "the issuer, client id and scopes",
+                        "description": "the issuer, client id and scopes; the groups shown the admin page",
                         "content": {
                             "application/json": {
                                 "schema": {
                                     "type": "object",
-                                    "required": ["issuer", "client_id", "scope"],
+                                    "required": ["issuer", "client_id", "scope", "admin_groups"],
                                     "additionalProperties": False,
                                     "properties": {
                                         "issuer": {"type": "string"},
                                         "client_id": {"type": "string"},
                                         "scope": {"type": "string"},
+                                        "admin_groups": {"type": "array", "items": {"type": "string"}},
                                     },
                                 }
                             }
@@ -149,6 +150,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         "issuer": issuer.rstrip("/"),
         "client_id": settings.client_id,
         "scope": settings.scope,
+        "admin_groups": list(settings.admin_groups),
     }
     app.config["WORKBENCH_CSP"] = policy(issuer)
     app.register_blueprint(bp)

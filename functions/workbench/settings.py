@@ -27,3 +27,10 @@ class WorkbenchSettings(Settings):
         "the page's client id there: a public client with PKCE, its redirect URI the site root",
     )
     scope: str = setting("AGENTFN_WORKBENCH_SCOPE", "openid", "the scopes the page asks for")
+    admin_groups: tuple[str, ...] = setting(
+        "AGENTFN_ADMIN_GROUPS",
+        ("platform-admins",),
+        "comma-separated groups shown the admin page: the model function's (the chart's `functions.model.adminGroups`); "
+        "the page asks for the admin doors only for a person in one (the doors decide, whatever the page shows)",
+        keep_empty=True,
+    )

@@ -350,3 +350,21 @@ def test_remember_of_a_note_the_person_has_says_existing_and_keeps_no_second(mod
     assert ran["result"]["existing"] is True and ran["result"]["text"] == NOTE["text"]
     assert '"existing": true' in engine.requests(sid)[1]["messages"][-1]["content"]  # the model is told
     assert [e["text"] for e in mine(memory, person)] == [NOTE["text"]]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_forget_that_waits_for_approval_shows_the_notes_text(model, engine, memory, person, logs, mode):
+    kept = requests.post(
+        memory.url + "/v1/entries",
+        headers=person.headers,
+        json={"kind": "preference", "text": "Prefers tabs in Go code.", "source": "test"},
+        timeout=10,
+    ).json()
+    sid = engine.script({"call": {"name": "forget", "arguments": {"id": kept["id"]}}}, ANSWER)
+    _, events = take_turn(model.url, person, "asker" + MODES[mode], f"Forget my note about tabs in Go. script:{sid}")
+    (asked,) = [d for name, d in events if name == "step"]
+    assert (asked["status"], asked["arguments"]) == ("needs_approval", {"id": kept["id"]})
+    # What the person approves deleting, beside its id: the note as this turn recalled it.
+    assert asked["note"] == {"id": kept["id"], "kind": "preference", "text": "Prefers tabs in Go code."}
+    assert "Prefers tabs in Go code." not in (logs / "model.log").read_text()
+    assert [e["id"] for e in mine(memory, person)] == [kept["id"]]  # nothing forgotten yet

@@ -189,6 +189,14 @@ def first_cells(table: str) -> set[str]:
     return {line.split()[0] for line in table.splitlines() if line.strip() and not line.startswith(" " * 2)}
 
 
+def block(shown: str, name: str) -> str:
+    """One agent's block of `agentfn agents`: its first line (the name) and the indented lines under it."""
+    lines = shown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split() and line.split()[0] == name)
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith(" ")), len(lines))
+    return "\n".join(lines[start:end])
+
+
 def test_agents_shows_what_the_caller_may_use(cli, gateway, person, issuer):
     done = cli("agents")
     assert done.returncode == 0, done.stderr
@@ -196,8 +204,10 @@ def test_agents_shows_what_the_caller_may_use(cli, gateway, person, issuer):
     assert {a["name"] for a in granted} <= first_cells(done.stdout) and "secret" not in first_cells(done.stdout)
     for tool in {t for a in granted for t in a["tools"]}:
         assert tool in done.stdout
-    reviewer = next(line for line in done.stdout.splitlines() if line.split() and line.split()[0] == "reviewer")
-    assert "preferences" in reviewer and "60000" in reviewer and "30 s" in reviewer
+    reviewer = block(done.stdout, "reviewer")
+    assert "fast" in reviewer and "preferences" in reviewer and "Reviews code with the person." in reviewer
+    assert "4 steps" in reviewer and "60000 tokens" in reviewer and "30 s" in reviewer
+    assert "platform_status" in reviewer and "run_code" in reviewer and "Answers fast." not in reviewer
     stranger = agentfn("agents", url=gateway.url, token=Person(issuer, groups=()).token)
     assert stranger.returncode == 0 and "platform_status" in stranger.stdout and "run_code" not in stranger.stdout
 
@@ -428,3 +438,85 @@ def test_chat_json_with_yes_prints_the_ask_the_answer_and_the_approving_turn(cli
         ("done", None),
     ]
     assert events[1]["data"]["approval"] and events[1]["data"]["arguments"]["text"] == "I work on the ledger team."
+
+
+# What a model or a tool may write to get at the person's terminal: CSI (clear, colours), OSC 52 (the clipboard),
+# OSC 8 (a hyperlink that hides its target), C1 controls (CSI, DCS and ST as single bytes), BEL, BS, CR, DEL.
+HOSTILE = (
+    "Plain \x1b[2J\x1b[31mred\x1b[0m, \x1b]52;c;ZWNobyBoaQ==\x07clip, "
+    "\x1b]8;;https://evil.example/\x1b\\link\x1b]8;;\x1b\\, "
+    "\x9b31mcsi\x9b0m, \x90dcs\x9c, bell\x07, back\x08space\x7f\r\nnext\tline."
+)
+
+
+def controls(text: str) -> list[str]:
+    """The C0 and C1 controls (and DEL) in a text, but newline and tab."""
+    return [c for c in text if (ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F]
+
+
+def test_chat_shows_a_tool_name_with_markup_and_strips_control_characters(cli, engine):
+    sid = engine.script(
+        {"call": {"name": "x[/]", "arguments": {"code": "\x1b]52;c;aGk=\x07[bold]print(1)[/]\x9b2J"}}},
+        {"text": HOSTILE, "chunks": 7},
+    )
+    done = cli("chat", "reviewer", stdin=f"Hello. script:{sid}\n")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert controls(done.stdout + done.stderr) == [], controls(done.stdout + done.stderr)
+    shown = done.stdout
+    assert "step 1 · x[/]" in shown and "No such tool" in shown  # the name as written, as text
+    assert "[bold]print(1)[/]" in shown  # arguments as text, never as markup
+    assert "agent> Plain [2J[31mred[0m, ]52;c;ZWNobyBoaQ==clip, ]8;;https://evil.example/\\link]8;;\\, 31mcsi0m" in shown
+    assert "dcs, bell, backspace" in shown and "next" in shown and "line." in shown
+
+
+def test_chat_json_strips_control_characters_too(cli, engine):
+    sid = engine.script({"text": HOSTILE})
+    done = cli("chat", "guide", "--json", "-m", f"Hello. script:{sid}")
+    assert done.returncode == 0, done.stderr
+    text = "".join(json.loads(line)["data"]["text"] for line in done.stdout.splitlines() if '"delta"' in line)
+    assert controls(text) == [] and controls(done.stdout) == []
+    assert text.startswith("Plain [2J[31mred[0m, ]52;c;") and text.endswith("backspace\nnext\tline.")
+
+
+def test_notes_with_markup_are_listed_and_recalled_as_written(cli, gateway, engine, person):
+    text, source = "Write [/] as it is, and [red]this[/red] too.", "[bold]tour[/]"
+    assert cli("memory", "add", text, "--kind", "preference", "--source", source).returncode == 0
+    listed = cli("memory", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert text in listed.stdout and source in listed.stdout
+    found = cli("memory", "search", "How should I write brackets like [/]?")
+    assert found.returncode == 0 and text in found.stdout, found.stderr
+    sid = engine.script({"text": "Noted."})
+    said = cli("chat", "reviewer", stdin=f"How should I write [/]? script:{sid}\n")
+    assert said.returncode == 0 and "Traceback" not in said.stderr, said.stderr
+    assert text in said.stdout
+
+
+def test_a_forget_card_shows_the_notes_text_beside_its_id(cli, gateway, engine, person):
+    note = requests.post(
+        gateway.url + "/v1/entries",
+        headers=person.headers,
+        timeout=30,
+        json={"kind": "fact", "text": "I work on the ledger team.", "source": "test"},
+    ).json()
+    sid = engine.script({"call": {"name": "forget", "arguments": {"id": note["id"]}}}, {"text": "Kept it."})
+    done = cli("chat", "asker", stdin=f"Forget that I work on the ledger team. script:{sid}\nn\n")
+    assert done.returncode == 0, done.stderr
+    out = " ".join(done.stdout.split())
+    card = out[out.index("step 1 · forget") : out.index("needs your approval")]  # the card, above its status
+    assert note["id"] in card and "note fact: I work on the ledger team." in card
+    assert out.index("needs your approval") < out.index("approve? [y/N]")
+    assert [e["id"] for e in door(gateway, person, "/v1/entries").json()["entries"]] == [note["id"]]
+
+
+def test_agents_is_readable_at_80_columns(gateway, issuer):
+    """Every name, tool and word of a brief whole on one line (none split across two), no line wider than 80."""
+    admin = Person(issuer, groups=("developers", "platform-users", "platform-admins"))
+    done = agentfn("agents", url=gateway.url, token=admin.token, columns=80)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, done.stdout
+    words = {w.strip(",.;:()·") for line in lines for w in line.split()}
+    for a in door(gateway, admin, "/v1/agents").json()["agents"]:
+        for word in (a["name"], *a["tools"], *a["brief"].split(), str(a["limits"]["tokensPerTurn"])):
+            assert word.strip(",.;:()") in words, (word, done.stdout)

@@ -207,9 +207,16 @@ class GatewayServer(Gunicorn):
 
 
 def agentfn(
-    *args: str, url: str | None = None, token: str | None = None, stdin: str | None = None, timeout: float = 90
+    *args: str,
+    url: str | None = None,
+    token: str | None = None,
+    stdin: str | None = None,
+    timeout: float = 90,
+    columns: int = 200,
 ) -> subprocess.CompletedProcess:
     """The CLI as a subprocess, its URL and token given or unset (never the ones of the environment running the tests)."""
     env = {k: v for k, v in os.environ.items() if k not in ("AGENTFN_URL", "AGENTFN_TOKEN")}
-    env.update({"COLUMNS": "200", **({"AGENTFN_URL": url} if url else {}), **({"AGENTFN_TOKEN": token} if token else {})})
+    env.update(
+        {"COLUMNS": str(columns), **({"AGENTFN_URL": url} if url else {}), **({"AGENTFN_TOKEN": token} if token else {})}
+    )
     return subprocess.run([str(AGENTFN), *args], input=stdin, capture_output=True, text=True, env=env, timeout=timeout)

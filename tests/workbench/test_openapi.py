@@ -26,6 +26,11 @@ def test_every_door_answers_as_documented(case):
 
 def test_the_settings_name_the_issuer_and_the_public_client(workbench, issuer):
     found = requests.get(workbench.url + "/workbench.json", timeout=5).json()
-    assert found == {"issuer": issuer.url, "client_id": "agentfn-workbench", "scope": "openid"}
+    assert found == {
+        "issuer": issuer.url,
+        "client_id": "agentfn-workbench",
+        "scope": "openid",
+        "admin_groups": ["platform-admins"],
+    }
     policy = requests.get(workbench.url + "/", timeout=5).headers["Content-Security-Policy"]
     assert f"connect-src 'self' {issuer.url}" in policy  # the page may reach the issuer's token endpoint, nothing else

@@ -72,7 +72,7 @@ def test_a_turn_streams_with_its_recall_cited_and_a_step_approved(page, stack):
     expect(card).to_have_attribute("data-status", "needs_approval")
     expect(card).to_contain_text("run_code")
     expect(card).to_contain_text('"code": "print(6 * 7)"')
-    expect(page.get_by_role("button", name="Approve")).to_be_focused()
+    expect(card).to_be_focused()  # the call to read first; Approve is a Tab away
     shot(page, "3-chat-approval")
     page.get_by_role("button", name="Approve").click()
     expect(page.locator(".answer").last).to_have_text(f"It printed 42. [{note['id']}]")
@@ -241,9 +241,19 @@ def test_an_admin_sees_who_may_call_what_and_what_happened(page, stack):
 
 
 def test_a_person_without_the_admin_group_has_no_admin_page(page, stack):
+    said, asked = [], []
+    page.on("console", lambda message: said.append(f"{message.type}: {message.text}"))
+    page.on("request", lambda request: asked.append(request.url))
     sign_in(page, stack, "wb-jon")
     expect(page.locator("#nav").get_by_role("button", name="Chat")).to_be_visible()
+    expect(page.get_by_label("Agent")).to_contain_text("code-reviewer")
+    for view in ("Memory", "Tools", "Chat"):
+        page.locator("#nav").get_by_role("button", name=view).click()
+    page.wait_for_load_state("networkidle")
     expect(page.locator("#nav").get_by_role("button", name="Admin")).to_be_hidden()
+    # The page asks for the admin view only for a person in an admin group: nothing refused in the console.
+    assert not [url for url in asked if "/v1/admin" in url], asked
+    assert not [line for line in said if line.startswith("error")], said
     status = page.evaluate("""async () => (await fetch('/v1/admin/grants')).status""")
     assert status == 401  # without the person's token the door does not answer; with it, 403 (tests/model)
 
@@ -291,6 +301,8 @@ def test_the_chat_works_from_the_keyboard(page, stack):
     expect(page.get_by_label("Your message")).to_be_focused()  # after sign-in, typing goes to the message
     page.keyboard.type(f"script:{script} print one")
     page.keyboard.press("Enter")
+    expect(page.locator(".card[data-step='1']")).to_be_focused()
+    page.keyboard.press("Tab")
     expect(page.get_by_role("button", name="Approve")).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.locator(".answer").last).to_have_text("Done.")
@@ -298,3 +310,29 @@ def test_the_chat_works_from_the_keyboard(page, stack):
     page.goto(stack.url + "/")
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.textContent") == "Skip to the content"
+
+
+def test_a_forget_card_shows_the_note_and_a_stray_enter_answers_nothing(page, stack):
+    token = stack.token("wb-max")
+    note = add_note(stack, token, "Prefer tabs to spaces in Go code.")
+    script = stack.script({"call": {"name": "forget", "arguments": {"id": note["id"]}}}, {"text": "I kept it."})
+    sign_in(page, stack, "wb-max")
+    page.get_by_label("Agent").select_option("code-reviewer")
+    say(page, f"script:{script} Forget my note about tabs and spaces in Go code.")
+    card = page.locator(".card[data-step='1']")
+    expect(card).to_have_attribute("data-status", "needs_approval")
+    expect(card).to_contain_text(note["id"])
+    expect(card.get_by_label("The note")).to_contain_text("Prefer tabs to spaces in Go code.")
+    expect(card.locator(".note .kind")).to_have_text("preference")
+    # The card has the focus, not Approve: a stray Enter (a message sent twice) answers nothing.
+    expect(card).to_be_focused()
+    expect(page.get_by_role("button", name="Approve")).not_to_be_focused()
+    page.keyboard.press("Enter")
+    page.wait_for_timeout(500)
+    expect(card).to_have_attribute("data-status", "needs_approval")
+    expect(card.get_by_role("button", name="Approve")).to_be_visible()
+    assert [e["id"] for e in stack.door("GET", "/v1/entries", token).json()["entries"]] == [note["id"]]
+    shot(page, "11-forget-approval")
+    page.get_by_role("button", name="Deny").click()
+    expect(page.locator(".answer").last).to_have_text("I kept it.")
+    assert [e["id"] for e in stack.door("GET", "/v1/entries", token).json()["entries"]] == [note["id"]]

@@ -10,7 +10,7 @@ const SIGN_IN = "agentfn.sign-in"; // sessionStorage: the PKCE verifier and stat
 const MAX_ASKS = 4; // approval rounds in a row for one message, as the CLI allows
 const FORGET_ALL = "forget everything";
 
-const state = { token: null, claims: null, agents: [], messages: [], busy: null, olderThan: null, grants: [] };
+const state = { token: null, claims: null, agents: [], messages: [], busy: null, olderThan: null, grants: [], adminGroups: [] };
 
 // --- small helpers --------------------------------------------------------------------------------------
 
@@ -196,12 +196,16 @@ async function signedIn(token) {
   $("nav").hidden = false;
   show("chat");
   await loadAgents();
-  // The admin section exists for callers the platform lets read the audit; for others it is not there at all.
-  try {
-    state.grants = (await door("GET", "/v1/admin/grants")).rows || [];
-    $("nav-admin").hidden = false;
-  } catch {
-    $("nav-admin").hidden = true;
+  // The admin section exists for callers the platform lets read the audit; for others it is not there at all. Only a
+  // person whose token names an admin group is asked about (anyone else would only be refused); the doors decide.
+  $("nav-admin").hidden = true;
+  if (groups.some((group) => state.adminGroups.includes(group))) {
+    try {
+      state.grants = (await door("GET", "/v1/admin/grants")).rows || [];
+      $("nav-admin").hidden = false;
+    } catch {
+      // refused after all (the model function's admin groups differ): no admin section
+    }
   }
   $("message").focus();
 }
@@ -270,6 +274,11 @@ function drawStep(card, step) {
     el("span", { class: "status", text: label[step.status] || step.status }),
     step.ms !== undefined && step.status !== "started" ? el("span", { class: "dim", text: `${step.ms} ms` }) : null);
   const parts = [header, el("pre", { text: JSON.stringify(step.arguments ?? {}, null, 1) })];
+  if (step.note) {
+    // forget: the note it deletes, beside its id, so the person approves a note and not an id
+    parts.push(el("p", { class: "note", "aria-label": "The note" }, el("span", { class: "kind", text: step.note.kind || "note" }),
+      " ", el("span", { text: step.note.text })));
+  }
   if (step.result !== undefined) {
     const result = step.result;
     const text = result && typeof result === "object" && result.title
@@ -377,7 +386,10 @@ function askApprovals(pending) {
         el("button", { type: "button", onclick: () => settle(false), text: "Deny" }));
       card.append(ask);
     }
-    pending[0].card.querySelector(".ask button").focus();
+    // The first card has the focus, not Approve: the person reads the call before answering, and an Enter meant
+    // for something else answers nothing (Approve and Deny are a Tab away).
+    for (const { card } of pending) card.tabIndex = -1;
+    pending[0].card.focus();
   });
 }
 
@@ -735,6 +747,7 @@ async function start() {
     $("sign-in").disabled = true;
     return;
   }
+  state.adminGroups = Array.isArray(config.admin_groups) ? config.admin_groups : [];
   $("signin-where").textContent = `You sign in at ${config.issuer}.`;
   $("sign-in").addEventListener("click", () => signIn(config).catch(notify));
   const query = new URLSearchParams(location.search);
