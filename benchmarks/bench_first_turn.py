@@ -2,13 +2,14 @@
 
 Not a test; run by hand (2 cores; about 5 minutes):
 
-    .venv/bin/python benchmarks/bench_first_turn.py [--port-base 23400] [--turns 3]
+    .venv/bin/python benchmarks/bench_first_turn.py [--port-base 23400] [--turns 4] [--after 30]
 
 It starts the platform as `./dev up` does (`agentfn up`, in a fresh data folder, the offline engine), waits for
 the banner, and as the tour's person (alice, developers and platform-users) keeps the tour's preference, then
 asks the code reviewer `--turns` questions that need no tool (the tour's first, then others), each a fresh
-conversation, the first right after the banner: each turn's time (the request to its `done`) and its engine
-time. Then Ctrl-C stops the platform. Writes benchmarks/results/first_turn.json and first_turn.md.
+conversation, the first `--after` seconds after the banner (a person reading it, opening a shell, exporting a
+token and typing): each turn's time (the request to its `done`) and its engine time, and the time from the
+start to the first answer. Then Ctrl-C stops the platform. Writes benchmarks/results/first_turn.json and .md.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def turn(url: str, token: str, question: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--port-base", type=int, default=23400)
-    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--after", type=float, default=30, help="seconds between the banner and the first turn")
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTFN_TIER_")}  # the offline engine
     env |= {"AGENTFN_DEV_PORT_BASE": str(args.port_base), "AGENTFN_ISSUER_URL": f"http://127.0.0.1:{args.port_base + 1}"}
@@ -106,10 +108,13 @@ def main() -> None:
                 json={"kind": "preference", "text": PREFERENCE, "source": "tour"},
                 timeout=60,
             ).raise_for_status()
+            time.sleep(max(0.0, began + to_banner + args.after - time.monotonic()))
             turns = []
             for n in range(args.turns):
                 turns.append(turn(url, token, QUESTIONS[n % len(QUESTIONS)]))
                 print(f"turn {n + 1}: {turns[-1]}", flush=True)
+                if n == 0:
+                    to_answer = time.monotonic() - began
             stages = [line for line in log.read_text().splitlines() if "✓" in line or "agentfn is up" in line]
         finally:
             up.send_signal(signal.SIGINT)
@@ -123,6 +128,8 @@ def main() -> None:
         "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
         "to_banner_s": round(to_banner, 1),
+        "after_s": args.after,
+        "to_first_answer_s": round(to_answer, 1),
         "turns": turns,
         "first_s": turns[0]["s"],
         "later_mean_s": round(sum(later) / len(later), 2) if later else None,
@@ -136,7 +143,8 @@ def main() -> None:
         f"{result['when']}, {os.cpu_count()} cores, load {', '.join(f'{x:.1f}' for x in result['machine']['load'])} "
         "(1, 5, 15 min); `.venv/bin/python benchmarks/bench_first_turn.py`",
         "",
-        f"Up to the banner: {result['to_banner_s']} s. The code reviewer, with the tour's preference kept, asked a "
+        f"Up to the banner: {result['to_banner_s']} s; the first turn {args.after:g} s after it; from the start to the "
+        f"first answer: {result['to_first_answer_s']} s. The code reviewer, with the tour's preference kept, asked a "
         "question that needs no tool, each a fresh conversation:",
         "",
         "| turn | question | time | engine | tokens in | rounds |",

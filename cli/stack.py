@@ -1,8 +1,9 @@
 """The local platform: every part on this machine, as it runs in a cluster (each function under gunicorn).
 
 `agentfn up` starts embedded Postgres (data kept in `var/`), the dev issuer, the offline engine, every
-function and the dev gateway in front of the public doors, shows progress, prints a banner when
-everything is ready (with the stack's resident memory) and stops everything on Ctrl-C.
+function and the dev gateway in front of the public doors, shows progress, has the offline engine read each
+agent's system prompt once (its prompt cache then holds them: the first turn is as quick as the later ones),
+prints a banner when everything is ready (with the stack's resident memory) and stops everything on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,7 @@ PR_SET_PDEATHSIG = 1
 SERVICE_ACCOUNT = "system:serviceaccount:agentfn:agentfn-model"
 WORKBENCH = "agentfn-workbench"  # the workbench's public client at the issuer
 ADMINS = "platform-admins"  # the group the admin doors (and the workbench's admin page) are for
+TOUR = ("alice", "developers,platform-users")  # the person of README's tour, as the banner's token line names them
 
 
 def account(part: str) -> str:
@@ -116,6 +119,8 @@ class Stack:
         self.registry = self.var / "registry" / "registry.json"  # the operator's output, the ConfigMap in a cluster
         self.started = time.monotonic()
         self.model: weights.Model | None = None  # the offline engine's, when it is started
+        self.warming: threading.Thread | None = None  # its prompt cache being warmed (warm_engine)
+        self.warmed = ""  # what came of it, said once it is done
 
     def secret(self, name: str, size: int = 24) -> str:
         """A secret kept in var/secrets (mode 0600) across restarts (roles keep working with existing data;
@@ -470,7 +475,51 @@ class Stack:
             self.wait_ready(part)
             if part.name == "issuer":
                 self.rotate_service_token()
+            elif part.name == "model" and self.model is not None:
+                # As soon as the model function answers, while the parts after it get ready.
+                self.warming = threading.Thread(target=self.warm_engine, name="warm-engine", daemon=True)
+                self.warming.start()
+        if self.warming is not None:
+            # Up once it is done: a turn sent before would wait for it (the gateway already answers).
+            with self.console.status("warming the engine's prompt cache: it reads each agent's system prompt once"):
+                while self.warming.is_alive():
+                    self.warming.join(0.2)
+            self.console.print(self.warmed, highlight=False, soft_wrap=True)
         self.banner()
+
+    def warm_engine(self) -> None:
+        """The offline engine's prompt cache, given the system prompt of each agent the tour's person is granted, as
+        the model function builds it for their turns (the code reviewer's first): the first turn then reads only
+        what is new, as later turns do, instead of the whole prompt (about 900 tokens: most of a minute on 2
+        cores). An engine of one's own is sent nothing unasked."""
+        started = time.monotonic()
+        subject, groups = TOUR
+        try:
+            token = requests.post(
+                f"http://{HOST}:{PORTS['issuer']}/v1/tokens",
+                json={"subject": subject, "groups": groups.split(","), "ttl": 900},
+                timeout=5,
+            )
+            token.raise_for_status()
+            answer = requests.post(
+                f"http://{HOST}:{PORTS['model']}/internal/v1/engines/warm",
+                headers={"Authorization": f"Bearer {token.json()['token']}"},
+                timeout=900,
+            )
+            answer.raise_for_status()
+            agents = answer.json()["agents"]
+        except (requests.RequestException, ValueError, KeyError) as error:
+            self.warmed = (
+                f"[yellow]![/] the engine's prompt cache was not warmed ({type(error).__name__}): the first turn reads "
+                "the whole system prompt"
+            )
+            return
+        warmed = ", ".join(a["agent"] for a in agents if a["ok"]) or "no agent"
+        missed = ", ".join(f"{a['agent']} ({a.get('failed', 'failed')})" for a in agents if not a["ok"])
+        self.warmed = (
+            f"[green]✓[/] engine's prompt cache warmed for {warmed}{f'; not for {missed}' if missed else ''} "
+            f"in {time.monotonic() - started:.1f} s ({time.monotonic() - self.started:.1f} s)"
+        )
 
     def in_container(self, part: Part) -> bool:
         return self.images and (part.name in containers.FUNCTIONS or part.name == "registry")
@@ -497,7 +546,7 @@ class Stack:
                 "/v1/admin for the group platform-admins)",
             ),
             ("workbench", f"{gateway}/   (in a browser: sign in at the dev issuer's page, as anyone)"),
-            ("token", f"export AGENTFN_TOKEN=$({agentfn} token alice --groups developers,platform-users)"),
+            ("token", f"export AGENTFN_TOKEN=$({agentfn} token {TOUR[0]} --groups {TOUR[1]})"),
             ("chat", f"{agentfn} chat code-reviewer"),
             (
                 "engine",

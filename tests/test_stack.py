@@ -147,6 +147,46 @@ def test_up_serves_memory_and_ctrl_c_stops_everything(stack):
         requests.get(memory + "/healthz", timeout=2)
 
 
+def test_the_engines_prompt_cache_holds_the_agents_system_prompts_once_it_is_up(stack):
+    """The first turn reads only what is new, as later turns do: the engine was given the code reviewer's system
+    prompt and tool listing, as the model function builds them for the tour's person, as the platform started."""
+    env, base, _, log = stack
+    said = log.read_text()
+    assert said.index("engine's prompt cache warmed for code-reviewer, site-guide in") < said.index("agentfn is up"), said
+    token = subprocess.run(
+        [str(BIN / "agentfn"), "token", "alice", "--groups", "developers,platform-users"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    turn = requests.post(
+        f"http://127.0.0.1:{base}/v1/agents/code-reviewer/turns",
+        headers={"Authorization": f"Bearer {token}"},
+        json={"messages": [{"role": "user", "content": "How long should your answers be?"}]},
+        stream=True,
+        timeout=60,
+    )
+    try:
+        assert turn.status_code == 200, turn.text
+        deadline = time.monotonic() + 120
+        while not (
+            busy := [
+                s
+                for s in requests.get(f"http://127.0.0.1:{base + 5}/slots", timeout=5).json()
+                if s.get("is_processing") and s.get("n_prompt_tokens")
+            ]
+        ):
+            assert time.monotonic() < deadline, "the turn never reached the engine"
+            time.sleep(0.1)
+    finally:
+        turn.close()  # the turn is cancelled: what it asked of the engine is all this test reads
+    (slot,) = busy
+    print({k: slot[k] for k in ("n_prompt_tokens", "n_prompt_tokens_cache")})  # shown with -s
+    # What is new: the person's message in the chat template (a few dozen tokens), not the 900 of the system prompt.
+    assert slot["n_prompt_tokens"] > 800 and slot["n_prompt_tokens"] - slot["n_prompt_tokens_cache"] < 50, slot
+
+
 def test_killing_up_takes_every_part_with_it(stack):
     _, base, process, _ = stack
     os.kill(process.pid, signal.SIGKILL)

@@ -21,6 +21,7 @@ from flask import Blueprint, Response, current_app, g, jsonify, stream_with_cont
 from . import calls, schemas
 from .episodes import end_session
 from .loop import begin
+from .loop import warm as warm_engine
 from .registry import Agent
 from .services import Services
 
@@ -140,6 +141,17 @@ def end(name: str):
     agent = granted_agent(name)
     episode = end_session(services(), g.caller, agent, body["messages"], body.get("session_id"))
     return jsonify(episode=episode), 201
+
+
+@bp.post("/internal/v1/engines/warm")
+@caller_required
+def warm_engines():
+    """Warm the engines' prompt caches with the system prompt of each agent the caller is granted, one agent after
+    the other; the local platform asks as it starts. Never routed by the gateway: it spends no caller's budget."""
+    s = services()
+    table = s.registry.table()
+    agents = [agent for _, agent in sorted(table.agents.items()) if agent.granted_tools(g.caller)]
+    return jsonify(agents=[warm_engine(s, g.caller, agent) for agent in agents])
 
 
 @bp.get("/v1/tools")

@@ -304,6 +304,41 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                     },
                 }
             },
+            "/internal/v1/engines/warm": {
+                "post": {
+                    "operationId": "warmEngines",
+                    "summary": "Warm the engines' prompt caches with the caller's agents' system prompts (never routed).",
+                    "description": "One round per agent the caller is granted, with the system prompt and tool listing "
+                    "of the caller's turns with it, one token written: the engine's prompt cache then holds them. Not a "
+                    "turn: nothing recorded, nothing of the caller's day spent; a turn with a prompt being read waits "
+                    "for the read to end. The local platform asks as it starts.",
+                    "responses": {
+                        **ok(
+                            "each agent warmed, or why not",
+                            {
+                                "type": "object",
+                                "required": ["agents"],
+                                "properties": {
+                                    "agents": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "required": ["agent", "ok", "ms"],
+                                            "properties": {
+                                                "agent": {"type": "string"},
+                                                "ok": {"type": "boolean"},
+                                                "ms": {"type": "number"},
+                                                "failed": {"type": "string"},
+                                            },
+                                        },
+                                    }
+                                },
+                            },
+                        ),
+                        **problems(401),
+                    },
+                }
+            },
             "/v1/tools": {
                 "get": {
                     "operationId": "listTools",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from agentfn.shared.problems import ProblemError, problem_type
@@ -24,6 +26,34 @@ class Limits:
     min_completion: int = 16  # a round that could write fewer tokens than this is not worth running
 
 
+class Warming:
+    """The system prompts an engine is reading ahead of the turns (loop.warm), by tier and prompt: a turn with the same
+    prompt waits for that read to end, then reads only what is new, instead of reading the prompt again beside it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reading: dict[tuple[str, str], threading.Event] = {}
+
+    @contextmanager
+    def reading(self, tier: str, system: str) -> Iterator[None]:
+        done = threading.Event()
+        with self._lock:
+            self._reading[(tier, system)] = done
+        try:
+            yield
+        finally:
+            done.set()
+            with self._lock:
+                if self._reading.get((tier, system)) is done:
+                    del self._reading[(tier, system)]
+
+    def wait(self, tier: str, system: str, timeout: float) -> None:
+        with self._lock:
+            done = self._reading.get((tier, system))
+        if done is not None:
+            done.wait(max(timeout, 0))
+
+
 @dataclass
 class Services:
     registry: Registry
@@ -33,6 +63,7 @@ class Services:
     memory: MemoryClient
     limits: Limits
     approvals: Approvals = field(default_factory=lambda: Approvals(None, 300))
+    warming: Warming = field(default_factory=Warming)
     _engines: dict[str, Engine] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -62,6 +62,7 @@ def test_the_document_lists_every_door(model):
         "/v1/agents",
         "/v1/agents/{agent}/turns",
         "/v1/agents/{agent}/sessions/end",
+        "/internal/v1/engines/warm",
         "/v1/tools",
         "/v1/tools/{name}/call",
         "/mcp",

@@ -31,6 +31,14 @@ class Engine(Served):
     def requests(self, sid: str) -> list[dict]:
         return requests.get(f"{self.url}/scripts/{sid}/requests", timeout=5).json()["requests"]
 
+    def unscripted(self) -> list[dict]:
+        """The last requests that named no script, oldest first."""
+        return requests.get(f"{self.url}/unscripted", timeout=5).json()["requests"]
+
+    def slow_unscripted(self, delay: float, times: int = 1) -> None:
+        """Answer the next `times` requests that name no script after `delay` seconds."""
+        requests.post(f"{self.url}/unscripted", json={"delay": delay, "times": times}, timeout=5).raise_for_status()
+
 
 def access(groups=(), subjects=(), limit=None, grant="agentfn/test", approval="required"):
     return {"subjects": list(subjects), "groups": list(groups), "dailyLimit": limit, "grant": grant, "approval": approval}

@@ -17,11 +17,13 @@ each engine request of that turn plays the next round. A round is a dict:
 - `disconnect_after`: send this many chunks, then drop the connection without finishing
 
 Every request is kept (`GET /scripts/<id>/requests`) so tests see what the model function sent: which
-tools, which format, which messages. A request naming no script gets a plain short answer.
+tools, which format, which messages. A request naming no script gets a plain short answer (the next `times` of
+them after the delay `POST /unscripted {delay, times}` sets); the last ones are kept too (`GET /unscripted`).
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import re
@@ -44,6 +46,8 @@ def create_app() -> Flask:
     requests_seen: dict[str, list[dict]] = {}
     lock = threading.Lock()
     ids = itertools.count(1)
+    unscripted: collections.deque[dict] = collections.deque(maxlen=100)
+    plain = {"delay": 0.0, "times": 0}  # the answer to the next requests naming no script
 
     @app.post("/scripts")
     def add_script():
@@ -59,6 +63,18 @@ def create_app() -> Flask:
         with lock:
             return jsonify(requests=requests_seen.get(sid, []))
 
+    @app.get("/unscripted")
+    def unscripted_seen():
+        with lock:
+            return jsonify(requests=list(unscripted))
+
+    @app.post("/unscripted")
+    def unscripted_answer():
+        body = request.get_json()
+        with lock:
+            plain.update(delay=float(body.get("delay", 0)), times=int(body.get("times", 1)))
+            return jsonify(plain)
+
     @app.get("/v1/models")
     def models():
         return jsonify(object="list", data=[{"id": "scripted", "object": "model"}])
@@ -72,8 +88,13 @@ def create_app() -> Flask:
         with lock:
             if sid in requests_seen:
                 requests_seen[sid].append(body)
+            elif sid is None:
+                unscripted.append(body)
             queue = scripts.get(sid)
             step = queue.pop(0) if queue else {"text": "Scripted answer."}
+            if sid is None and plain["times"] > 0:
+                plain["times"] -= 1
+                step = {**step, "delay": plain["delay"]}
         if step.get("delay"):
             time.sleep(step["delay"])
         if step.get("status"):
