@@ -148,7 +148,8 @@ EXAMPLES = [
     ),
     (
         "forget",
-        "<notes>[ID] preference: Uses tabs.</notes> Forget my note about tabs.",
+        # Written as `with_notes` writes it: the offline model forgets by the id only when it has seen that shape.
+        f"{memory_block([{'id': 'ID', 'kind': 'preference', 'text': 'Uses tabs.'}])}\n\nForget my note about tabs.",
         {"tool": "forget", "arguments": {"id": "ID"}},
     ),
 ]
