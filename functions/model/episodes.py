@@ -25,9 +25,10 @@ from .registry import Agent
 from .services import Services
 
 MAX_WORDS, MAX_CHARS = 80, 500
-# The summary's token bound: enough for the 40 words the brief asks for (Croatian spends about two tokens a word),
-# and no more, since decoding is most of /end's time on a small engine; a sentence it cuts short is dropped.
-SUMMARY_TOKENS = 100
+# The summary's token bound: two or three sentences (a first sentence is 15-25 words, Croatian spends about two
+# tokens a word), and no more: decoding is most of /end's time on a small engine (5 tokens/s for the offline
+# default on one core), and a sentence the bound cuts short is dropped.
+SUMMARY_TOKENS = 60
 # What the summariser reads of one message (its head): an answer's long listing or page says little of the session,
 # and every token read is time the person waits at /end.
 MESSAGE_CHARS = 400
@@ -73,7 +74,9 @@ RULES: list[tuple[str, re.Pattern]] = [
         "first or second person",
         re.compile(
             r"(?-i:\bI\b)|\b(?:I'm|I've|me|my|mine|myself|you|your|yours|yourself)\b|"
-            r"\b(?:ja|moj|moja|moje|tvoj|tvoja|tvoje|vaš|vaša|vaše)\b",
+            # Croatian: the pronouns and possessives, and the first and second person of "biti" ("sam zapamtio",
+            # "odobrili ste"), the auxiliary of most past tenses.
+            r"\b(?:ja|moj|moja|moje|tvoj|tvoja|tvoje|vaš|vaša|vaše|sam|smo|ste)\b",
             re.I,
         ),
     ),
@@ -142,11 +145,22 @@ def faults(summary: str, person_language: str | None) -> list[str]:
 SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
 
 
+ENDS = (".", "!", "?", "…")
+CLAUSE_END = re.compile(r"[,;:]\s")
+MIN_CLAUSE_WORDS = 6  # a first clause shorter than this says too little to keep
+
+
 def sentences(text: str) -> list[str]:
-    """The summary's whole sentences; a last one cut short by the token bound is not one."""
+    """The summary's whole sentences; a last one cut short by the token bound is not one. When the bound cut the
+    first sentence, its whole clauses are kept, closed as a sentence (none when they are too few to say anything)."""
     found = [part for part in SENTENCE_END.split(text.strip()) if part]
-    if len(found) > 1 and not found[-1].endswith((".", "!", "?", "…")):
-        found.pop()
+    if found and not found[-1].endswith(ENDS):
+        cut = found.pop()
+        if not found:
+            clauses = [m.start() for m in CLAUSE_END.finditer(cut)]
+            whole = cut[: clauses[-1]].rstrip() if clauses else ""
+            if len(whole.split()) >= MIN_CLAUSE_WORDS:
+                found.append(whole + ".")
     return found
 
 
@@ -183,7 +197,7 @@ def instructions(person_language: str | None, broken: list[str]) -> str:
     text = (
         f"You keep a short memory of a conversation between a person and an assistant. Write one summary of what "
         f"the person asked for and what was settled or found, in {name}, in the third person: the person and the "
-        "assistant, never I, me, my, you or your. At most 40 words, in two or three plain sentences. Describe code, "
+        "assistant, never I, me, my, you or your. At most 30 words, in two short plain sentences. Describe code, "
         "commands and addresses in plain words instead of quoting them; no passwords, keys or tokens. Reply with the "
         "summary only."
     )
@@ -298,8 +312,9 @@ def summarise(
                     usage = item
         finally:
             generation.spent(usage or Usage(cost, prompt.estimate("".join(pieces))))
-        summary = " ".join(sentences(" ".join("".join(pieces).split())))
-        broken = faults(summary, person)
+        written = " ".join("".join(pieces).split())
+        summary = " ".join(sentences(written))
+        broken = faults(summary, person) if summary or not written else ["its first sentence cut short by the bound"]
         kept = summary if not broken else kept_part(summary, person)
         if kept:
             return kept

@@ -53,6 +53,13 @@ RULES = [
         "en",
         ["first or second person"],
     ),
+    (
+        "croatian_second_person",  # the auxiliary: "you approved both"
+        "Osoba je pitala kako mijenjati lozinku, a odobrili ste oboje.",
+        "hr",
+        ["first or second person"],
+    ),
+    ("croatian_first_person", "Osoba je pitala za lozinku, pa sam zapamtio rok.", "hr", ["first or second person"]),
     ("wrong_language", GOOD, "hr", ["not in the person's language"]),
     ("empty", "   ", "en", ["empty"]),
 ]
@@ -157,6 +164,13 @@ def test_a_summary_that_breaks_a_rule_is_written_again_once(model, engine, memor
     assert "refused (address)" in second
 
 
+def test_a_first_sentence_the_bound_cut_with_no_whole_clause_is_written_again(model, engine, memory, person):
+    sid = engine.script({"text": "The person asked how often to rotate the ledger password and the"}, {"text": GOOD})
+    response = end(model, person, "reviewer", with_script(CHAT_EN, sid))
+    assert response.status_code == 201 and response.json()["episode"]["text"] == GOOD
+    assert "refused (its first sentence cut short by the bound)" in engine.requests(sid)[1]["messages"][0]["content"]
+
+
 KEPT_PARTS = [  # (case, what the engine wrote, what is kept): the longest run of first sentences keeping every rule
     ("a_late_address", f"{GOOD} Then the person read https://vault.example/rotate.", GOOD),
     ("a_late_first_person", f"{GOOD} I think that is wise.", GOOD),
@@ -166,6 +180,11 @@ KEPT_PARTS = [  # (case, what the engine wrote, what is kept): the longest run o
         f"{GOOD} " + " ".join(f"The assistant then explained step {n} of the rotation in some detail." for n in range(5)),
     ),
     ("cut_by_the_token_bound", f"{GOOD} The assistant then suggested that the person", GOOD),
+    (
+        "its_first_sentence_cut_by_the_token_bound",  # its whole clauses, closed as a sentence
+        "The person asked how often to rotate the ledger password, and the assistant suggested that the",
+        "The person asked how often to rotate the ledger password.",
+    ),
 ]
 
 
