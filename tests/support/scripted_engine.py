@@ -47,6 +47,7 @@ def create_app() -> Flask:
     lock = threading.Lock()
     ids = itertools.count(1)
     unscripted: collections.deque[dict] = collections.deque(maxlen=100)
+    arrivals = itertools.count(1)  # numbers the unscripted requests, so a test can take those after a mark
     plain = {"delay": 0.0, "times": 0}  # the answer to the next requests naming no script
 
     @app.post("/scripts")
@@ -89,7 +90,7 @@ def create_app() -> Flask:
             if sid in requests_seen:
                 requests_seen[sid].append(body)
             elif sid is None:
-                unscripted.append(body)
+                unscripted.append({**body, "arrival": next(arrivals)})
             queue = scripts.get(sid)
             step = queue.pop(0) if queue else {"text": "Scripted answer."}
             if sid is None and plain["times"] > 0:
