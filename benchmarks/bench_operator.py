@@ -6,7 +6,7 @@ Not a test; run by hand (2 cores, loopback only):
 
 1. apply -> ConfigMap: the real kube-apiserver v1.20.2 + etcd of the tests (scripts/kube-apiserver.sh,
    tests/support/apiserver.py), the CRDs, RBAC and examples applied, the operator as its own process
-   (`kopf run -m agentfn_operator`, as its ServiceAccount). Then --applies times: `kubectl apply` of one
+   (`kopf run -m agentfn.operator`, as its ServiceAccount). Then --applies times: `kubectl apply` of one
    ToolGrant with a new dailyLimit, and the time until the registry ConfigMap shows a new revision
    (polled every 5 ms with the admin token). Timed from kubectl's start (what an admin waits for) and
    from kubectl's exit (the API has the object; what the operator adds). Goal: p50 <= 1 s.
@@ -34,10 +34,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from agentfn_operator.catalog import CatalogEntry  # noqa: E402
-from agentfn_operator.reconcile import dumps, reconcile  # noqa: E402
-from agentfn_operator.status import desired  # noqa: E402
 from support.apiserver import KubeAPI, build  # noqa: E402
+
+from agentfn.operator.catalog import CatalogEntry  # noqa: E402
+from agentfn.operator.reconcile import dumps, reconcile  # noqa: E402
+from agentfn.operator.status import desired  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 NS = "agentfn"
@@ -78,7 +79,7 @@ def bench_apply(applies: int) -> dict:
         kubeconfig.write_text(kube.kubeconfig_text(token, NS))
         log = open(kube.root / "operator.log", "wb")
         operator = subprocess.Popen(
-            [str(Path(sys.executable).parent / "kopf"), "run", "-m", "agentfn_operator", "--namespace", NS],
+            [str(Path(sys.executable).parent / "kopf"), "run", "-m", "agentfn.operator", "--namespace", NS],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=ROOT,

@@ -2,10 +2,10 @@
 
 Not a test; run by hand (2 cores, loopback only; about 15 minutes for the three models):
 
-    .venv/bin/python -m agentfn.model.weights install all
+    .venv/bin/python -m agentfn.devstack.weights install all
     .venv/bin/python benchmarks/bench_tool_choice.py [--models smollm2-135m,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b]
 
-For each model it starts the project's own engine server (`python -m agentfn.model.engine_server --model
+For each model it starts the project's own engine server (`python -m agentfn.devstack.engine_server --model
 NAME`, its default slots and context) and drives it the way the model function does in constrained tool
 mode: the system prompt and tool listing of `prompt.system` for the code reviewer of examples/ with its
 five tools, the recalled notes placed by `prompt.with_notes`, and `engines.Engine.round` (the JSON-Schema
@@ -40,8 +40,10 @@ from pathlib import Path
 
 import jsonschema
 import yaml
+from agentfn.devstack import weights
+
 from agentfn.cli.stack import process_tree, pss
-from agentfn.model import prompt, weights
+from agentfn.model import prompt
 from agentfn.model.engines import Engine, Text, Tier, ToolRequest, Usage
 from agentfn.model.tools import Tool, _builtins
 
@@ -98,7 +100,7 @@ class Served:
         self.model, self.log = model, open(log, "wb")
         began = time.monotonic()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "agentfn.model.engine_server", "--port", str(port), "--model", model.name],
+            [sys.executable, "-m", "agentfn.devstack.engine_server", "--port", str(port), "--model", model.name],
             stdout=subprocess.PIPE,
             stderr=self.log,
         )

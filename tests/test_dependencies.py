@@ -54,22 +54,20 @@ def test_the_floor_excludes_every_release_before_the_fix(package, fixed, advisor
 
 # What each image serves (functions/Dockerfile: the app AGENTFN_FUNCTION names, under gunicorn; the model
 # function's image also runs the chart's `helm test` probe) and the operator's image (kopf runs its package).
-FUNCTIONS = sorted(p.parent.name for p in (ROOT / "functions").glob("*/app.py"))
+FUNCTIONS = sorted(p.parent.name for p in (ROOT / "functions").glob("*/func.yaml"))
 GUNICORN = ["agentfn.shared.gunicorn_conf"]
 ENTRIES = {fn: [f"agentfn.{fn}.app", *GUNICORN] for fn in FUNCTIONS} | {
     "model": ["agentfn.model.app", "agentfn.cli.probe", *GUNICORN],
-    "operator": [f"agentfn_operator.{p.stem}" for p in (ROOT / "operator/agentfn_operator").glob("*.py")],
+    "operator": [f"agentfn.operator.{p.stem}" for p in (ROOT / "src/agentfn/operator").glob("*.py")],
 }
 
 
 def source_of(module: str) -> Path | None:
-    """The file of one of the project's modules, by pyproject's package-dir; None for anything else."""
-    for package, folder in sorted(PYPROJECT["tool"]["setuptools"]["package-dir"].items(), key=lambda kv: -len(kv[0])):
-        if module == package or module.startswith(package + "."):
-            base = ROOT / folder / module[len(package) :].lstrip(".").replace(".", "/")
-            for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-                if candidate.is_file():
-                    return candidate
+    """The file of one of the project's modules (its import path is its folder under src/); None for anything else."""
+    base = ROOT / "src" / module.replace(".", "/")
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
     return None
 
 
@@ -96,7 +94,7 @@ def third_party_imports(entries: list[str]) -> set[str]:
             else:
                 continue
             for name in names:
-                if source_of(name) is not None or name.startswith(("agentfn.", "agentfn_operator")):
+                if source_of(name) is not None or name.startswith("agentfn."):
                     todo.append(name)
                 elif name.split(".")[0] not in sys.stdlib_module_names:
                     found.add(name.split(".")[0])

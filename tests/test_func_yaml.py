@@ -7,13 +7,18 @@ import pytest
 import yaml
 from jsonschema import Draft4Validator
 
+from agentfn.cli import images
+
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((ROOT / "tests/schemas/knative-func-yaml-schema.json").read_text())
-FUNCTIONS = sorted(p.parent for p in ROOT.glob("functions/*/app.py"))
+# Each function is a package with an app (src/agentfn/<function>/app.py) and a Knative folder, functions/<function>.
+FUNCTIONS = [ROOT / "functions" / name for name in images.FUNCTIONS]
 
 
-def test_there_are_functions():
+def test_there_are_functions_and_each_is_a_package_with_an_app():
     assert ROOT / "functions/memory" in FUNCTIONS
+    assert sorted(p.parent for p in ROOT.glob("functions/*/func.yaml")) == sorted(FUNCTIONS)
+    assert all((ROOT / "src/agentfn" / f.name / "app.py").is_file() for f in FUNCTIONS)
 
 
 @pytest.mark.parametrize("folder", FUNCTIONS, ids=[f.name for f in FUNCTIONS])

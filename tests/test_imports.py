@@ -1,7 +1,8 @@
-"""No import cycle among the project's modules.
+"""Every import path is its folder, and no import cycle among the project's modules.
 
-The graph is read from the sources with `ast`, over every package the project's distributions map to a folder
-(`pyproject.toml`'s and `devstack/pyproject.toml`'s package-dir). Every import counts, wherever it stands: at
+The project's distributions (`pyproject.toml`, `devstack/pyproject.toml`) find their packages under `src/`, with no
+mapping of a name to another folder: `agentfn.model.loop` is `src/agentfn/model/loop.py`. The import graph is
+read from those sources with `ast`. Every import counts, wherever it stands: at
 the top, inside a function (a cycle deferred to run time is still a cycle), or under `TYPE_CHECKING` (the
 two modules still know each other). A package's own `__init__` importing its modules is not counted against
 them: Python runs it before them, as the operator's handlers rely on.
@@ -21,24 +22,24 @@ ROOT = Path(__file__).resolve().parents[1]
 DISTRIBUTIONS = [ROOT / "pyproject.toml", ROOT / "devstack" / "pyproject.toml"]
 
 
-def packages() -> dict[str, Path]:
-    """Package name -> folder, as the distributions map them."""
-    found = {}
+def sources() -> list[Path]:
+    """The folders the distributions find their packages in (`[tool.setuptools.packages.find] where`)."""
+    found = []
     for pyproject in DISTRIBUTIONS:
-        mapping = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-dir"]
-        found |= {name: (pyproject.parent / folder).resolve() for name, folder in mapping.items()}
+        setuptools = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]
+        found += [(pyproject.parent / folder).resolve() for folder in setuptools["packages"]["find"]["where"]]
     return found
 
 
-def modules(roots: dict[str, Path]) -> dict[str, Path]:
-    """Module name -> file, for every Python file below each package's folder (subpackages too)."""
+def modules(roots: list[Path]) -> dict[str, Path]:
+    """Module name -> file, for every Python file below each source folder: the name is the file's path."""
     found = {}
-    for package, folder in roots.items():
-        for path in sorted(folder.rglob("*.py")):
-            parts = list(path.relative_to(folder).with_suffix("").parts)
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
-            found[".".join([package, *parts])] = path
+            found[".".join(parts)] = path
     return found
 
 
@@ -72,9 +73,22 @@ def cycle(files: dict[str, Path]) -> list[str] | None:
     return None
 
 
+def test_no_distribution_maps_a_name_to_another_folder():
+    for pyproject in DISTRIBUTIONS:
+        assert "package-dir" not in tomllib.loads(pyproject.read_text())["tool"]["setuptools"], pyproject
+
+
+def test_every_import_path_is_its_folder():
+    files = modules(sources())
+    assert len(files) > 100
+    for name, path in files.items():
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and Path(spec.origin).resolve() == path, f"{name} is not imported from {path}"
+
+
 def test_the_project_has_no_import_cycle():
-    files = modules(packages())
-    assert {"agentfn.shared.tools", "agentfn.memory.embedder", "agentfn.devstack.issuer", "agentfn_operator"} <= set(files)
+    files = modules(sources())
+    assert {"agentfn.shared.tools", "agentfn.memory.embedder", "agentfn.devstack.issuer", "agentfn.operator"} <= set(files)
     assert cycle(files) is None
 
 
@@ -90,9 +104,10 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("sources, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_the_cycle_guard_bites(tmp_path, sources, expected):
-    for module, text in {"__init__": "", **sources}.items():
-        (tmp_path / f"{module}.py").parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / f"{module}.py").write_text(text)
-    assert (cycle(modules({"p": tmp_path})) is not None) == expected
+@pytest.mark.parametrize("texts, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_the_cycle_guard_bites(tmp_path, texts, expected):
+    (tmp_path / "p").mkdir()
+    for module, text in {"__init__": "", **texts}.items():
+        (tmp_path / "p" / f"{module}.py").parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "p" / f"{module}.py").write_text(text)
+    assert (cycle(modules([tmp_path])) is not None) == expected

@@ -16,9 +16,7 @@ def test_the_first_block_holds_the_two_commands_and_ci_runs_the_second():
 
 
 def test_every_setting_the_code_reads_is_in_the_configuration_table():
-    code = "".join(
-        p.read_text() for folder in ("functions", "shared", "operator", "cli") for p in (ROOT / folder).rglob("*.py")
-    )
+    code = "".join(p.read_text() for folder in ("src", "devstack/src") for p in (ROOT / folder).rglob("*.py"))
     names = {n for n in re.findall(r"AGENTFN_[A-Z0-9_]*[A-Z0-9]", code)}
     prefixes = {n for n in re.findall(r"AGENTFN_[A-Z0-9_]+_(?=[\"'{<])", code)}  # built names, e.g. AGENTFN_TOOL_
     missing = sorted(n for n in names if f"`{n}`" not in CONFIGURATION and not any(n == p.rstrip("_") for p in prefixes))

@@ -14,6 +14,7 @@ from pathlib import Path
 import jwt
 import pytest
 import requests
+
 from agentfn.cli.postgres import EmbeddedPostgres
 from agentfn.shared.exchange import TokenExchange
 from agentfn.shared.identity import Caller
@@ -258,8 +259,8 @@ def test_a_part_that_cannot_start_says_why_in_one_line(tmp_path):
             "AGENTFN_ENGINE_MODEL: unknown model 'nope'; the shipped models are smollm2-135m, "
             "qwen2.5-coder-0.5b, qwen2.5-coder-1.5b",
         ),
-        (["python", "-m", "agentfn.model.engine_server"], "unknown model 'nope'"),
-        (["python", "-m", "agentfn.model.weights", "install"], "unknown model 'nope'"),
+        (["python", "-m", "agentfn.devstack.engine_server"], "unknown model 'nope'"),
+        (["python", "-m", "agentfn.devstack.weights", "install"], "unknown model 'nope'"),
     ],
     ids=["up", "engine_server", "install"],
 )

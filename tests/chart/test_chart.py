@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agentfn_operator.config import Config
-from agentfn_operator.network import MODEL_FUNCTION
 from support import TOOLS
 from support.chart import FUNCTIONS, NAMESPACE, ROOT, VALUES_SETS, env_of, knative_services, objects
+
+from agentfn.operator.config import Config
+from agentfn.operator.network import MODEL_FUNCTION
 
 CONFIGURATION = (ROOT / "docs" / "configuration.md").read_text()
 INTERNAL = {"page", *TOOLS}
@@ -163,7 +164,7 @@ def test_the_operator_selects_the_pods_the_chart_names(values_set):
     # the descriptors the catalog reads, each back at <function>/tool.json
     [tools] = [c for c in objects(values_set, "ConfigMap") if c["metadata"]["name"] == "agentfn-tool-descriptors"]
     for tool in TOOLS:
-        assert tools["data"][f"{tool}.json"] == (ROOT / "functions" / tool / "tool.json").read_text()
+        assert tools["data"][f"{tool}.json"] == (ROOT / "src/agentfn" / tool / "tool.json").read_text()
 
 
 def test_the_operator_rbac_is_the_reviewed_one():

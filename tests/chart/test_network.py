@@ -8,10 +8,11 @@ The table in docs/deploying.md is this module's MATRIX, rendered by `matrix_mark
 from __future__ import annotations
 
 import pytest
-from agentfn_operator.config import Config
-from agentfn_operator.network import policy
 from support.chart import NAMESPACE, ROOT, objects
 from support.network import ADDRESSES, allowed, cluster_pods, connectivity, run_nca
+
+from agentfn.operator.config import Config
+from agentfn.operator.network import policy
 
 # The chart as a cluster would run it: the caller token issuer in namespace `auth`.
 SETS = ("identityEgress.namespaces[0]=auth",)

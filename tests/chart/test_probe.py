@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 import requests
-from agentfn.cli.postgres import free_port
 from support import ROOT, Gunicorn
 from support.chart import FUNCTIONS, NAMESPACE, env_of, objects
+
+from agentfn.cli.postgres import free_port
 
 PROBE = "agentfn-test-probe"
 
@@ -102,7 +103,7 @@ def stack(postgres, model_dsn, issuer, tmp_path_factory):
     var = tmp_path_factory.mktemp("probe")
     registry = var / "registry.json"
     subprocess.run(
-        [sys.executable, "-m", "agentfn_operator.local", str(ROOT / "examples"), "--out", str(registry)],
+        [sys.executable, "-m", "agentfn.operator.local", str(ROOT / "examples"), "--out", str(registry)],
         check=True,
         timeout=60,
     )

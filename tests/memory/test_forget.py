@@ -192,7 +192,7 @@ def test_forget_all_needs_a_caller_token(memory, issuer):
 
 
 # What forgetting everything leaves: every record of any part that names the subject, and why it stays.
-MIGRATIONS = sorted(Path(__file__).resolve().parents[2].glob("functions/*/migrations/*.sql"))
+MIGRATIONS = sorted(Path(__file__).resolve().parents[2].glob("src/agentfn/*/migrations/*.sql"))
 TABLE = re.compile(r"CREATE TABLE (\w+) \((.*?)\n\);", re.S)
 ADDED = re.compile(r"ALTER TABLE (\w+) ADD COLUMN subject\b")
 

@@ -1,4 +1,4 @@
-"""The entries a memory process holds between recalls (functions/memory/held.py): they serve a recall only while
+"""The entries a memory process holds between recalls (src/agentfn/memory/held.py): they serve a recall only while
 the subject's entries are as they were loaded, whichever process changed them, and they stay within their bytes."""
 
 import secrets
@@ -7,8 +7,9 @@ import time
 import numpy as np
 import psycopg
 import pytest
-from agentfn.memory.held import Held, HeldEntries
 from support import Client
+
+from agentfn.memory.held import Held, HeldEntries
 
 QUESTION = "what is my dog called?"
 

@@ -12,11 +12,12 @@ import secrets
 from pathlib import Path
 
 import pytest
-from agentfn.cli.postgres import free_port
-from agentfn.model import weights
+from agentfn.devstack import weights
 from support import MCP_RESOURCE, MODEL_SERVICE, READ_TOOLS, Gunicorn
 from support.model import SERVED_READS, SMALL_DAILY, TOOL_TIMEOUT, Engine, GatewayServer, Person, registry_document, tier_env
 from support.scripted_engine import create_app as engine_app
+
+from agentfn.cli.postgres import free_port
 
 
 @pytest.fixture(scope="session")

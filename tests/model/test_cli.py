@@ -11,8 +11,9 @@ import uuid
 
 import pytest
 import requests
-from agentfn_operator.audit import records, rows
 from support.model import AGENTFN, Person, agentfn, registry_document
+
+from agentfn.operator.audit import records, rows
 
 NOTE = "Prefers four spaces for indentation in Python code."
 QUESTION = "How should my Python code be formatted and indented?"

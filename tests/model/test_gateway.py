@@ -1,4 +1,4 @@
-"""The dev gateway (cli/gateway.py): only the public doors are routed, whatever the method; they stream through."""
+"""The dev gateway (agentfn.cli.gateway): only the public doors are routed, whatever the method; they stream through."""
 
 from __future__ import annotations
 

@@ -16,9 +16,10 @@ import time
 import psycopg
 import pytest
 import requests
-from agentfn.model import weights
-from agentfn.model.engines import Engine, Tier, Usage, neutral
+from agentfn.devstack import weights
 from support.model import take_turn
+
+from agentfn.model.engines import Engine, Tier, Usage, neutral
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +31,7 @@ def offline_engine(offline_port, logs):
         [
             sys.executable,
             "-m",
-            "agentfn.model.engine_server",
+            "agentfn.devstack.engine_server",
             "--port",
             str(offline_port),
             "--ctx",

@@ -7,17 +7,18 @@ import json
 from pathlib import Path
 
 import pytest
-from agentfn.model.registry import Registry, parse
-from agentfn.shared.contract import RegistryInvalid
-from agentfn.shared.identity import Caller
-from agentfn_operator import catalog
-from agentfn_operator.local import read_objects
-from agentfn_operator.reconcile import reconcile
 from jsonschema import Draft202012Validator
 from support.model import access, registry_document, take_turn
 
+from agentfn.model.registry import Registry, parse
+from agentfn.operator import catalog
+from agentfn.operator.local import read_objects
+from agentfn.operator.reconcile import reconcile
+from agentfn.shared.contract import RegistryInvalid
+from agentfn.shared.identity import Caller
+
 ROOT = Path(__file__).resolve().parent.parent.parent
-SCHEMA = json.loads((ROOT / "shared" / "contract" / "registry.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "src" / "agentfn" / "shared" / "contract" / "registry.schema.json").read_text())
 
 
 def test_the_test_registry_is_one_the_operator_could_write():
@@ -134,7 +135,7 @@ def test_the_built_in_tools_are_the_contracts_for_the_operator_and_the_model_fun
     """The contract files are the one source: the operator catalogs their tools, the model function offers them."""
     written = {}
     for name in ("memory.json", "page.json"):
-        data = json.loads((ROOT / "shared" / "contract" / name).read_text())
+        data = json.loads((ROOT / "src" / "agentfn" / "shared" / "contract" / name).read_text())
         written |= {d["name"]: (data["function"], d) for d in data["tools"]}
     catalogued = catalog.load()
     assert {name: catalogued[name].function for name in written} == {name: f for name, (f, _) in written.items()}

@@ -12,9 +12,10 @@ import json
 
 import pytest
 import requests
-from agentfn.model import weights
-from agentfn.model.engines import neutral
+from agentfn.devstack import weights
 from support.model import take_turn
+
+from agentfn.model.engines import neutral
 
 MODES = {"native": "", "constrained": "-small"}
 JOINER = "\u200d"
@@ -78,7 +79,7 @@ def test_every_special_token_of_a_shipped_model_is_neutralised(name):
     try:
         path = weights.path(model)
     except weights.Missing:
-        pytest.skip(f"{name} is not installed (python -m agentfn.model.weights install {name})")
+        pytest.skip(f"{name} is not installed (python -m agentfn.devstack.weights install {name})")
     reader = gguf.GGUFReader(str(path), "r")
     tokens, types = reader.fields["tokenizer.ggml.tokens"], reader.fields["tokenizer.ggml.token_type"]
     texts = [bytes(tokens.parts[i]).decode("utf-8", "replace") for i in tokens.data]

@@ -8,9 +8,10 @@ on 127.0.0.1 and stops at the end of the session.
 from __future__ import annotations
 
 import pytest
-from agentfn_operator import catalog
 from support.apiserver import KubeAPI
 from support.operator import CRDS, NAMESPACE, RBAC
+
+from agentfn.operator import catalog
 
 
 @pytest.fixture(scope="session")

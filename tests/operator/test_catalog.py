@@ -6,13 +6,14 @@ import json
 import shutil
 
 import pytest
-from agentfn_operator import catalog
 from support.operator import ROOT
+
+from agentfn.operator import catalog
 
 
 def test_the_catalog_is_the_descriptor_files_plus_the_memory_tools(tools):
-    described = {p.parent.name: json.loads(p.read_text())["name"] for p in (ROOT / "functions").glob("*/tool.json")}
-    assert described, "no functions/*/tool.json"
+    described = {p.parent.name: json.loads(p.read_text())["name"] for p in (ROOT / "src" / "agentfn").glob("*/tool.json")}
+    assert described, "no src/agentfn/*/tool.json"
     for function, name in described.items():
         assert tools[name].function == function
     assert tools["remember"].function == tools["forget"].function == "memory"
@@ -25,7 +26,7 @@ def test_run_code_open_page_and_memory_are_step_only_whatever_a_descriptor_says(
     # A descriptor that claims more is overruled by the operator's own list.
     folder = tmp_path / "run_code"
     folder.mkdir()
-    descriptor = json.loads((ROOT / "functions" / "run_code" / "tool.json").read_text())
+    descriptor = json.loads((ROOT / "src" / "agentfn" / "run_code" / "tool.json").read_text())
     (folder / "tool.json").write_text(json.dumps({**descriptor, "callable_alone": True, "mcp": True}))
     assert catalog.load({"AGENTFN_TOOL_CATALOG_DIR": str(tmp_path)})["run_code"].channels == {"step"}
 
@@ -33,10 +34,10 @@ def test_run_code_open_page_and_memory_are_step_only_whatever_a_descriptor_says(
 def test_a_page_descriptor_replaces_the_built_in_one(tmp_path):
     folder = tmp_path / "page"
     folder.mkdir()
-    builtin = json.loads((ROOT / "shared" / "contract" / "page.json").read_text())["tools"][0]
+    builtin = json.loads((ROOT / "src" / "agentfn" / "shared" / "contract" / "page.json").read_text())["tools"][0]
     (folder / "tool.json").write_text(json.dumps({**builtin, "description": "the page fetcher's own descriptor"}))
     shutil.copytree(
-        ROOT / "functions" / "platform_status",
+        ROOT / "src" / "agentfn" / "platform_status",
         tmp_path / "platform_status",
         ignore=lambda d, names: [n for n in names if n != "tool.json"],
     )
@@ -48,7 +49,7 @@ def test_a_page_descriptor_replaces_the_built_in_one(tmp_path):
 def test_a_tool_described_twice_or_a_bad_descriptor_stops_the_start(tmp_path):
     for function in ("a", "b"):
         (tmp_path / function).mkdir()
-        (tmp_path / function / "tool.json").write_text((ROOT / "functions" / "platform_status" / "tool.json").read_text())
+        (tmp_path / function / "tool.json").write_text((ROOT / "src/agentfn/platform_status/tool.json").read_text())
     with pytest.raises(ValueError, match="described twice"):
         catalog.load({"AGENTFN_TOOL_CATALOG_DIR": str(tmp_path)})
     (tmp_path / "b" / "tool.json").write_text(json.dumps({"name": "x"}))

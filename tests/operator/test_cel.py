@@ -12,8 +12,9 @@ from typing import Any
 
 import celpy
 import pytest
-from agentfn_operator.reconcile import reconcile
 from support.operator import schema_of
+
+from agentfn.operator.reconcile import reconcile
 
 BASE_GRANT = {"tool": "platform_status", "agents": ["site-guide"], "groups": ["visitors"]}
 BASE_AGENT = {"brief": "Answers visitors.", "tools": ["platform_status"]}

@@ -14,9 +14,6 @@ import time
 import pytest
 import requests
 import yaml
-from agentfn.cli.postgres import free_port
-from agentfn_operator import audit
-from agentfn_operator.reconcile import dumps, reconcile
 from kopf.testing import KopfRunner
 from support.operator import (
     CLUSTER_TIMEOUT,
@@ -27,6 +24,10 @@ from support.operator import (
     service_account_kubeconfig,
     wait_for,
 )
+
+from agentfn.cli.postgres import free_port
+from agentfn.operator import audit
+from agentfn.operator.reconcile import dumps, reconcile
 
 pytestmark = pytest.mark.timeout(CLUSTER_TIMEOUT)
 NS = ["-n", NAMESPACE]
@@ -44,7 +45,7 @@ def operator(kube, tmp_path_factory):
             env.setenv("KUBECONFIG", str(kubeconfig))
             env.setenv("AGENTFN_NAMESPACE", NAMESPACE)
             with KopfRunner(
-                ["run", "-m", "agentfn_operator", "--namespace", NAMESPACE, f"--liveness=http://127.0.0.1:{port}/healthz"]
+                ["run", "-m", "agentfn.operator", "--namespace", NAMESPACE, f"--liveness=http://127.0.0.1:{port}/healthz"]
             ) as runner:
                 runner.liveness_url, runner.log = f"http://127.0.0.1:{port}/healthz", log
                 yield runner

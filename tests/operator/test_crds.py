@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agentfn_operator.reconcile import AGENT_DEFAULTS, AGENT_FIELDS, GRANT_DEFAULTS, GRANT_FIELDS, LIMIT_DEFAULTS
 from jsonschema import Draft7Validator
 from support.operator import crd, example_objects, schema_of
+
+from agentfn.operator.reconcile import AGENT_DEFAULTS, AGENT_FIELDS, GRANT_DEFAULTS, GRANT_FIELDS, LIMIT_DEFAULTS
 
 KINDS = ["Agent", "ToolGrant"]
 

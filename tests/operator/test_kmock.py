@@ -13,8 +13,9 @@ import logging
 import kmock
 import pytest
 import yaml
-from agentfn_operator.reconcile import dumps, reconcile
 from support.operator import example_objects
+
+from agentfn.operator.reconcile import dumps, reconcile
 
 NS = "agentfn"
 AGENTS, GRANTS = "agentfn.dev/v1alpha1/agents", "agentfn.dev/v1alpha1/toolgrants"

@@ -10,10 +10,11 @@ import threading
 
 import kopf
 import pytest
-from agentfn_operator.config import Config
-from agentfn_operator.kube import Api
-from agentfn_operator.lease import Elector
 from support.operator import CLUSTER_TIMEOUT, NAMESPACE, wait_for
+
+from agentfn.operator.config import Config
+from agentfn.operator.kube import Api
+from agentfn.operator.lease import Elector
 
 pytestmark = pytest.mark.timeout(CLUSTER_TIMEOUT)
 

@@ -11,17 +11,18 @@ import sys
 import time
 
 import yaml
-from agentfn_operator import audit
-from agentfn_operator.reconcile import dumps, reconcile
 from jsonschema import Draft202012Validator
 from support.operator import EXAMPLES, ROOT, example_objects, wait_for
 
-SCHEMA = json.loads((ROOT / "shared" / "contract" / "registry.schema.json").read_text())
+from agentfn.operator import audit
+from agentfn.operator.reconcile import dumps, reconcile
+
+SCHEMA = json.loads((ROOT / "src" / "agentfn" / "shared" / "contract" / "registry.schema.json").read_text())
 
 
 def run(module, *args, **kw):
     return subprocess.run(
-        [sys.executable, "-m", f"agentfn_operator.{module}", *map(str, args)],
+        [sys.executable, "-m", f"agentfn.operator.{module}", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -63,7 +64,7 @@ def test_local_mode_leaves_out_an_invalid_object_and_says_so(tmp_path):
 
 def test_local_mode_refuses_a_grant_that_makes_a_tool_that_changes_state_callable_alone(tmp_path):
     # A tool function of another team: its descriptor offers it alone and does not say it is a read.
-    for described in (ROOT / "functions").glob("*/tool.json"):
+    for described in (ROOT / "src" / "agentfn").glob("*/tool.json"):
         (tmp_path / "catalog" / described.parent.name).mkdir(parents=True)
         shutil.copy(described, tmp_path / "catalog" / described.parent.name)
     (tmp_path / "catalog" / "incidents").mkdir()
@@ -108,7 +109,7 @@ def test_watch_mode_rewrites_the_registry_when_a_file_changes(tmp_path):
         [
             sys.executable,
             "-m",
-            "agentfn_operator.local",
+            "agentfn.operator.local",
             str(tmp_path / "agents"),
             "--out",
             str(out),

@@ -7,14 +7,15 @@ import copy
 import json
 
 import pytest
-from agentfn_operator.catalog import CatalogEntry, from_descriptors
-from agentfn_operator.reconcile import functions_in_use, reconcile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from support.operator import ROOT, example_objects
 
-SCHEMA = json.loads((ROOT / "shared" / "contract" / "registry.schema.json").read_text())
+from agentfn.operator.catalog import CatalogEntry, from_descriptors
+from agentfn.operator.reconcile import functions_in_use, reconcile
+
+SCHEMA = json.loads((ROOT / "src" / "agentfn" / "shared" / "contract" / "registry.schema.json").read_text())
 
 
 def agent(name, tools, memory="none", **spec):

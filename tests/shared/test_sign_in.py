@@ -14,11 +14,12 @@ from urllib.parse import parse_qs, urlsplit
 import jwt
 import pytest
 import requests
-from agentfn.cli.postgres import free_port
 from agentfn.devstack.issuer import DevIssuer
 from agentfn.devstack.issuer import create_app as issuer_app
 from agentfn.devstack.sign_in import Codes
 from support import WORKBENCH, WORKBENCH_URL, Served, web_clients
+
+from agentfn.cli.postgres import free_port
 
 ORIGIN = WORKBENCH_URL.rstrip("/")
 MARKUP = "<img src=x onerror=alert(1)>"
@@ -148,7 +149,7 @@ def test_a_person_signs_in_and_the_access_token_opens_a_real_door(issuer, memory
     body = tokens.json()
     assert body["token_type"] == "Bearer" and body["expires_in"] == 3600 and body["scope"] == "openid profile"
 
-    # The access token opens memory's door: agentfn's own verifier (shared/identity.py) behind a real function.
+    # The access token opens memory's door: agentfn's own verifier (src/agentfn/shared/identity.py) behind a real function.
     headers = {"Authorization": f"Bearer {body['access_token']}"}
     kept = requests.post(
         memory.url + "/v1/entries",
@@ -471,8 +472,9 @@ def test_discovery_publishes_the_code_flow(issuer):
 
 def test_the_dev_stack_registers_the_workbench_at_the_gateways_site_root(tmp_path, monkeypatch):
     """The issuer as `agentfn up` configures it (through its environment) signs the workbench in at the gateway."""
-    from agentfn.cli.stack import PORTS, Stack
     from rich.console import Console
+
+    from agentfn.cli.stack import PORTS, Stack
 
     port = free_port()
     monkeypatch.setenv("AGENTFN_JWT_ISSUER", f"http://127.0.0.1:{port}")

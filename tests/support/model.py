@@ -56,7 +56,7 @@ def agent(brief, tier, memory, tools, steps=4, tokens=60000, deadline=30):
 
 
 def registry_document() -> dict:
-    """A registry as the operator writes it (the tests check it against shared/contract/registry.schema.json)."""
+    """A registry as the operator writes it (the tests check it against src/agentfn/shared/contract/registry.schema.json)."""
     everyone, users, devs = access([EVERYONE]), access(["platform-users"]), access(["developers"])
     # The reviewer and the keeper run what changes state without asking (their grants waive approval: the
     # memory and run_code cases are about memory and code); the asker's grants leave approval required.
@@ -199,7 +199,7 @@ def take_turn(base: str, who: Person, agent_name: str, content: str, *, history=
 
 
 class GatewayServer(Gunicorn):
-    """The dev gateway (cli/gateway.py) under gunicorn: it has no /readyz of its own (that path is not a door)."""
+    """The dev gateway (agentfn.cli.gateway) under gunicorn: it has no /readyz of its own (that path is not a door)."""
 
     def wait_ready(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout

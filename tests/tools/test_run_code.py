@@ -184,7 +184,7 @@ for path in ("/etc/shadow", "/etc/passwd", "/etc/hostname"):
         lambda c: (
             f"""
 import os
-for path in ({str(ROOT / "pyproject.toml")!r}, {str(ROOT / "shared" / "identity.py")!r}, {sys.executable!r}):
+for path in ({str(ROOT / "pyproject.toml")!r}, {str(ROOT / "src/agentfn/shared/identity.py")!r}, {sys.executable!r}):
     try:
         print("READ", path, open(path, "rb").read(10))
     except OSError as e:

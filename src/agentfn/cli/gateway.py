@@ -19,10 +19,11 @@ from collections.abc import Iterator, Mapping
 from urllib.parse import quote
 
 import requests
-from agentfn.shared.problems import PROBLEM_JSON, ProblemError
 from werkzeug.datastructures import Headers
 from werkzeug.http import is_hop_by_hop_header
 from werkzeug.wrappers import Request, Response
+
+from agentfn.shared.problems import PROBLEM_JSON, ProblemError
 
 from .settings import GatewaySettings
 

@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from agentfn.memory.settings import EmbeddingSettings
 from rich.console import Console
 
-ROOT = Path(__file__).resolve().parent.parent
+from agentfn.memory.settings import EmbeddingSettings
+
+ROOT = Path(__file__).resolve().parents[3]  # the source tree: src/agentfn/cli/ is three below it
 PUBLIC_BASE = "python:3.11-slim-bookworm"
 STAND_IN = "localhost/agentfn-base:bookworm"
-# The functions, each from functions/Dockerfile with its folder as FUNCTION, and the operator from its own.
+# The functions, each from functions/Dockerfile with its package's name as FUNCTION, and the operator from its own.
 FUNCTIONS = ("memory", "page", "model", "platform_status", "list_models", "radar_latest", "run_code", "workbench")
 IMAGES = (*FUNCTIONS, "operator")
 UID = 10001  # the images' user, and the chart's runAsUser

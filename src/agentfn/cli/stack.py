@@ -21,18 +21,22 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import requests
-from agentfn.model import weights
-from agentfn.shared import db
 from rich.console import Console
+
+from agentfn.shared import db
 
 from . import images as containers
 from .postgres import EmbeddedPostgres
 from .settings import CliSettings
 
+if TYPE_CHECKING:
+    from agentfn.devstack import weights
+
 BIN = Path(sys.executable).parent
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]  # the source tree: src/agentfn/cli/ is three below it
 HOST = "127.0.0.1"
 PR_SET_PDEATHSIG = 1
 SERVICE_ACCOUNT = "system:serviceaccount:agentfn:agentfn-model"
@@ -63,7 +67,7 @@ PORTS = {
 }
 # Parts with a schema of their own: schema -> role.
 ROLES = {"memory": "agentfn_memory", "page": "agentfn_page", "run_code": "agentfn_run_code", "model": "agentfn_model"}
-# The offline tier: a shipped model (AGENTFN_ENGINE_MODEL, see agentfn.model.weights) on llama.cpp,
+# The offline tier: a shipped model (AGENTFN_ENGINE_MODEL, see agentfn.devstack.weights) on llama.cpp,
 # JSON-constrained tool calls, greedy so a tour repeats itself. Set AGENTFN_TIER_FAST_URL (and its siblings)
 # to use an engine of your own instead; then none is started.
 OFFLINE_TIER = {
@@ -218,6 +222,8 @@ class Stack:
         """The model function's tiers, and whether the offline engine is needed for them."""
         if os.environ.get("AGENTFN_TIER_FAST_URL"):
             return {}, False  # the caller's own engine, configured in the environment
+        from agentfn.devstack import weights  # the stand-ins' distribution: checked to be there before this
+
         self.model = weights.chosen()
         weights.path(self.model)  # not installed: one line saying how, before anything starts
         return {
@@ -253,7 +259,7 @@ class Stack:
                 argv=[
                     str(BIN / "python"),
                     "-m",
-                    "agentfn_operator.local",
+                    "agentfn.operator.local",
                     str(ROOT / "examples"),
                     "--out",
                     str(registry),
@@ -273,7 +279,7 @@ class Stack:
                     argv=[
                         str(BIN / "python"),
                         "-m",
-                        "agentfn.model.engine_server",
+                        "agentfn.devstack.engine_server",
                         "--port",
                         str(PORTS["engine"]),
                         "--model",
@@ -459,8 +465,8 @@ class Stack:
 
     def up(self) -> None:
         (self.var / "logs").mkdir(parents=True, exist_ok=True)
-        self.tier_env()  # an unknown or missing offline model is one line before anything starts
         self.check_stand_ins()
+        self.tier_env()  # an unknown or missing offline model is one line before anything starts
         self.check_ports()
         if self.images:
             containers.check_built()

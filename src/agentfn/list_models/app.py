@@ -1,7 +1,7 @@
 """list_models: the model tiers the caller may use.
 
 `gunicorn -c python:agentfn.shared.gunicorn_conf 'agentfn.list_models.app:create_app()'`. The service behind it
-and its contract: `upstream.md` beside this file; its test double: `devstack/list_models.py`.
+and its contract: `functions/list_models/upstream.md`; its test double: `agentfn.devstack.list_models`.
 
 Configuration: `ReadToolSettings` (agentfn.shared.tool_settings; docs/configuration.md), and identity's.
 """
@@ -13,11 +13,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from flask import Flask
+
 from agentfn.shared import app as http
 from agentfn.shared.identity import Caller
 from agentfn.shared.read_tool import read_tool_app
 from agentfn.shared.upstream import Upstream, clip, outside_contract
-from flask import Flask
 
 SERVICE = "model"
 MAX_TIERS = 20

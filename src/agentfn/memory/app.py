@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from flask import Flask
+
 from agentfn.shared import app as http
 from agentfn.shared.identity import Identity
 from agentfn.shared.problems import unavailable
-from flask import Flask
 
 from . import embedder as embedding
 from .embedder_base import EmbeddingFailed

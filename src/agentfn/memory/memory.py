@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
 from agentfn.shared.problems import ProblemError, not_found, problem_type, unprocessable
 
 from . import notes, quotas

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import time
 
+from flask import Blueprint, current_app, g, jsonify, request
+
 from agentfn.shared import telemetry
 from agentfn.shared.identity import caller_required, service_required
 from agentfn.shared.problems import ProblemError, bad_request, problem_type
 from agentfn.shared.pseudonym import subject_hash
 from agentfn.shared.validation import Schema, json_body
-from flask import Blueprint, current_app, g, jsonify, request
 
 from . import schemas
 from .memory import Memory, parse_id

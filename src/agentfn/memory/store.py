@@ -10,9 +10,10 @@ from contextlib import contextmanager
 
 import numpy as np
 import psycopg
-from agentfn.shared import db
 from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
+
+from agentfn.shared import db
 
 from . import terms
 from .held import Held, HeldEntries

@@ -15,12 +15,13 @@ import uuid
 from collections.abc import Callable
 from functools import wraps
 
+from flask import Blueprint, current_app, g, jsonify, request
+
 from agentfn.shared.contract import CHANNELS
 from agentfn.shared.grants import records
 from agentfn.shared.identity import caller_required
 from agentfn.shared.problems import bad_request, forbidden
 from agentfn.shared.pseudonym import subject_hash
-from flask import Blueprint, current_app, g, jsonify, request
 
 from .services import Services
 

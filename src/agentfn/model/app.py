@@ -1,6 +1,6 @@
 """The model function's app factory: `gunicorn -c python:agentfn.shared.gunicorn_conf 'agentfn.model.app:create_app()'`.
 
-It loads no model: engines are other processes (`python -m agentfn.model.engine_server` is the offline
+It loads no model: engines are other processes (`python -m agentfn.devstack.engine_server` is the offline
 one), so start-to-ready is Flask, the pool and the registry file. The SDKs a turn or `/mcp` needs are
 imported by a warm-up thread once the first answer (the first readiness probe, usually) has gone out.
 
@@ -15,11 +15,12 @@ import re
 import threading
 from collections.abc import Mapping
 
+from flask import Flask
+from werkzeug.middleware.dispatcher import DispatcherMiddleware
+
 from agentfn.shared import app as http
 from agentfn.shared.exchange import TokenExchange
 from agentfn.shared.identity import Identity
-from flask import Flask
-from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
 from . import admin
 from .approvals import Approvals

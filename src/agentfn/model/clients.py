@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import urllib3
+
 from agentfn.shared import telemetry
 
 MAX_BYTES = 2 * 1024 * 1024

@@ -25,8 +25,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from agentfn.shared.identity import Verifier
 from flask import Blueprint, jsonify
+
+from agentfn.shared.identity import Verifier
 
 from .services import Services
 

@@ -15,13 +15,14 @@ from contextlib import asynccontextmanager
 
 import anyio
 import mcp_types as types
-from agentfn.shared.contract import MCP
-from agentfn.shared.identity import Caller, Verifier, verify_caller
-from agentfn.shared.problems import ProblemError
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
+
+from agentfn.shared.contract import MCP
+from agentfn.shared.identity import Caller, Verifier, verify_caller
+from agentfn.shared.problems import ProblemError
 
 from . import calls
 from .services import Services

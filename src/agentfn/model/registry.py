@@ -1,4 +1,4 @@
-"""The registry the operator writes (`shared/contract/registry.schema.json`): agent -> tools -> who, and the tools
+"""The registry the operator writes (the contract's `registry.schema.json`): agent -> tools -> who, and the tools
 callable alone and over MCP. Read from `AGENTFN_REGISTRY_FILE` and reloaded when the file changes.
 
 A mounted ConfigMap changes by a symlink swap and the local operator by `os.replace`, so the file is

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+from flask import Blueprint, Response, current_app, g, jsonify, stream_with_context
+
 from agentfn.shared import app as http
 from agentfn.shared import clock
 from agentfn.shared.contract import ALONE
 from agentfn.shared.identity import caller_required
 from agentfn.shared.problems import ProblemError, not_found, problem_type, unprocessable
 from agentfn.shared.tools import LazySchema
-from flask import Blueprint, Response, current_app, g, jsonify, stream_with_context
 
 from . import calls, schemas
 from .episodes import end_session

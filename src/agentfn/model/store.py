@@ -11,9 +11,10 @@ import datetime
 import uuid
 from dataclasses import dataclass
 
-from agentfn.shared import db
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
+
+from agentfn.shared import db
 
 SCHEMA = "model"
 

@@ -1,7 +1,7 @@
 """The agentfn operator: Agents and ToolGrants in, the registry ConfigMap, a NetworkPolicy, statuses out.
 
-Run it with `kopf run -m agentfn_operator --namespace agentfn`. The modules below hold its handlers, one
-concern each; the pure part is `reconcile.py`, which local mode (`python -m agentfn_operator.local`)
+Run it with `kopf run -m agentfn.operator --namespace agentfn`. The modules below hold its handlers, one
+concern each; the pure part is `reconcile.py`, which local mode (`python -m agentfn.operator.local`)
 runs over YAML files too.
 """
 

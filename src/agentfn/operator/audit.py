@@ -1,7 +1,7 @@
 """Audit: who may call what, from the registry, one row per agent, tool and channel.
 
-    python -m agentfn_operator.audit [REGISTRY_FILE | -]     # default: $AGENTFN_REGISTRY_FILE
-    kubectl get configmap agentfn-registry -o jsonpath='{.data.registry\\.json}' | python -m agentfn_operator.audit -
+    python -m agentfn.operator.audit [REGISTRY_FILE | -]     # default: $AGENTFN_REGISTRY_FILE
+    kubectl get configmap agentfn-registry -o jsonpath='{.data.registry\\.json}' | python -m agentfn.operator.audit -
 
 The rows are built in `agentfn.shared.grants` (its docstring says the columns), the code `agentfn audit` and
 the model function's `GET /v1/admin/grants` use too. The same rows follow from `kubectl get agents,toolgrants`:
@@ -22,7 +22,7 @@ __all__ = ["HEADER", "Row", "main", "records", "rows", "table"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentfn_operator.audit", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m agentfn.operator.audit", description=__doc__.split("\n")[0])
     parser.add_argument(
         "registry",
         nargs="?",

@@ -1,14 +1,13 @@
 """The tool catalog: which tools exist, which function serves each, and the channels its descriptor allows
 (never alone nor over MCP for a tool that changes state, whatever the descriptor offers).
 
-The source is the tools' own descriptor files, `functions/<function>/tool.json`. The built-in tools come
-from the contract the model function reads too (`agentfn.shared.contract`): the memory tools `remember` and
-`forget`, which the model function serves through memory's doors and which have no tool function of their
-own, and `open_page`, only while the page fetcher has no `tool.json` yet (a descriptor file always wins).
+The source is the tools' own descriptor files, each in its function's package (`agentfn/<function>/tool.json`).
+The built-in tools come from the contract the model function reads too (`agentfn.shared.contract`): the memory
+tools `remember` and `forget`, which the model function serves through memory's doors and which have no tool
+function of their own, and `open_page`, only while the page fetcher has no `tool.json` yet (a descriptor file always wins).
 
 `AGENTFN_TOOL_CATALOG_DIR` points at a folder of `<function>/tool.json` (in a cluster: the descriptors
-mounted from a ConfigMap); unset, the source tree's `functions/` is used, or else the installed
-`agentfn.<function>` packages.
+mounted from a ConfigMap); unset, the installed `agentfn.<function>` packages are read.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from agentfn.shared.tools import DESCRIPTOR_FILE, changes_state, check_descripto
 
 from .config import Config
 
-SOURCE_FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 # Tools only some agents may ever be given (RFC 0002: only the reviewer runs code and opens pages).
 ONLY_FOR = {"run_code": frozenset({"code-reviewer"}), "open_page": frozenset({"code-reviewer"})}
 
@@ -32,7 +30,7 @@ ONLY_FOR = {"run_code": frozenset({"code-reviewer"}), "open_page": frozenset({"c
 @dataclass(frozen=True)
 class CatalogEntry:
     name: str
-    function: str  # the function that serves it (its folder under functions/)
+    function: str  # the function that serves it (its package, agentfn.<function>)
     callable_alone: bool
     mcp: bool
     changes_state: bool = True  # as its descriptor says; one that does not say is taken to change state
@@ -89,8 +87,6 @@ def load(env: Mapping[str, str] | None = None) -> dict[str, CatalogEntry]:
         if not Path(configured).is_dir():
             raise RuntimeError(f"AGENTFN_TOOL_CATALOG_DIR={configured} is not a folder")
         files = _descriptor_files(Path(configured))
-    elif SOURCE_FUNCTIONS.is_dir():
-        files = _descriptor_files(SOURCE_FUNCTIONS)
     else:
         files = _installed_descriptors()
     if not files:

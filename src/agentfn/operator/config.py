@@ -52,7 +52,7 @@ class Config(Settings):
         "AGENTFN_TOOL_CATALOG_DIR",
         "",
         "folder of `<function>/tool.json` (see catalog.py)",
-        shown="the source tree's `functions/`",
+        shown="the installed functions' own",
     )
     identity: str = ""  # this replica's name in the Lease: not a setting
 

@@ -1,6 +1,6 @@
 """Local mode: the operator's reconcile over YAML files, writing the registry file the dev stack reads.
 
-    python -m agentfn_operator.local examples/ --out var/registry/registry.json [--watch]
+    python -m agentfn.operator.local examples/ --out var/registry/registry.json [--watch]
 
 The same `reconcile()` as in a cluster, so the dev stack and a cluster read agents the same way. The
 file is replaced atomically and only when its bytes change (the model function reloads on change).
@@ -70,7 +70,7 @@ def _stamp(paths: list[Path]) -> tuple:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentfn_operator.local", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m agentfn.operator.local", description=__doc__.split("\n")[0])
     parser.add_argument("paths", nargs="+", type=Path, help="YAML files or folders of them (e.g. examples/)")
     parser.add_argument(
         "--out",

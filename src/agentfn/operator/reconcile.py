@@ -332,7 +332,7 @@ def _access(grant: _Grant) -> dict[str, Any]:
 
 
 def _document(agents: Mapping[str, _Agent], grants: Iterable[_Grant]) -> dict[str, Any]:
-    """The registry (shared/contract/registry.schema.json): agent -> tools -> who; then the tools alone and over MCP."""
+    """The registry (the contract's registry.schema.json): agent -> tools -> who; then the tools alone and over MCP."""
     body: dict[str, Any] = {"agents": {}, ALONE: {}, MCP: {}}
     for name in sorted(agents):
         agent = agents[name]

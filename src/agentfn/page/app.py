@@ -11,9 +11,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from flask import Flask
+
 from agentfn.shared import app as http
 from agentfn.shared.identity import Identity
-from flask import Flask
 
 from .cache import PageCache
 from .fetch import Fetcher

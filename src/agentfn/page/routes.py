@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 
+from flask import Blueprint, current_app, g, jsonify, request
+
 from agentfn.shared.identity import caller_required
 from agentfn.shared.problems import bad_request, forbidden
 from agentfn.shared.tools import LazySchema
-from flask import Blueprint, current_app, g, jsonify, request
 
 from . import schemas
 from .pages import Pages

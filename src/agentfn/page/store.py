@@ -15,8 +15,9 @@ import threading
 import time
 
 import psycopg
-from agentfn.shared import db
 from psycopg.rows import dict_row
+
+from agentfn.shared import db
 
 from .fetch import Trace
 

@@ -1,7 +1,7 @@
 """platform_status: the arena's snapshot, summarised, as the caller sees it.
 
 `gunicorn -c python:agentfn.shared.gunicorn_conf 'agentfn.platform_status.app:create_app()'`. The service behind
-it and its contract: `upstream.md` beside this file; its test double: `devstack/platform_status.py`.
+it and its contract: `functions/platform_status/upstream.md`; its test double: `agentfn.devstack.platform_status`.
 
 Configuration: `ReadToolSettings` (agentfn.shared.tool_settings; docs/configuration.md), and identity's.
 """
@@ -12,11 +12,12 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from flask import Flask
+
 from agentfn.shared import app as http
 from agentfn.shared.identity import Caller
 from agentfn.shared.read_tool import read_tool_app
 from agentfn.shared.upstream import Upstream, clip, outside_contract
-from flask import Flask
 
 SERVICE = "arena status"
 STATES = ("up", "degraded", "down")

@@ -1,7 +1,7 @@
 """radar_latest: the Radar's latest published digests the caller may read.
 
 `gunicorn -c python:agentfn.shared.gunicorn_conf 'agentfn.radar_latest.app:create_app()'`. The service behind it
-and its contract: `upstream.md` beside this file; its test double: `devstack/radar_latest.py`.
+and its contract: `functions/radar_latest/upstream.md`; its test double: `agentfn.devstack.radar_latest`.
 
 Configuration: `ReadToolSettings` (agentfn.shared.tool_settings; docs/configuration.md), and identity's.
 """
@@ -13,11 +13,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from flask import Flask
+
 from agentfn.shared import app as http
 from agentfn.shared.identity import Caller
 from agentfn.shared.read_tool import read_tool_app
 from agentfn.shared.upstream import Upstream, clip, outside_contract
-from flask import Flask
 
 SERVICE = "Radar"
 DEFAULT_COUNT, MAX_TITLE, MAX_SUMMARY, MAX_URL = 3, 160, 300, 500

@@ -15,13 +15,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from flask import Flask
+
 from agentfn.shared import app as http
 from agentfn.shared import clock, telemetry
 from agentfn.shared.identity import Caller, Identity
 from agentfn.shared.problems import ProblemError, problem_type, unavailable
 from agentfn.shared.pseudonym import subject_hash
 from agentfn.shared.tools import doors, load_descriptor, openapi
-from flask import Flask
 
 from .bounds import Bounds
 from .bubblewrap import Bubblewrap

@@ -1,7 +1,7 @@
 """Who may call what, as rows: one per agent, tool and channel, from a registry document (contract/registry.schema.json).
 
 The one place the rows are built: `agentfn audit` prints them (from a registry file, standard input or the
-ConfigMap), the operator's `python -m agentfn_operator.audit` too, and the model function's admin door
+ConfigMap), the operator's `python -m agentfn.operator.audit` too, and the model function's admin door
 `GET /v1/admin/grants` serves them from the registry it reads.
 
 Columns: agent (`-` for a tool called alone or over MCP), tool, subjects, groups, channel (`step`: a

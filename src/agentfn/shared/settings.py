@@ -185,7 +185,7 @@ def main(argv: list[str]) -> int:
         prog="python -m agentfn.shared.settings", description="Write the settings tables of the configuration page."
     )
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when the tables are stale")
-    parser.add_argument("--doc", type=Path, default=Path(__file__).resolve().parents[1] / DOC, help="the page")
+    parser.add_argument("--doc", type=Path, default=Path(__file__).resolve().parents[3] / DOC, help="the page")
     args = parser.parse_args(argv)
     path = args.doc
     text = path.read_text()

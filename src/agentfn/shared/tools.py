@@ -1,6 +1,6 @@
 """What every tool function serves: its descriptor and its two doors, with their OpenAPI document.
 
-A tool's descriptor is `functions/<tool>/tool.json`, the one source for `GET /v1/tool`, for the argument
+A tool's descriptor is `src/agentfn/<tool>/tool.json`, the one source for `GET /v1/tool`, for the argument
 check of `POST /v1/call`, and for whoever else lists tools (the model function, the operator, the chart).
 The doors take only tokens the model function exchanged for this tool (`identity`); `call` does the work
 as the caller. A read tool's work is a call to the platform service behind it (`upstream`), and its app is

@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from flask import Blueprint, Flask, Response, current_app, jsonify, send_from_directory
+
 from agentfn.shared import app as http
 from agentfn.shared.problems import ProblemError
-from flask import Blueprint, Flask, Response, current_app, jsonify, send_from_directory
 
 from .settings import WorkbenchSettings
 

@@ -2,7 +2,7 @@
 default Qwen2.5-Coder-1.5B-Instruct Q4_K_M) served by llama.cpp's OpenAI-compatible server, in-process through
 `xllamacpp`, on loopback only.
 
-    python -m agentfn.model.engine_server --port 8810 [--model NAME] [--threads N] [--ctx 4096] [--parallel 2]
+    python -m agentfn.devstack.engine_server --port 8810 [--model NAME] [--threads N] [--ctx 4096] [--parallel 2]
 
 Its own process (the dev stack starts it; the model function only ever talks to it over HTTP). It prints
 one JSON line `{"ready": URL, "model": ALIAS, "seconds": S}` when it answers, and stops on SIGTERM or SIGINT.
@@ -83,7 +83,7 @@ def wait_ready(url: str, timeout: float) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     settings = EngineSettings.from_env()
-    parser = argparse.ArgumentParser(prog="python -m agentfn.model.engine_server", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m agentfn.devstack.engine_server", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=settings.port)
     parser.add_argument(

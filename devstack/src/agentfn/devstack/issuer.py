@@ -37,11 +37,12 @@ from pathlib import Path
 from typing import Any
 
 import jwt
-from agentfn.shared.identity import SERVICE_ACCOUNT_PREFIX
-from agentfn.shared.settings import REQUIRED, Settings, setting
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from flask import Flask, jsonify, redirect, request, url_for
+
+from agentfn.shared.identity import SERVICE_ACCOUNT_PREFIX
+from agentfn.shared.settings import REQUIRED, Settings, setting
 
 from .sign_in import (
     AUTHORIZATION_CODE,

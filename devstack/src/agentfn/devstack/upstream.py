@@ -8,10 +8,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from flask import Flask, jsonify, request
+
 from agentfn.shared.identity import Caller, Identity, bearer_token, verify_caller
 from agentfn.shared.problems import ProblemError, forbidden
 from agentfn.shared.settings import Settings, setting
-from flask import Flask, jsonify, request
 
 
 @dataclass(frozen=True)

