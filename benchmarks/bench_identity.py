@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 import requests
+from agentfn.shared.contract import audience
 from werkzeug.serving import make_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,10 +93,10 @@ class Bench:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         clients = {
-            MODEL_SERVICE: {"subject_audiences": ["agentfn"], "audiences": ["agentfn:tool:platform_status"]},
+            MODEL_SERVICE: {"subject_audiences": ["agentfn"], "audiences": [audience("tool", "platform_status")]},
             account("platform_status"): {
-                "subject_audiences": ["agentfn:tool:platform_status"],
-                "audiences": ["agentfn:upstream:platform_status"],
+                "subject_audiences": [audience("tool", "platform_status")],
+                "audiences": [audience("upstream", "platform_status")],
             },
         }
         self.issuer = DevIssuer(self.tmp / "issuer", url)  # the same key directory as the served one: mints callers
@@ -189,13 +190,13 @@ class Bench:
         callers = [Caller(f"c{n}", (), self.issuer.caller_token(f"c{n}")) for n in range(self.args.calls + 10)]
         uncached, cached = [], []
         for caller in callers[:10]:
-            client.token_for(caller, "agentfn:tool:platform_status")  # warm the connection
+            client.token_for(caller, audience("tool", "platform_status"))  # warm the connection
         for caller in callers[10:]:
             began = time.perf_counter()
-            client.token_for(caller, "agentfn:tool:platform_status")
+            client.token_for(caller, audience("tool", "platform_status"))
             uncached.append((time.perf_counter() - began) * 1000)
             began = time.perf_counter()
-            client.token_for(caller, "agentfn:tool:platform_status")
+            client.token_for(caller, audience("tool", "platform_status"))
             cached.append((time.perf_counter() - began) * 1000)
         return {
             "calls": self.args.calls,

@@ -34,6 +34,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import requests
+from agentfn.shared.contract import audience
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -65,7 +66,7 @@ class Bench:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.issuer = DevIssuer(self.tmp / "issuer", self.url)  # the served one's keys: signs the client assertion
-        clients = {MODEL_SERVICE: {"subject_audiences": ["agentfn"], "audiences": ["agentfn:memory"]}}
+        clients = {MODEL_SERVICE: {"subject_audiences": ["agentfn"], "audiences": [audience("memory")]}}
         self.served = Gunicorn(
             "agentfn.devstack.issuer:create_app()",
             {
@@ -132,7 +133,7 @@ class Bench:
             "grant_type": TOKEN_EXCHANGE,
             "subject_token": self.issuer.caller_token("alice"),
             "subject_token_type": TOKEN_TYPES[0],
-            "audience": "agentfn:memory",
+            "audience": audience("memory"),
             "client_assertion_type": JWT_BEARER,
             "client_assertion": self.issuer.service_token(MODEL_SERVICE, audience=self.url),
         }

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from agentfn.shared import app as http
+from agentfn.shared.contract import audience
 from agentfn.shared.identity import Identity
 from flask import Flask
 
@@ -47,7 +48,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         # In an outage no budget is taken and nothing is fetched; audit rows queued meanwhile wait for the database.
         database=store,
         readiness={},
-        identity=Identity.from_env(env, gateway=False, audience="agentfn:page"),
+        identity=Identity.from_env(env, gateway=False, audience=audience("page")),
         max_request_bytes=settings.max_request_bytes,
     )
     app.config["AGENTFN_PAGE_WINDOW"] = settings.window

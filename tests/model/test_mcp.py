@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx2
 import psycopg
 import pytest
+from agentfn.shared.contract import audience
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -83,7 +84,7 @@ REFUSED = {
     "another audience": lambda i: i.caller_token("someone", audience="somewhere-else"),
     # The gateway's own token is for agentfn's doors, not for the MCP resource (no token passthrough).
     "the gateway's token": lambda i: i.caller_token("someone", ["platform-users"]),
-    "exchanged for a tool": lambda i: i.exchanged("agentfn:tool:platform_status", "someone", ["platform-users"]),
+    "exchanged for a tool": lambda i: i.exchanged(audience("tool", "platform_status"), "someone", ["platform-users"]),
 }
 
 
