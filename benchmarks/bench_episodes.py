@@ -19,14 +19,10 @@ It writes benchmarks/results/episodes.json and episodes.md, then stops everythin
 from __future__ import annotations
 
 import argparse
-import datetime
-import io
-import json
 import os
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,12 +31,11 @@ import requests
 import yaml
 
 os.environ.setdefault("AGENTFN_DEV_PORT_BASE", "24700")  # beside a `./dev up` on the default ports
-from agentfn.cli.stack import BIN, PORTS, Stack  # noqa: E402
-from agentfn.model.episodes import faults, language  # noqa: E402
-from rich.console import Console  # noqa: E402
+from harness import ROOT, command, local_platform, when, write  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+from agentfn.cli.stack import BIN, PORTS  # noqa: E402
+from agentfn.model.episodes import faults, language  # noqa: E402
+
 WORD = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*")
 # What a summary says of any session in its own words: never a fact of the session.
 VOCABULARY = set(
@@ -149,7 +144,7 @@ def main() -> None:
     sessions = yaml.safe_load(args.sessions.read_text())
     with tempfile.TemporaryDirectory(prefix="agentfn-bench-episodes-") as work:
         Path(work).chmod(0o755)  # Postgres runs as its own user
-        stack = Stack(Path(work) / "var", Console(file=io.StringIO()))
+        stack = local_platform(Path(work) / "var")
         try:
             stack.up()
             ends = []
@@ -159,14 +154,12 @@ def main() -> None:
         finally:
             stack.down()
     found = {
-        "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "benchmarks/bench_episodes.py " + " ".join(sys.argv[1:]),
+        "when": when(),
+        "command": command(),
         "engine": stack.model.alias if stack.model else os.environ.get("AGENTFN_TIER_FAST_MODEL", "?"),
         "ends": ends,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "episodes.json").write_text(json.dumps(found, indent=2, ensure_ascii=False) + "\n")
-    (RESULTS / "episodes.md").write_text(report(found))
+    write("episodes", found, report(found))
     print(report(found))
 
 

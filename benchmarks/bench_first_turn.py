@@ -15,10 +15,7 @@ start to the first answer. Then Ctrl-C stops the platform. Writes benchmarks/res
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -27,11 +24,11 @@ import time
 from pathlib import Path
 
 import requests
+from harness import command, machine, when, write
+
 from agentfn.cli.client import events
 from agentfn.cli.postgres import EmbeddedPostgres
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 BIN = Path(sys.executable).parent
 # Questions that need no tool, each a fresh conversation: what a later turn reads anew is its own message (with the
 # recalled preference), as the first turn's is; the system prompt before it is the cached prefix, or not.
@@ -125,8 +122,9 @@ def main() -> None:
             EmbeddedPostgres(Path(home) / "var" / "postgres").stop("immediate")
     later = [t["s"] for t in turns[1:] if "failed" not in t]
     result = {
-        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
+        "when": when(),
+        "machine": machine(),
+        "command": command(),
         "to_banner_s": round(to_banner, 1),
         "after_s": args.after,
         "to_first_answer_s": round(to_answer, 1),
@@ -135,13 +133,10 @@ def main() -> None:
         "later_mean_s": round(sum(later) / len(later), 2) if later else None,
         "stages": stages,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "first_turn.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     lines = [
         "# The first turn after `agentfn up`",
         "",
-        f"{result['when']}, {os.cpu_count()} cores, load {', '.join(f'{x:.1f}' for x in result['machine']['load'])} "
-        "(1, 5, 15 min); `.venv/bin/python benchmarks/bench_first_turn.py`",
+        f"{result['when']}, {result['machine']}; `{result['command']}`",
         "",
         f"Up to the banner: {result['to_banner_s']} s; the first turn {args.after:g} s after it; from the start to the "
         f"first answer: {result['to_first_answer_s']} s. The code reviewer, with the tour's preference kept, asked a "
@@ -157,7 +152,7 @@ def main() -> None:
         ),
         "",
     ]
-    (RESULTS / "first_turn.md").write_text("\n".join(lines))
+    write("first_turn", result, "\n".join(lines))
     print("\n".join(lines))
 
 

@@ -21,33 +21,23 @@ Writes benchmarks/results/identity.json and identity.md, then stops everything i
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import random
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import requests
-from werkzeug.serving import make_server
+from agentfn.devstack.platform_status import create_app as upstream_app
+from harness import IssuerServer, ScriptedEngine, command, machine, p50, when, write
+from support import MODEL_SERVICE, Gunicorn, Postgres, Served, account, postgres_dir, subject_hash_key
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from agentfn.cli.postgres import free_port  # noqa: E402
-from agentfn.devstack.issuer import DevIssuer  # noqa: E402
-from agentfn.shared.exchange import TokenExchange  # noqa: E402
-from agentfn.shared.identity import Caller  # noqa: E402
-from bench_model import ENGINE_MAIN, wait_http  # noqa: E402  the scripted engine's process and its wait, shared
-from support import MODEL_SERVICE, Gunicorn, Postgres, account, postgres_dir, subject_hash_key  # noqa: E402
+from agentfn.shared.contract import audience
+from agentfn.shared.exchange import TokenExchange
+from agentfn.shared.identity import Caller
 
-RESULTS = ROOT / "benchmarks" / "results"
 GOAL_CACHED_MS = 2.0
 STEPS = 4
 
@@ -72,10 +62,6 @@ def registry() -> dict:
     }
 
 
-def p50(values: list[float]) -> float:
-    return round(statistics.median(values), 2)
-
-
 class Bench:
     def __init__(self, args):
         self.args, self.started = args, []
@@ -89,64 +75,45 @@ class Bench:
     def up(self) -> None:
         self.pg = Postgres(postgres_dir() / "data")
         self.pg.start()
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
         clients = {
-            MODEL_SERVICE: {"subject_audiences": ["agentfn"], "audiences": ["agentfn:tool:platform_status"]},
+            MODEL_SERVICE: {"subject_audiences": ["agentfn"], "audiences": [audience("tool", "platform_status")]},
             account("platform_status"): {
-                "subject_audiences": ["agentfn:tool:platform_status"],
-                "audiences": ["agentfn:upstream:platform_status"],
+                "subject_audiences": [audience("tool", "platform_status")],
+                "audiences": [audience("upstream", "platform_status")],
             },
         }
-        self.issuer = DevIssuer(self.tmp / "issuer", url)  # the same key directory as the served one: mints callers
+        served = IssuerServer(
+            self.tmp / "issuer",
+            {"AGENTFN_DEV_ISSUER_CLIENTS": json.dumps(clients), "AGENTFN_LOG_LEVEL": "WARNING"},
+            self.tmp / "issuer.log",
+        )
+        self.issuer = served.issuer
         ident = {
-            "AGENTFN_JWT_ISSUER": url,
+            "AGENTFN_JWT_ISSUER": self.issuer.url,
             "AGENTFN_JWKS_URL": self.issuer.jwks_url,
             "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": MODEL_SERVICE,
             "AGENTFN_TRUSTED_ACTORS": MODEL_SERVICE,
             "AGENTFN_LOG_LEVEL": "WARNING",
             **subject_hash_key(self.tmp),
         }
-        served = Gunicorn(
-            "agentfn.devstack.issuer:create_app()",
-            {**ident, "AGENTFN_DEV_ISSUER_DIR": str(self.tmp / "issuer"), "AGENTFN_DEV_ISSUER_CLIENTS": json.dumps(clients)},
-            self.tmp / "issuer.log",
-        )
-        served.port, served.url = port, url
-        served.env["PORT"] = str(port)
-        served.wait_ready = lambda timeout=60: wait_http(url + "/healthz", timeout)
         self.start(served)
-        engine_port = free_port()
-        self.engine_process = subprocess.Popen(
-            [sys.executable, "-c", ENGINE_MAIN, str(engine_port), str(ROOT / "tests" / "model")], stderr=subprocess.DEVNULL
-        )
-        self.engine = f"http://127.0.0.1:{engine_port}"
-        wait_http(self.engine + "/v1/models")
+        self.engine = ScriptedEngine()
         (self.tmp / "registry.json").write_text(json.dumps(registry()))
         for who in ("model", "platform_status"):
-            (self.tmp / f"exchange-{who}").write_text(self.issuer.service_token(account(who), audience=url))
+            (self.tmp / f"exchange-{who}").write_text(self.issuer.service_token(account(who), audience=self.issuer.url))
         (self.tmp / "memory-token").write_text(self.issuer.service_token(MODEL_SERVICE))
-        self.models, self._upstreams = {}, []
+        self.models, self.upstreams = {}, []
         dsn = self.pg.provision("model", "agentfn_model")  # both model functions keep their records in one schema
         for mode in ("exchange", "raw"):
-            from agentfn.devstack.platform_status import create_app as upstream_app
-
             env = {**ident, "AGENTFN_TOKEN_FORWARDING": mode}
-            up_port = free_port()
-            upstream = make_server(
-                "127.0.0.1",
-                up_port,
-                upstream_app({**env, "AGENTFN_TRUSTED_ACTORS": account("platform_status")}),
-                threaded=True,
-            )
-            threading.Thread(target=upstream.serve_forever, daemon=True).start()
-            self._upstreams.append(upstream)
+            upstream = Served(upstream_app({**env, "AGENTFN_TRUSTED_ACTORS": account("platform_status")}))
+            self.upstreams.append(upstream)
             status = self.start(
                 Gunicorn(
                     "agentfn.platform_status.app:create_app()",
                     {
                         **env,
-                        "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL": f"http://127.0.0.1:{up_port}",
+                        "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL": upstream.url,
                         "AGENTFN_EXCHANGE_TOKEN_FILE": str(self.tmp / "exchange-platform_status"),
                     },
                     self.tmp / f"tool-{mode}.log",
@@ -162,7 +129,7 @@ class Bench:
                         "AGENTFN_TOOL_PLATFORM_STATUS_URL": status.url,
                         "AGENTFN_SERVICE_TOKEN_FILE": str(self.tmp / "memory-token"),
                         "AGENTFN_EXCHANGE_TOKEN_FILE": str(self.tmp / "exchange-model"),
-                        "AGENTFN_TIER_FAST_URL": self.engine + "/v1",
+                        "AGENTFN_TIER_FAST_URL": self.engine.url + "/v1",
                         "AGENTFN_TIER_FAST_MODEL": "scripted",
                     },
                     self.tmp / f"model-{mode}.log",
@@ -172,11 +139,10 @@ class Bench:
     def down(self) -> None:
         for server in reversed(self.started):
             server.stop()
-        if getattr(self, "engine_process", None):
-            self.engine_process.terminate()
-            self.engine_process.wait(10)
-        for upstream in getattr(self, "_upstreams", []):
-            upstream.shutdown()
+        if hasattr(self, "engine"):
+            self.engine.stop()
+        for upstream in getattr(self, "upstreams", []):
+            upstream.stop()
         if hasattr(self, "pg"):
             self.pg.stop("immediate")
             shutil.rmtree(self.pg.data_dir.parent, ignore_errors=True)
@@ -189,13 +155,13 @@ class Bench:
         callers = [Caller(f"c{n}", (), self.issuer.caller_token(f"c{n}")) for n in range(self.args.calls + 10)]
         uncached, cached = [], []
         for caller in callers[:10]:
-            client.token_for(caller, "agentfn:tool:platform_status")  # warm the connection
+            client.token_for(caller, audience("tool", "platform_status"))  # warm the connection
         for caller in callers[10:]:
             began = time.perf_counter()
-            client.token_for(caller, "agentfn:tool:platform_status")
+            client.token_for(caller, audience("tool", "platform_status"))
             uncached.append((time.perf_counter() - began) * 1000)
             began = time.perf_counter()
-            client.token_for(caller, "agentfn:tool:platform_status")
+            client.token_for(caller, audience("tool", "platform_status"))
             cached.append((time.perf_counter() - began) * 1000)
         return {
             "calls": self.args.calls,
@@ -209,9 +175,7 @@ class Bench:
 
     def turn(self, mode: str, token: str) -> float:
         call = {"call": {"name": "platform_status", "arguments": {}}}
-        sid = requests.post(
-            self.engine + "/scripts", json={"rounds": [call] * STEPS + [{"text": "All up."}]}, timeout=5
-        ).json()["id"]
+        sid = self.engine.script(*[call] * STEPS, {"text": "All up."})
         began = time.perf_counter()
         response = requests.post(
             f"{self.models[mode].url}/v1/agents/plain/turns",
@@ -253,15 +217,12 @@ class Bench:
         }
 
 
-def write(results: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "identity.json").write_text(json.dumps(results, indent=2) + "\n")
+def markdown(results: dict) -> str:
     one, turn = results["exchange"], results["turn"]
     lines = [
         "# Token exchange against raw forwarding",
         "",
-        f"{results['when']} on {results['machine']}; `.venv/bin/python benchmarks/bench_identity.py "
-        f"--turns {turn['turns']} --calls {one['calls']}`.",
+        f"{results['when']} on {results['machine']}; `{results['command']}`.",
         "",
         "| what | p50 |",
         "|---|---|",
@@ -279,7 +240,7 @@ def write(results: dict) -> None:
         "difference near zero is that noise; the per-call figures above are the exchange's own cost.",
         "",
     ]
-    (RESULTS / "identity.md").write_text("\n".join(lines))
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -291,14 +252,15 @@ def main() -> int:
     try:
         bench.up()
         results = {
-            "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "when": when(),
+            "machine": machine(),
+            "command": command(),
             "exchange": bench.exchanges(),
             "turn": bench.turns(),
         }
     finally:
         bench.down()
-    write(results)
+    write("identity", results, markdown(results))
     print(json.dumps(results, indent=2))
     return 0
 

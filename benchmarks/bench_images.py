@@ -17,28 +17,20 @@ platform's own. It writes benchmarks/results/images.json and images.md, then sto
 from __future__ import annotations
 
 import argparse
-import datetime
-import io
-import json
 import os
 import signal
-import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 
 import requests
-from rich.console import Console
+from harness import command, local_platform, when, write
+from support import Served
+from support.scripted_engine import create_app as engine_app
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from agentfn.cli import images  # noqa: E402
-from agentfn.cli.stack import Part, Stack  # noqa: E402
-from support import Served  # noqa: E402
-from support.scripted_engine import create_app as engine_app  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results"
+from agentfn.cli import images
+from agentfn.cli.stack import Part, Stack
 
 
 def sizes() -> dict[str, dict[str, float]]:
@@ -84,12 +76,8 @@ def start(stack: Stack, part: Part, container: bool) -> tuple[float, float]:
     return (first if first is not None else ready), ready
 
 
-def quiet() -> Console:
-    return Console(file=io.StringIO())
-
-
 def parts_starts(var: Path, rounds: int) -> dict[str, dict[str, list[float]]]:
-    stack = Stack(var, quiet(), images=True)
+    stack = local_platform(var, images=True)
     times: dict[str, dict[str, list[float]]] = {}
     try:
         stack.up()
@@ -114,7 +102,7 @@ def platform_starts(home: Path, rounds: int) -> dict[str, list[float]]:
     for n in range(rounds):
         for container in (True, False) if n % 2 else (False, True):
             mode = "containers" if container else "processes"
-            stack = Stack(home / mode, quiet(), images=container)
+            stack = local_platform(home / mode, images=container)
             began = time.monotonic()
             try:
                 stack.up()
@@ -123,10 +111,6 @@ def platform_starts(home: Path, rounds: int) -> dict[str, list[float]]:
                 stack.down()
         print(f"round {n + 1} of {rounds}: the platform started both ways", flush=True)
     return times
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values)
 
 
 def report(found: dict) -> str:
@@ -179,17 +163,15 @@ def main() -> None:
         home = Path(work)
         home.chmod(0o755)  # Postgres runs as its own user
         found = {
-            "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": "benchmarks/bench_images.py " + " ".join(sys.argv[1:]),
+            "when": when(),
+            "command": command(),
             "rounds": args.rounds,
             "sizes": sizes(),
             "parts": parts_starts(home / "parts", args.rounds),
             "platform": platform_starts(home, args.platform_rounds),
         }
     engine.stop()
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "images.json").write_text(json.dumps(found, indent=2) + "\n")
-    (RESULTS / "images.md").write_text(report(found))
+    write("images", found, report(found))
     print(report(found))
 
 

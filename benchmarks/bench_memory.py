@@ -55,7 +55,6 @@ import json
 import logging
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -67,22 +66,17 @@ from pathlib import Path
 
 import numpy as np
 import psycopg
+from harness import RESULTS, ROOT, command, dev_issuer, write
 from pgvector import HalfVector
 from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
-from werkzeug.serving import make_server
+from support import Gunicorn, Postgres, postgres_dir, subject_hash_key
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # for support: the tests' Postgres and gunicorn helpers
-from agentfn.cli.postgres import free_port  # noqa: E402
-from agentfn.devstack.issuer import DevIssuer  # noqa: E402
-from agentfn.devstack.issuer import create_app as issuer_app  # noqa: E402
-from agentfn.memory.embedder import DEFAULT_MODEL, load_models, model_config, open_embedder  # noqa: E402
-from agentfn.memory.memory import Memory  # noqa: E402
-from agentfn.memory.quotas import Limits  # noqa: E402
-from agentfn.memory.settings import MemorySettings  # noqa: E402
-from agentfn.memory.store import Store  # noqa: E402
-from support import Gunicorn, Postgres, postgres_dir, subject_hash_key  # noqa: E402
+from agentfn.memory.embedder import DEFAULT_MODEL, load_models, model_config, open_embedder
+from agentfn.memory.memory import Memory
+from agentfn.memory.quotas import Limits
+from agentfn.memory.settings import MemorySettings
+from agentfn.memory.store import Store
 
 APP, DIMS, SMALL_MAX = "agentfn.memory.app:create_app()", 384, 200
 MEASURED = {"1k": 1_000, "10k": 10_000}
@@ -622,7 +616,7 @@ def run(args, ctx, root: Path) -> dict:
         "model": args.model,
         "omp_wait_policy": args.omp_wait_policy,
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": shlex.join([".venv/bin/python", "benchmarks/bench_memory.py", *command_args(sys.argv[1:])]),
+        "command": command(command_args(sys.argv[1:])),
         "machine": {
             "cores": os.cpu_count(),
             "load_average_at_start": round(os.getloadavg()[0], 2),
@@ -639,10 +633,7 @@ def run(args, ctx, root: Path) -> dict:
     with psycopg.connect(pg.admin_dsn, autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET max_wal_size = '8GB'")  # fewer checkpoints while loading
         conn.execute("SELECT pg_reload_conf()")
-    port = free_port()
-    ctx.issuer = DevIssuer(root / "issuer", f"http://127.0.0.1:{port}")
-    ctx.issuer_server = make_server("127.0.0.1", port, issuer_app(ctx.issuer), threaded=True)
-    threading.Thread(target=ctx.issuer_server.serve_forever, daemon=True).start()
+    ctx.issuer, ctx.issuer_served = dev_issuer(root / "issuer")
     dsn = pg.provision("memory", "agentfn_memory")
     ctx.env = {
         "AGENTFN_JWT_ISSUER": ctx.issuer.url,
@@ -784,7 +775,7 @@ def stop_all(ctx, root: Path) -> None:
         ("the floor's server", lambda: ctx.floor.stop()),
         ("store", lambda: ctx.store.close()),
         ("the store holding entries", lambda: ctx.held.close()),
-        ("issuer", lambda: ctx.issuer_server.shutdown()),
+        ("issuer", lambda: ctx.issuer_served.stop()),
         ("postgres", lambda: ctx.pg.stop("immediate")),
     ):
         try:
@@ -1003,7 +994,7 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--budget", type=float, default=570, help="seconds; the run is cut off after this")
-    parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results", help="where the results go")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where the results go")
     args = parser.parse_args()
     if args.rows < sum(MEASURED.values()) + 1000:
         parser.error(f"--rows must be at least {sum(MEASURED.values()) + 1000}")
@@ -1040,12 +1031,10 @@ def main() -> None:
     finally:
         stop_all(ctx, root)
     out["machine"].update(other_busy_cores_at_end=busy_cores(), load_average_at_end=round(os.getloadavg()[0], 2))
-    args.results.mkdir(parents=True, exist_ok=True)
     path = args.results / "memory.json"
     runs = json.loads(path.read_text()).get("runs", {}) if path.exists() else {}
     runs[args.model + (f" (OMP_WAIT_POLICY={args.omp_wait_policy})" if args.omp_wait_policy else "")] = out
-    path.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
-    (args.results / "memory.md").write_text(markdown(runs))
+    write("memory", {"runs": runs}, markdown(runs), into=args.results)
     print(markdown({args.model: out}))
 
 

@@ -27,53 +27,24 @@ Writes benchmarks/results/model.json and model.md, then stops everything it star
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import logging
-import os
-import platform
 import secrets
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import requests
-from werkzeug.serving import make_server
+from agentfn.devstack.platform_status import create_app as upstream_app
+from harness import ScriptedEngine, command, dev_issuer, machine, when, write
+from support import Gunicorn, Postgres, Served, postgres_dir, subject_hash_key
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from agentfn.cli.postgres import free_port  # noqa: E402
-from agentfn.devstack.issuer import DevIssuer  # noqa: E402
-from agentfn.devstack.issuer import create_app as issuer_app  # noqa: E402
-from support import Gunicorn, Postgres, postgres_dir, subject_hash_key  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results"
 SERVICE = "system:serviceaccount:agentfn:model"
 GOAL_STEP_MS, GOAL_TTFD_RATIO, GOAL_START_S = 5.0, 1.1, 0.5
-ENGINE_MAIN = """
-import sys
-from werkzeug.serving import make_server
-sys.path.insert(0, sys.argv[2])
-from support.scripted_engine import create_app
-make_server("127.0.0.1", int(sys.argv[1]), create_app(), threaded=True).serve_forever()
-"""
 BARE_FLASK = "from flask import Flask\napp = Flask('bare')\n@app.get('/readyz')\ndef ready():\n    return 'ok'\n"
-
-
-def wait_http(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            requests.get(url, timeout=1)
-            return
-        except requests.RequestException:
-            time.sleep(0.05)
-    raise RuntimeError(f"{url} did not answer")
 
 
 def registry() -> dict:
@@ -129,16 +100,10 @@ class Bench:
         self.started.append(server)
         return server
 
-    def script(self, *rounds) -> str:
-        return requests.post(self.engine + "/scripts", json={"rounds": list(rounds)}, timeout=5).json()["id"]
-
     def up(self) -> None:
         self.pg = Postgres(postgres_dir() / "data")
         self.pg.start()
-        port = free_port()
-        self.issuer = DevIssuer(self.tmp / "issuer", f"http://127.0.0.1:{port}")
-        self._issuer = make_server("127.0.0.1", port, issuer_app(self.issuer), threaded=True)
-        threading.Thread(target=self._issuer.serve_forever, daemon=True).start()
+        self.issuer, self.issuer_served = dev_issuer(self.tmp / "issuer")
         # Raw forwarding: this measures the loop; what token exchange adds is bench_identity.py's measure.
         ident = {
             "AGENTFN_JWT_ISSUER": self.issuer.url,
@@ -147,21 +112,12 @@ class Bench:
             "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": SERVICE,
             **subject_hash_key(self.tmp),
         }
-        engine_port = free_port()
-        self.engine_process = subprocess.Popen(
-            [sys.executable, "-c", ENGINE_MAIN, str(engine_port), str(ROOT / "tests")], stderr=subprocess.DEVNULL
-        )
-        self.engine = f"http://127.0.0.1:{engine_port}"
-        wait_http(self.engine + "/v1/models")
-        from agentfn.devstack.platform_status import create_app as upstream_app
-
-        up_port = free_port()
-        self._upstream = make_server("127.0.0.1", up_port, upstream_app(ident), threaded=True)
-        threading.Thread(target=self._upstream.serve_forever, daemon=True).start()
+        self.engine = ScriptedEngine()
+        self.upstream = Served(upstream_app(ident))
         status = self.start(
             Gunicorn(
                 "agentfn.platform_status.app:create_app()",
-                {**ident, "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL": f"http://127.0.0.1:{up_port}"},
+                {**ident, "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL": self.upstream.url},
                 self.tmp / "tool.log",
             )
         )
@@ -182,7 +138,7 @@ class Bench:
             "AGENTFN_MEMORY_URL": memory.url,
             "AGENTFN_TOOL_PLATFORM_STATUS_URL": status.url,
             "AGENTFN_SERVICE_TOKEN_FILE": str(self.tmp / "token"),
-            "AGENTFN_TIER_FAST_URL": self.engine + "/v1",
+            "AGENTFN_TIER_FAST_URL": self.engine.url + "/v1",
             "AGENTFN_TIER_FAST_MODEL": "scripted",
             "AGENTFN_APPROVAL_KEY_FILE": str(self.tmp / "approval-key"),
             "AGENTFN_LOG_LEVEL": "WARNING",
@@ -199,12 +155,9 @@ class Bench:
     def down(self) -> None:
         for server in reversed(self.started):
             server.stop()
-        if getattr(self, "engine_process", None):
-            self.engine_process.terminate()
-            self.engine_process.wait(10)
-        for server in ("_issuer", "_upstream"):
+        for server in ("engine", "issuer_served", "upstream"):
             if hasattr(self, server):
-                getattr(self, server).shutdown()
+                getattr(self, server).stop()
         if hasattr(self, "pg"):
             self.pg.stop("immediate")
             shutil.rmtree(self.pg.data_dir.parent, ignore_errors=True)
@@ -213,7 +166,7 @@ class Bench:
     # --- 1. loop overhead ---------------------------------------------------------------------------
 
     def turn(self, agent: str, rounds: list[dict]) -> tuple[list, float]:
-        sid = self.script(*rounds)
+        sid = self.engine.script(*rounds)
         began = time.perf_counter()
         response = requests.post(
             f"{self.model.url}/v1/agents/{agent}/turns",
@@ -283,9 +236,9 @@ class Bench:
         waived, asked = [], []
         for i in range(self.args.approvals + 3):
             keep = {"call": {"name": "remember", "arguments": {"kind": "fact", "text": f"Bench note {i}: tea at noon."}}}
-            sid = self.script(keep, {"text": "Kept."})
+            sid = self.engine.script(keep, {"text": "Kept."})
             _, wall = self.post_turn("trusting", f"Keep my note. script:{sid}")
-            sid = self.script(keep, {"text": "Kept."})
+            sid = self.engine.script(keep, {"text": "Kept."})
             content = f"Keep my note. script:{sid}"
             events, first = self.post_turn("asking", content)
             token = next(d["approval"] for name, d in events if name == "step" and d["status"] == "needs_approval")
@@ -308,7 +261,7 @@ class Bench:
     # --- 2. time to first delta ---------------------------------------------------------------------
 
     def first_delta(self, agent: str, delay: float) -> float:
-        sid = self.script({"text": "All services are up.", "delay": delay})
+        sid = self.engine.script({"text": "All services are up.", "delay": delay})
         began = time.perf_counter()
         with requests.post(
             f"{self.model.url}/v1/agents/{agent}/turns",
@@ -328,7 +281,7 @@ class Bench:
         return took * 1000
 
     def direct(self, client, delay: float) -> float:
-        sid = self.script({"text": "All services are up.", "delay": delay})
+        sid = self.engine.script({"text": "All services are up.", "delay": delay})
         began = time.perf_counter()
         stream = client.chat.completions.create(
             model="scripted", stream=True, max_tokens=256, messages=[{"role": "user", "content": f"Status? script:{sid}"}]
@@ -342,7 +295,7 @@ class Bench:
     def ttfd(self) -> dict:
         import openai
 
-        client = openai.OpenAI(base_url=self.engine + "/v1", api_key="none", max_retries=0)
+        client = openai.OpenAI(base_url=self.engine.url + "/v1", api_key="none", max_retries=0)
         out = {}
         main_label = f"engine_first_token_ms_{self.args.first_token_ms}"
         for label, delay in ((main_label, self.args.first_token_ms / 1000), ("engine_instant", 0.0)):
@@ -389,9 +342,7 @@ class Bench:
         }
 
 
-def write(results: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "model.json").write_text(json.dumps(results, indent=2) + "\n")
+def markdown(results: dict) -> str:
     o, t, s = results["loop_overhead"], results["time_to_first_delta"], results["start_to_ready"]
     a = results["approval_round_trip"]
     main = t[f"engine_first_token_ms_{results['first_token_ms']}"]
@@ -423,7 +374,7 @@ def write(results: dict) -> None:
         f"+{a['added_ms_p50']} ms | reported |",
         "",
     ]
-    (RESULTS / "model.md").write_text("\n".join(lines))
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -438,10 +389,9 @@ def main() -> int:
     try:
         bench.up()
         results = {
-            "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
-            f"load {os.getloadavg()[0]:.1f}",
-            "command": "python benchmarks/bench_model.py " + " ".join(sys.argv[1:]),
+            "when": when(),
+            "machine": machine(),
+            "command": command(),
             "first_token_ms": args.first_token_ms,
             "loop_overhead": bench.overhead(),
             "time_to_first_delta": bench.ttfd(),
@@ -450,8 +400,8 @@ def main() -> int:
         }
     finally:
         bench.down()
-    write(results)
-    print((RESULTS / "model.md").read_text())
+    write("model", results, markdown(results))
+    print(markdown(results))
     return 0
 
 

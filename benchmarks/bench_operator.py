@@ -20,8 +20,6 @@ Results: benchmarks/results/operator.json and operator.md. Everything started is
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import statistics
 import subprocess
@@ -31,23 +29,15 @@ from pathlib import Path
 
 import requests
 import yaml
+from harness import ROOT, command, machine, percentile, when, write
+from support.apiserver import KubeAPI, build
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from support.apiserver import KubeAPI, build  # noqa: E402
+from agentfn.operator.catalog import CatalogEntry
+from agentfn.operator.reconcile import dumps, reconcile
+from agentfn.operator.status import desired
 
-from agentfn.operator.catalog import CatalogEntry  # noqa: E402
-from agentfn.operator.reconcile import dumps, reconcile  # noqa: E402
-from agentfn.operator.status import desired  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results"
 NS = "agentfn"
 GRANT = "platform-status-for-everyone"
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def revision(kube: KubeAPI, session: requests.Session) -> str | None:
@@ -202,19 +192,22 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     result = {
-        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": f"{os.cpu_count()} cores",
-        "command": "benchmarks/bench_operator.py",
+        "when": when(),
+        "machine": machine(),
+        "command": command(),
         "reconcile": bench_reconcile(args.runs),
         "apply_to_configmap": bench_apply(args.applies),
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "operator.json").write_text(json.dumps(result, indent=2) + "\n")
+    write("operator", result, markdown(result))
+    print(markdown(result))
+
+
+def markdown(result: dict) -> str:
     a = result["apply_to_configmap"]
     lines = [
         "# Operator benchmark",
         "",
-        f"{result['when']}, {result['machine']}, `.venv/bin/python benchmarks/bench_operator.py` "
+        f"{result['when']}, {result['machine']}, `{result['command']}` "
         f"(real kube-apiserver v1.20.2 + etcd on loopback; the operator as its own process and ServiceAccount).",
         "",
         f"## `kubectl apply` of a ToolGrant -> the registry ConfigMap changed ({a['applies']} applies, goal p50 <= 1 s)",
@@ -240,8 +233,7 @@ def main() -> None:
         ),
         "",
     ]
-    (RESULTS / "operator.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import argparse
 import ctypes
 import json
 import os
-import platform
 import random
 import secrets
 import shutil
@@ -31,13 +30,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT, command, cpu_seconds, dev_issuer, machine, when, write
+from support import subject_hash_key
+
 LAB = ROOT / "tests/page/lab.py"
-RESULTS = ROOT / "benchmarks/results"
 BIN = Path(sys.executable).parent
 SIZES = {"10 KB": 10_000, "1 MB": 1_000_000}
 
@@ -89,11 +88,9 @@ def inside(args) -> None:
     """Everything in the lab's namespace: Postgres, the issuer, the page fetcher, both clients."""
     import requests
     import trafilatura
-    from agentfn.cli.postgres import EmbeddedPostgres, free_port
-    from agentfn.devstack.issuer import DevIssuer
-    from agentfn.devstack.issuer import create_app as issuer_app
+
+    from agentfn.cli.postgres import EmbeddedPostgres
     from agentfn.shared import db
-    from werkzeug.serving import make_server
 
     work = Path(tempfile.mkdtemp(prefix="agentfn-bench-pg-"))
     work.chmod(0o711)
@@ -103,17 +100,14 @@ def inside(args) -> None:
     try:
         password = secrets.token_urlsafe(16)
         db.provision(postgres.admin_dsn, schema="page", role="agentfn_page", password=password)
-        issuer_port = free_port()
-        issuer = DevIssuer(work / "issuer", f"http://127.0.0.1:{issuer_port}")
-        web = make_server("127.0.0.1", issuer_port, issuer_app(issuer), threaded=True)
-        threading.Thread(target=web.serve_forever, daemon=True).start()
+        issuer, _ = dev_issuer(work / "issuer")  # served until the process ends
         # Raw forwarding: the caller's own token at the door (the exchange's cost is bench_identity.py's measure).
         env = {
             **os.environ,
             "AGENTFN_JWT_ISSUER": issuer.url,
             "AGENTFN_JWKS_URL": issuer.jwks_url,
             "AGENTFN_TOKEN_FORWARDING": "raw",
-            "AGENTFN_SUBJECT_HASH_KEY_FILE": str(subject_hash_key(work)),
+            **subject_hash_key(work),
             "AGENTFN_DATABASE_URL": postgres.dsn("agentfn_page", password),
             "AGENTFN_DNS_SERVERS": "127.0.0.1:53",
             "AGENTFN_PAGE_DAILY_PAGES": "1000000",
@@ -214,11 +208,9 @@ def inside(args) -> None:
         }
         report = {
             "benchmark": "page fetcher: open_page vs requests.get + trafilatura.extract",
-            "command": ".venv/bin/python benchmarks/bench_page.py "
-            f"--small {args.small} --large {args.large} --starts {args.starts}",
-            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-            f"load average {load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end (the cores are shared)",
+            "command": command(["--small", str(args.small), "--large", str(args.large), "--starts", str(args.starts)]),
+            "when": when(),
+            "machine": f"{machine()} at the end, {load_before:.1f} at the start (the cores are shared)",
             "pages": results,
             "door_overhead": overhead,
             "start_to_ready_s": {
@@ -237,20 +229,13 @@ def inside(args) -> None:
             "import_time": import_time(),
             "goals": {"ratio": 1.2, "start_to_ready_s": 1.0},
         }
-        write(report)
+        write("page", report, markdown(report))
+        print(markdown(report))
     finally:
         for server in servers:
             server.stop()
         postgres.stop("immediate")
         shutil.rmtree(work, ignore_errors=True)
-
-
-def subject_hash_key(directory: Path) -> Path:
-    """The deployment's key of subject_hash, which a part that takes callers needs to start."""
-    path = directory / "subject-hash-key"
-    path.write_text(secrets.token_urlsafe(48))
-    path.chmod(0o600)
-    return path
 
 
 def _die_with_parent() -> None:
@@ -259,20 +244,6 @@ def _die_with_parent() -> None:
 
 def _p50(values: list[float]) -> float:
     return round(statistics.median(values) * 1000, 2)
-
-
-def _cpu_seconds(master: int) -> float:
-    """CPU seconds (user + system) gunicorn's master and its worker have used: the start's cost, whatever the load."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(stat.parent.name) == master or int(fields[1]) == master:  # fields[1]: the parent's pid
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / ticks
 
 
 def import_time(runs: int = 3, top: int = 5) -> dict:
@@ -334,7 +305,7 @@ class Server:
             try:
                 if requests.get(self.url + "/readyz", timeout=2).status_code == 200:
                     ready = time.monotonic() - started
-                    self.ready_cpu = _cpu_seconds(self.process.pid)
+                    self.ready_cpu = cpu_seconds(self.process.pid)
                     if session is None:
                         return ready, ready
                     url = f"http://44.0.0.10/bench/10000?first={secrets.token_hex(4)}"
@@ -378,9 +349,7 @@ def floor_app():
     return app
 
 
-def write(report: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "page.json").write_text(json.dumps(report, indent=2) + "\n")
+def markdown(report: dict) -> str:
     rows = [
         f"| {label} | {r['rounds']} | {r['open_page_p50_ms']} | {r['open_page_by_name_p50_ms']} | "
         f"{r['requests_trafilatura_p50_ms']} | {r['ratio']}x | {r['ratio_by_name']}x | {r['floor_p50_ms']} | "
@@ -391,7 +360,7 @@ def write(report: dict) -> None:
     small = report["pages"]["10 KB"]["requests_trafilatura_p50_ms"]
     door_share = round(100 * report["door_overhead"]["cached_window_p50_ms"] / small)
     imports = report["import_time"]
-    md = "\n".join(
+    return "\n".join(
         [
             "# Page fetcher benchmark",
             "",
@@ -436,8 +405,6 @@ def write(report: dict) -> None:
             "",
         ]
     )
-    (RESULTS / "page.md").write_text(md)
-    print(md)
 
 
 if __name__ == "__main__":

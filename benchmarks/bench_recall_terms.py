@@ -15,22 +15,17 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import time
 import uuid
-from pathlib import Path
 
+import bench_memory  # first: importing it puts the tests' support package on the path
 import numpy as np
+import psycopg
+import support
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
-
-import bench_memory  # noqa: E402
-import psycopg  # noqa: E402
-import support  # noqa: E402
-from agentfn.memory import terms  # noqa: E402
-from agentfn.memory.embedder import DEFAULT_MODEL, model_config  # noqa: E402
-from agentfn.memory.store import DEPTH, QUESTION_TERMS, RECALL_HYBRID, RRF_K, Store  # noqa: E402
+from agentfn.memory import terms
+from agentfn.memory.embedder import DEFAULT_MODEL, model_config
+from agentfn.memory.store import DEPTH, QUESTION_TERMS, RECALL_HYBRID, RRF_K, Store
 
 CUT = model_config(DEFAULT_MODEL)  # the vector list's gap and first-shown-alone, as shipped
 SIDES = {"before (5 and 5 letters)": {"en": 5, "hr": 5}, "shipped": {lang: r["stem"] for lang, r in terms.RULES.items()}}

@@ -18,41 +18,29 @@ from __future__ import annotations
 
 import argparse
 import base64
-import datetime
 import gzip
 import hashlib
 import json
-import os
-import platform
 import secrets
 import shutil
-import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import requests
+from agentfn.devstack.issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES
+from harness import IssuerServer, command, machine, p50, when, write
+from support import MODEL_SERVICE
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from agentfn.cli.postgres import free_port  # noqa: E402
-from agentfn.devstack.issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES, DevIssuer  # noqa: E402
-from bench_model import wait_http  # noqa: E402
-from support import MODEL_SERVICE, Gunicorn  # noqa: E402
+from agentfn.shared.contract import audience
 
-RESULTS = ROOT / "benchmarks" / "results"
 SITE = "http://127.0.0.1:8800/"  # the workbench's redirect URI as the dev stack registers it (never called here)
 WORKBENCH = "agentfn-workbench"
 
 
 def ms(began: float) -> float:
     return (time.perf_counter() - began) * 1000
-
-
-def p50(values: list[float]) -> float:
-    return round(statistics.median(values), 2)
 
 
 class Bench:
@@ -62,24 +50,17 @@ class Bench:
         self.http = requests.Session()
 
     def up(self) -> None:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        self.issuer = DevIssuer(self.tmp / "issuer", self.url)  # the served one's keys: signs the client assertion
-        clients = {MODEL_SERVICE: {"subject_audiences": ["agentfn"], "audiences": ["agentfn:memory"]}}
-        self.served = Gunicorn(
-            "agentfn.devstack.issuer:create_app()",
+        clients = {MODEL_SERVICE: {"subject_audiences": ["agentfn"], "audiences": [audience("memory")]}}
+        self.served = IssuerServer(
+            self.tmp / "issuer",
             {
-                "AGENTFN_JWT_ISSUER": self.url,
-                "AGENTFN_DEV_ISSUER_DIR": str(self.tmp / "issuer"),
                 "AGENTFN_DEV_ISSUER_CLIENTS": json.dumps(clients),
                 "AGENTFN_LOG_LEVEL": "WARNING",
                 "AGENTFN_DEV_ISSUER_WEB_CLIENTS": json.dumps({WORKBENCH: {"redirect_uris": [SITE], "audience": "agentfn"}}),
             },
             self.tmp / "issuer.log",
         )
-        self.served.port, self.served.url = port, self.url
-        self.served.env["PORT"] = str(port)
-        self.served.wait_ready = lambda timeout=60: wait_http(self.url + "/healthz", timeout)
+        self.url, self.issuer = self.served.url, self.served.issuer  # the served one's keys: signs the client assertion
         self.served.start()
 
     def down(self) -> None:
@@ -132,7 +113,7 @@ class Bench:
             "grant_type": TOKEN_EXCHANGE,
             "subject_token": self.issuer.caller_token("alice"),
             "subject_token_type": TOKEN_TYPES[0],
-            "audience": "agentfn:memory",
+            "audience": audience("memory"),
             "client_assertion_type": JWT_BEARER,
             "client_assertion": self.issuer.service_token(MODEL_SERVICE, audience=self.url),
         }
@@ -174,14 +155,12 @@ class Bench:
         }
 
 
-def write(results: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "sign_in.json").write_text(json.dumps(results, indent=2) + "\n")
+def markdown(results: dict) -> str:
     t, w = results["ms_p50"], results["weight"]
     lines = [
         "# Sign-in at the dev issuer beside one token exchange",
         "",
-        f"{results['when']} on {results['machine']}; `.venv/bin/python benchmarks/bench_sign_in.py --runs {results['runs']}`"
+        f"{results['when']} on {results['machine']}; `{results['command']}`"
         " (the issuer under gunicorn, one worker, as `agentfn up` runs it).",
         "",
         "| what | p50 |",
@@ -196,7 +175,7 @@ def write(results: dict) -> None:
         f"{w['total_gzip_bytes']} gzipped; it loads nothing else.",
         "",
     ]
-    (RESULTS / "sign_in.md").write_text("\n".join(lines))
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -207,15 +186,16 @@ def main() -> int:
     try:
         bench.up()
         results = {
-            "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "when": when(),
+            "machine": machine(),
+            "command": command(),
             "runs": args.runs,
             "ms_p50": bench.measure(),
             "weight": bench.weight(),
         }
     finally:
         bench.down()
-    write(results)
+    write("sign_in", results, markdown(results))
     print(json.dumps(results, indent=2))
     return 0
 

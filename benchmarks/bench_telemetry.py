@@ -17,22 +17,15 @@ engine's prefill). Goal: <= 2% added. Writes benchmarks/results/telemetry.json a
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import logging
-import os
-import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import requests
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_model import RESULTS, Bench, parse_sse  # noqa: E402
-from support import Gunicorn  # noqa: E402
-from support.otlp_receiver import Receiver  # noqa: E402
+from bench_model import Bench, parse_sse
+from harness import command, machine, when, write
+from support import Gunicorn
+from support.otlp_receiver import Receiver
 
 GOAL_RATIO = 1.02
 
@@ -74,7 +67,7 @@ class Traced(Bench):
             self.receiver.stop()
 
     def one(self, base: str, delay: float) -> float:
-        sid = self.script(
+        sid = self.engine.script(
             {"call": {"name": "platform_status", "arguments": {}}, "delay": delay},
             {"call": {"name": "platform_status", "arguments": {"service": "llm"}}, "delay": delay},
             {"text": "All services are up.", "delay": delay},
@@ -115,9 +108,7 @@ class Traced(Bench):
         }
 
 
-def write(results: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "telemetry.json").write_text(json.dumps(results, indent=2) + "\n")
+def markdown(results: dict) -> str:
     lines = [
         "# Telemetry benchmark",
         "",
@@ -135,7 +126,7 @@ def write(results: dict) -> None:
             f"({r['paired_added_ms_p50']} ms) | {r['ratio']} | {r['spans_per_turn']} | "
             f"{'met' if r['met'] else 'NOT met'} |"
         )
-    (RESULTS / "telemetry.md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
@@ -149,18 +140,17 @@ def main() -> int:
         bench.up()
         runs = {f"{ms} ms": bench.compare(int(ms) / 1000) for ms in args.first_token_ms.split(",")}
         results = {
-            "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
-            f"load {os.getloadavg()[0]:.1f}",
-            "command": "python benchmarks/bench_telemetry.py " + " ".join(sys.argv[1:]),
+            "when": when(),
+            "machine": machine(),
+            "command": command(),
             "runs": runs,
         }
     finally:
         bench.down()
-    write(results)
-    print((RESULTS / "telemetry.md").read_text())
+    write("telemetry", results, markdown(results))
+    print(markdown(results))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -29,7 +29,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import select
 import statistics
 import subprocess
@@ -41,14 +40,13 @@ from pathlib import Path
 import jsonschema
 import yaml
 from agentfn.devstack import weights
+from harness import RESULTS, ROOT, command, machine, when, write
 
 from agentfn.cli.stack import process_tree, pss
 from agentfn.model import prompt
 from agentfn.model.engines import Engine, Text, Tier, ToolRequest, Usage
 from agentfn.model.tools import Tool, _builtins
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 AGENT = "code-reviewer"
 MAX_TOKENS = 160  # `agentfn up`'s fast tier
 GOAL_RIGHT, GOAL_LATER_S = 0.9, 20.0
@@ -285,9 +283,7 @@ def measure(model: weights.Model, port: int, cases: list[dict], tours: int) -> d
 # --- results -------------------------------------------------------------------------------------------
 
 
-def write(results: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "tool_choice.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+def markdown(results: dict) -> str:
     lines = [
         "# The offline models side by side: tool choice and tour latency",
         "",
@@ -322,7 +318,7 @@ def write(results: dict) -> None:
                 f"{t['answer'][:160]!r}"
             )
         lines.append("")
-    (RESULTS / "tool_choice.md").write_text("\n".join(lines))
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -335,16 +331,9 @@ def main() -> int:
     load = [os.getloadavg()[0]]
     models = [measure(weights.chosen(name), args.port, cases, args.tours) for name in args.models.split(",")]
     load.append(os.getloadavg()[0])
-    write(
-        {
-            "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}",
-            "command": "python benchmarks/bench_tool_choice.py " + " ".join(sys.argv[1:]),
-            "load": load,
-            "models": models,
-        }
-    )
-    print((RESULTS / "tool_choice.md").read_text())
+    results = {"when": when(), "machine": machine(), "command": command(), "load": load, "models": models}
+    write("tool_choice", results, markdown(results))
+    print(markdown(results))
     return 0
 
 

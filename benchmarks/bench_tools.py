@@ -33,10 +33,8 @@ It writes benchmarks/results/tools.json and tools.md, then stops everything it s
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib
 import io
-import json
 import logging
 import os
 import platform
@@ -46,50 +44,26 @@ import statistics
 import subprocess
 import sys
 import tarfile
-import threading
 import time
 from pathlib import Path
 
 import requests
-from werkzeug.serving import make_server
+from harness import ROOT, command, cpu_seconds, dev_issuer, machine, percentile, when, write
+from support import READ_TOOLS, Gunicorn, Postgres, Served, postgres_dir, subject_hash_key
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from agentfn.cli.postgres import free_port  # noqa: E402
-from agentfn.devstack.issuer import DevIssuer  # noqa: E402
-from agentfn.devstack.issuer import create_app as issuer_app  # noqa: E402
-from agentfn.run_code.bounds import Bounds  # noqa: E402
-from agentfn.run_code.bubblewrap import Bubblewrap  # noqa: E402
-from agentfn.run_code.limits import Limits  # noqa: E402
-from agentfn.run_code.rootfs import LazyRoot, default_python  # noqa: E402
-from agentfn.run_code.sandbox import Uids  # noqa: E402
-from agentfn.run_code.settings import SandboxSettings  # noqa: E402
-from support import Gunicorn, Postgres, postgres_dir, subject_hash_key  # noqa: E402
+from agentfn.run_code.bounds import Bounds
+from agentfn.run_code.bubblewrap import Bubblewrap
+from agentfn.run_code.limits import Limits
+from agentfn.run_code.rootfs import LazyRoot, default_python
+from agentfn.run_code.sandbox import Uids
+from agentfn.run_code.settings import SandboxSettings
 
-RESULTS = ROOT / "benchmarks" / "results"
-READ_TOOLS = {
-    "platform_status": "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL",
-    "list_models": "AGENTFN_LIST_MODELS_UPSTREAM_URL",
-    "radar_latest": "AGENTFN_RADAR_LATEST_UPSTREAM_URL",
-}
 HELLO = "print('hello, world')"
 GROUPS = ["platform-users"]
 GOAL_START_S, GOAL_ADDED_MS = 0.5, 150
 OTHER_PARTS = ["model", "memory", "page", "workbench"]  # import profiles only: their start is others' measure
 MASTER = "import gunicorn.app.wsgiapp, gunicorn.workers.gthread, agentfn.shared.gunicorn_conf"
 IMPORT_LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \| ( *)(\S+)$")
-
-
-class Served:
-    def __init__(self, app):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = make_server("127.0.0.1", self.port, app, threaded=True)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 class ColdStart(Gunicorn):
@@ -115,23 +89,11 @@ class ColdStart(Gunicorn):
         raise RuntimeError(f"{self.app} not ready in {timeout}s")
 
 
-def cpu_seconds(master: int) -> float:
-    """utime + stime of a gunicorn master and its workers (and, once reaped, their children)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
-    total = 0
-    for pid in [master, *map(int, children)]:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-    return total / tick
-
-
 def stats_ms(values: list[float]) -> dict:
     ordered = sorted(v * 1000 for v in values)
-    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
     return {
         "p50_ms": round(statistics.median(ordered), 1),
-        "p90_ms": round(p90, 1),
+        "p90_ms": round(percentile(ordered, 0.9), 1),
         "min_ms": round(ordered[0], 1),
         "n": len(ordered),
     }
@@ -309,10 +271,7 @@ def main() -> None:
     # An empty PYTHONDONTWRITEBYTECODE lets Python write bytecode again (the prefix keeps it out of the tree).
     bytecode = {"PYTHONPYCACHEPREFIX": str(work / "pycache"), "PYTHONDONTWRITEBYTECODE": ""}
     bytecode = bytecode if args.bytecode == "compiled" else {}
-    issuer_port = free_port()
-    issuer = DevIssuer(work / "issuer", f"http://127.0.0.1:{issuer_port}")
-    issuer_server = make_server("127.0.0.1", issuer_port, issuer_app(issuer), threaded=True)
-    threading.Thread(target=issuer_server.serve_forever, daemon=True).start()
+    issuer, issuer_served = dev_issuer(work / "issuer")
     # Raw forwarding: the caller's own token at the door (the exchange's cost is bench_identity.py's measure).
     identity = {
         "AGENTFN_JWT_ISSUER": issuer.url,
@@ -406,18 +365,14 @@ def main() -> None:
         pg.stop("immediate")
         for served in upstreams.values():
             served.stop()
-        issuer_server.shutdown()
+        issuer_served.stop()
         shutil.rmtree(work, ignore_errors=True)
 
     report = {
-        "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "kernel": platform.release(),
-            "python": platform.python_version(),
-            "load_average_1m": round(os.getloadavg()[0], 2),
-        },
-        "command": "benchmarks/bench_tools.py " + " ".join(sys.argv[1:]),
+        "when": when(),
+        "machine": machine(),
+        "kernel": platform.release(),
+        "command": command(),
         "bytecode": args.bytecode,
         "against": args.against,
         "start": starts,
@@ -426,10 +381,8 @@ def main() -> None:
         "memory_overshoot": overshoot,
         "goals": {"start_to_ready_s": GOAL_START_S, "added_ms_bubblewrap": GOAL_ADDED_MS},
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "tools.json").write_text(json.dumps(report, indent=2) + "\n")
-    (RESULTS / "tools.md").write_text(markdown(report))
-    print((RESULTS / "tools.md").read_text())
+    write("tools", report, markdown(report))
+    print(markdown(report))
 
 
 def against_markdown(r: dict) -> list[str]:
@@ -490,9 +443,8 @@ def markdown(r: dict) -> str:
     lines = [
         "# Tools: cold start and sandbox overhead",
         "",
-        f"Measured {r['measured_at']} on {r['machine']['cpus']} cores (load average {r['machine']['load_average_1m']} "
-        f"at the end; other work shares this machine), Linux {r['machine']['kernel']}, with "
-        f"`.venv/bin/python {r['command']}`.",
+        f"Measured {r['when']} on {r['machine']} at the end (other work shares this machine), Linux {r['kernel']}, "
+        f"with `{r['command']}`.",
         "",
         f"## Start under gunicorn (1 worker), median of cold starts ({BYTECODE[r['bytecode']]})",
         "",

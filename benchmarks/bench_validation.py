@@ -19,37 +19,25 @@ It writes benchmarks/results/validation.json and validation.md, then stops every
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
 import json
 import logging
-import os
-import platform
 import re
-import shlex
 import shutil
 import statistics
-import sys
-import threading
 import time
 from pathlib import Path
 
 import requests
-from werkzeug.serving import make_server
+from harness import command, dev_issuer, machine, when, write
+from jsonschema import Draft202012Validator
+from support import Gunicorn, Postgres, postgres_dir, subject_hash_key
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # for support: the tests' Postgres and gunicorn helpers
-from agentfn.cli.postgres import free_port  # noqa: E402
-from agentfn.devstack.issuer import DevIssuer  # noqa: E402
-from agentfn.devstack.issuer import create_app as issuer_app  # noqa: E402
-from agentfn.memory import schemas as memory_schemas  # noqa: E402
-from agentfn.model import schemas as model_schemas  # noqa: E402
-from agentfn.shared.problems import ProblemError  # noqa: E402
-from agentfn.shared.validation import Schema  # noqa: E402
-from jsonschema import Draft202012Validator  # noqa: E402
-from support import Gunicorn, Postgres, postgres_dir, subject_hash_key  # noqa: E402
+from agentfn.memory import schemas as memory_schemas
+from agentfn.model import schemas as model_schemas
+from agentfn.shared.problems import ProblemError
+from agentfn.shared.validation import Schema
 
-RESULTS = ROOT / "benchmarks" / "results"
 FORMER_NOT_BLANK = "^[^\\u0000]*[^\\u0000 \\t\\n\\r\\f\\v][^\\u0000]*$"
 OK = {"kind": "fact", "text": "The ledger listens on 7311.", "source": "chat"}
 LONG = 60_000  # memory's body limit is 64 KiB
@@ -140,12 +128,9 @@ def former_validator(include: bool) -> dict:
 def door(runs: int, root: Path) -> list[dict]:
     pg = Postgres(root / "data")
     pg.start()
-    server = issuer_server = None
+    server = issuer_served = None
     try:
-        port = free_port()
-        issuer = DevIssuer(root / "issuer", f"http://127.0.0.1:{port}")
-        issuer_server = make_server("127.0.0.1", port, issuer_app(issuer), threaded=True)
-        threading.Thread(target=issuer_server.serve_forever, daemon=True).start()
+        issuer, issuer_served = dev_issuer(root / "issuer")
         env = {
             "AGENTFN_JWT_ISSUER": issuer.url,
             "AGENTFN_JWKS_URL": issuer.jwks_url,
@@ -185,17 +170,16 @@ def door(runs: int, root: Path) -> list[dict]:
     finally:
         if server:
             server.stop()
-        if issuer_server:
-            issuer_server.shutdown()
+        if issuer_served:
+            issuer_served.stop()
         pg.stop("immediate")
 
 
 def markdown(out: dict) -> str:
     lines = [
-        f"# Validation: a hostile-pattern body against a plain one ({out['date']})",
+        f"# Validation: a hostile-pattern body against a plain one ({out['when']})",
         "",
-        f"`{out['command']}` on {out['machine']['cores']} cores (load {out['machine']['load_average_at_start']} "
-        f"at start), Python {out['machine']['python']}.",
+        f"`{out['command']}` on {out['machine']} at the start.",
         "",
         "## Bare: `shared.validation.Schema.check`",
         "",
@@ -250,13 +234,9 @@ def main() -> None:
     args = parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     out = {
-        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": shlex.join([".venv/bin/python", "benchmarks/bench_validation.py", *sys.argv[1:]]),
-        "machine": {
-            "cores": os.cpu_count(),
-            "load_average_at_start": round(os.getloadavg()[0], 2),
-            "python": platform.python_version(),
-        },
+        "when": when(),
+        "command": command(),
+        "machine": machine(),
     }
     print("bare ...", flush=True)
     out["bare"] = bare(args.runs)
@@ -278,9 +258,7 @@ def main() -> None:
         "bare_plain_ms": max(r["p50_ms"] for r in out["bare"] if r["body"] == "plain, valid"),
         "former_hostile_s": round(former_60k / 1000, 1) if former_60k is not None else None,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "validation.json").write_text(json.dumps(out, indent=2) + "\n")
-    (RESULTS / "validation.md").write_text(markdown(out))
+    write("validation", out, markdown(out))
     print(markdown(out))
 
 

@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from agentfn.cli.postgres import EmbeddedPostgres
+from agentfn.shared.contract import audience
 from agentfn.shared.exchange import TokenExchange
 from agentfn.shared.identity import Caller
 
@@ -103,7 +104,7 @@ def test_up_serves_memory_and_ctrl_c_stops_everything(stack):
         token_file=str(log.parent / "var" / "secrets" / "model" / "exchange-token"),
     )
     for caller, status in ((Caller("bob", ("platform-users",), user), 200), (Caller("alice", (), token), 403)):
-        exchanged = exchange.token_for(caller, "agentfn:tool:platform_status")
+        exchanged = exchange.token_for(caller, audience("tool", "platform_status"))
         print(caller.subject, json.dumps(jwt.decode(exchanged, options={"verify_signature": False})))  # shown with -s
         assert (
             requests.post(

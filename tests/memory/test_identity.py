@@ -15,6 +15,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from support import Served
 
+from agentfn.shared.contract import audience
+
 SERVICE = "system:serviceaccount:agentfn:agentfn-model"
 MODEL = SERVICE
 DOORS = [
@@ -163,9 +165,9 @@ def test_an_unreachable_key_set_is_503_not_401(memory_env, tmp_path, issuer):
 # --- exchanged tokens: memory takes those meant for it from the model function, and no other ----------------
 
 EXCHANGED = {
-    "for memory, by the model function": ("agentfn:memory", MODEL, 200),
-    "for the page fetcher": ("agentfn:page", MODEL, 401),
-    "for a tool": ("agentfn:tool:platform_status", MODEL, 401),
+    "for memory, by the model function": (audience("memory"), MODEL, 200),
+    "for the page fetcher": (audience("page"), MODEL, 401),
+    "for a tool": (audience("tool", "platform_status"), MODEL, 401),
 }
 
 
@@ -179,7 +181,7 @@ def test_memory_takes_a_token_exchanged_for_it_and_no_other(memory, issuer, audi
 
 
 def test_a_token_for_memory_from_an_untrusted_actor_is_refused(memory, issuer):
-    token = issuer.sign({**claims(issuer, aud="agentfn:memory"), "act": {"sub": "system:serviceaccount:agentfn:page"}})
+    token = issuer.sign({**claims(issuer, aud=audience("memory")), "act": {"sub": "system:serviceaccount:agentfn:page"}})
     response = requests.post(
         memory.url + "/v1/recall", json={"query": "q"}, headers={"Authorization": f"Bearer {token}"}, timeout=10
     )
@@ -191,7 +193,7 @@ def test_a_token_exchanged_for_memory_recalls_keeps_and_forgets_one_but_never_li
     keeps one note and forgets one entry; listing, correcting and forgetting everything take the person's own."""
     subject = f"exchanged-{secrets.token_hex(4)}"
     own = {"Authorization": f"Bearer {issuer.caller_token(subject)}"}
-    exchanged = {"Authorization": f"Bearer {issuer.exchanged('agentfn:memory', subject)}"}
+    exchanged = {"Authorization": f"Bearer {issuer.exchanged(audience('memory'), subject)}"}
     note = {"kind": "preference", "text": "Prefers short answers with one example.", "source": "chat"}
     kept = requests.post(memory.url + "/v1/entries", json=note, headers=exchanged, timeout=30)
     assert kept.status_code == 201, kept.text

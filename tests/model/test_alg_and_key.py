@@ -20,6 +20,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from support import MCP_RESOURCE, MODEL_SERVICE
 
+from agentfn.shared.contract import audience
+
 
 def claims(issuer, audience: str, **extra) -> dict:
     now = int(time.time())
@@ -60,7 +62,7 @@ MISFITS = {
 # Each door, and what it takes: (method, part, path, audience or None for a service token, body).
 DOORS = {
     "memory GET /v1/entries": ("get", "memory", "/v1/entries", "agentfn", None),
-    "memory POST /v1/recall (exchanged)": ("post", "memory", "/v1/recall", "agentfn:memory", {"query": "q"}),
+    "memory POST /v1/recall (exchanged)": ("post", "memory", "/v1/recall", audience("memory"), {"query": "q"}),
     "memory POST /internal/v1/episodes": (
         "post",
         "memory",
@@ -68,12 +70,12 @@ DOORS = {
         None,
         {"subject": "mallory", "text": "They met."},
     ),
-    "page POST /v1/open": ("post", "page", "/v1/open", "agentfn:page", {"url": "https://example.org/"}),
+    "page POST /v1/open": ("post", "page", "/v1/open", audience("page"), {"url": "https://example.org/"}),
     "platform_status POST /v1/call": (
         "post",
         "platform_status",
         "/v1/call",
-        "agentfn:tool:platform_status",
+        audience("tool", "platform_status"),
         {"arguments": {}},
     ),
     "model GET /v1/agents": ("get", "model", "/v1/agents", "agentfn", None),

@@ -17,6 +17,8 @@ from mcp.shared.exceptions import MCPError
 from support import MCP_RESOURCE
 from support.model import exchanged_for_upstream
 
+from agentfn.shared.contract import audience
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"  # 0.x CLIs have no --header
 
@@ -83,7 +85,7 @@ REFUSED = {
     "another audience": lambda i: i.caller_token("someone", audience="somewhere-else"),
     # The gateway's own token is for agentfn's doors, not for the MCP resource (no token passthrough).
     "the gateway's token": lambda i: i.caller_token("someone", ["platform-users"]),
-    "exchanged for a tool": lambda i: i.exchanged("agentfn:tool:platform_status", "someone", ["platform-users"]),
+    "exchanged for a tool": lambda i: i.exchanged(audience("tool", "platform_status"), "someone", ["platform-users"]),
 }
 
 

@@ -12,13 +12,15 @@ import pytest
 import requests
 from support.page import Opener, PageFunction, page_env, settle_audit
 
+from agentfn.shared.contract import audience
+
 PUB = "http://www.pub.test"
 SECRET_WORD = "marmalade-velvet"  # in the article's text (public_web.py)
 
 
 def call(base, issuer, subject, url, **body):
     """One call of a page fetcher's door as `subject`."""
-    token = issuer.exchanged("agentfn:page", subject)
+    token = issuer.exchanged(audience("page"), subject)
     return requests.post(
         base + "/v1/open", json={"url": url, **body}, headers={"Authorization": f"Bearer {token}"}, timeout=30
     )
@@ -111,7 +113,7 @@ def test_the_page_role_reaches_only_its_own_schema(postgres, page_dsn):
 
 
 def audit_of(base, issuer, generations, groups=("platform-admins",), subject="page-admin"):
-    token = issuer.exchanged("agentfn:page", subject, list(groups))
+    token = issuer.exchanged(audience("page"), subject, list(groups))
     return requests.get(
         base + "/v1/audit",
         params=[("generation_id", g) for g in generations],
@@ -155,7 +157,7 @@ def test_an_admin_reads_the_fetches_of_a_generation_by_step_and_never_a_path(pag
     ],
 )
 def test_the_fetch_audit_is_for_admins_and_checks_its_query(page, issuer, groups, params, status):
-    token = issuer.exchanged("agentfn:page", "page-someone", list(groups))
+    token = issuer.exchanged(audience("page"), "page-someone", list(groups))
     answer = requests.get(page.url + "/v1/audit", params=params, headers={"Authorization": f"Bearer {token}"}, timeout=30)
     assert answer.status_code == status, answer.text
     assert answer.headers["Content-Type"] == "application/problem+json"

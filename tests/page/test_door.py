@@ -14,6 +14,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import HealthCheck, settings
 from support import MODEL_SERVICE, openapi_schema
 
+from agentfn.shared.contract import audience
+
 PUB = "http://www.pub.test"
 
 
@@ -54,7 +56,7 @@ def test_forged_tokens_are_refused_and_fetch_nothing(page, issuer, lab, forge):
 
 def page_token(issuer, *, ttl: int = 600, **changes) -> str:
     """A token as the exchange makes one for the page fetcher (audience, actor), with its own lifetime."""
-    own = {"aud": "agentfn:page", "sub": "a-caller", "exp": int(time.time()) + ttl, "act": {"sub": MODEL_SERVICE}}
+    own = {"aud": audience("page"), "sub": "a-caller", "exp": int(time.time()) + ttl, "act": {"sub": MODEL_SERVICE}}
     return issuer.sign(claims(issuer, **{**own, **changes}))
 
 
@@ -118,7 +120,7 @@ BAD = [
 
 @pytest.mark.parametrize(("body", "ctype", "status", "words"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
 def test_bad_input_is_a_problem_and_fetches_nothing(page, issuer, lab, body, ctype, status, words):
-    headers = {"Authorization": f"Bearer {issuer.exchanged('agentfn:page', 'bad-input')}"}
+    headers = {"Authorization": f"Bearer {issuer.exchanged(audience('page'), 'bad-input')}"}
     kwargs = {"data": body, "headers": {**headers, "Content-Type": ctype}} if ctype else {"json": body, "headers": headers}
     before = len(lab.public_hits())
     response = requests.post(page.url + "/v1/open", timeout=10, **kwargs)
@@ -129,7 +131,7 @@ def test_bad_input_is_a_problem_and_fetches_nothing(page, issuer, lab, body, cty
 
 
 def test_only_post_opens(page, issuer):
-    token = issuer.exchanged("agentfn:page", "x")
+    token = issuer.exchanged(audience("page"), "x")
     response = requests.get(page.url + "/v1/open", headers={"Authorization": f"Bearer {token}"}, timeout=10)
     assert response.status_code == 405 and response.json()["detail"] == "GET is not allowed here"
 
@@ -209,7 +211,7 @@ schema = schemathesis.pytest.from_fixture("page_schema")
 @schema.parametrize()
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 def test_the_door_answers_as_documented(case, issuer):
-    response = case.call(headers={"Authorization": f"Bearer {issuer.exchanged('agentfn:page', 'schemathesis-caller')}"})
+    response = case.call(headers={"Authorization": f"Bearer {issuer.exchanged(audience('page'), 'schemathesis-caller')}"})
     assert response.status_code < 500, response.text
     if response.status_code == 413:
         return  # a body over the door's byte cap is refused (as documented) before its schema is read
@@ -220,8 +222,8 @@ def test_the_door_answers_as_documented(case, issuer):
     "token",
     [
         pytest.param(lambda i: i.caller_token("a-caller"), id="the caller's own gateway token"),
-        pytest.param(lambda i: i.exchanged("agentfn:tool:platform_status", "a-caller"), id="exchanged for a tool"),
-        pytest.param(lambda i: i.exchanged("agentfn:memory", "a-caller"), id="exchanged for memory"),
+        pytest.param(lambda i: i.exchanged(audience("tool", "platform_status"), "a-caller"), id="exchanged for a tool"),
+        pytest.param(lambda i: i.exchanged(audience("memory"), "a-caller"), id="exchanged for memory"),
     ],
 )
 def test_the_fetcher_takes_only_a_token_exchanged_for_it(page, issuer, lab, token):

@@ -9,9 +9,11 @@ import jwt
 import pytest
 import requests
 from agentfn.devstack.issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES
+from support import MCP_RESOURCE, MODEL_SERVICE, account
+
+from agentfn.shared.contract import audience
 from agentfn.shared.exchange import ExchangeFailed, TokenExchange
 from agentfn.shared.identity import Caller
-from support import MCP_RESOURCE, MODEL_SERVICE, account
 
 ACCESS = TOKEN_TYPES[0]
 
@@ -23,7 +25,7 @@ def request(issuer, **changes) -> dict:
         "grant_type": TOKEN_EXCHANGE,
         "subject_token": issuer.caller_token("alice", ["developers"]),
         "subject_token_type": ACCESS,
-        "audience": "agentfn:page",
+        "audience": audience("page"),
         "client_assertion_type": JWT_BEARER,
         "client_assertion": issuer.service_token(MODEL_SERVICE, audience=issuer.url),
     }
@@ -77,7 +79,7 @@ REFUSED = {
     ),
     "no audience": ({"audience": None}, 400, "invalid_request"),
     "an actor token": ({"actor_token": "x", "actor_token_type": ACCESS}, 400, "invalid_request"),
-    "an audience the client may not ask for": ({"audience": "agentfn:upstream:platform_status"}, 400, "invalid_target"),
+    "an audience the client may not ask for": ({"audience": audience("upstream", "platform_status")}, 400, "invalid_target"),
     "the gateway's own audience": ({"audience": "agentfn"}, 400, "invalid_target"),
     "an expired subject token": ({"subject_token": expired_caller}, 400, "invalid_grant"),
     "a subject token that is not a JWT": ({"subject_token": "not-a-jwt"}, 400, "invalid_grant"),
@@ -108,7 +110,7 @@ def test_an_exchanged_token_keeps_the_caller_names_the_part_and_the_actor_and_li
     body = answer.json()
     assert body["issued_token_type"] == ACCESS and body["token_type"] == "Bearer" and body["expires_in"] == 300
     claims = jwt.decode(
-        body["access_token"], jwt.PyJWK(issuer.jwk).key, algorithms=["ES256"], audience="agentfn:page", issuer=issuer.url
+        body["access_token"], jwt.PyJWK(issuer.jwk).key, algorithms=["ES256"], audience=audience("page"), issuer=issuer.url
     )
     assert claims["sub"] == "alice" and claims["groups"] == ["developers"]
     assert claims["act"] == {"sub": MODEL_SERVICE} and claims["exp"] - claims["iat"] == 300
@@ -146,10 +148,10 @@ def client(issuer, tmp_path):
 def test_exchanged_tokens_are_kept_per_caller_and_audience(client, issuer):
     alice = Caller("alice", ("developers",), issuer.caller_token("alice", ["developers"]))
     bob = Caller("bob", (), issuer.caller_token("bob"))
-    page = client.token_for(alice, "agentfn:page")
-    assert client.token_for(alice, "agentfn:page") == page  # kept: no second exchange
-    assert client.token_for(alice, "agentfn:memory") != page
-    assert jwt.decode(client.token_for(bob, "agentfn:page"), options={"verify_signature": False})["sub"] == "bob"
+    page = client.token_for(alice, audience("page"))
+    assert client.token_for(alice, audience("page")) == page  # kept: no second exchange
+    assert client.token_for(alice, audience("memory")) != page
+    assert jwt.decode(client.token_for(bob, audience("page")), options={"verify_signature": False})["sub"] == "bob"
 
 
 def test_a_token_near_its_end_is_exchanged_again(issuer, tmp_path):
@@ -157,7 +159,7 @@ def test_a_token_near_its_end_is_exchanged_again(issuer, tmp_path):
         mode="exchange", url=issuer.token_endpoint, token_file=str(issuer.assertion_file(tmp_path, "model"))
     )
     alice = Caller("alice", (), issuer.caller_token("alice", ttl=25))  # the exchanged one lives 25 s: within the margin
-    assert client.token_for(alice, "agentfn:page") != client.token_for(alice, "agentfn:page")
+    assert client.token_for(alice, audience("page")) != client.token_for(alice, audience("page"))
 
 
 def test_the_cache_is_bounded(issuer, tmp_path):
@@ -165,15 +167,15 @@ def test_the_cache_is_bounded(issuer, tmp_path):
         mode="exchange", url=issuer.token_endpoint, token_file=str(issuer.assertion_file(tmp_path, "model")), size=3
     )
     for n in range(5):
-        client.token_for(Caller(f"c{n}", (), issuer.caller_token(f"c{n}")), "agentfn:page")
+        client.token_for(Caller(f"c{n}", (), issuer.caller_token(f"c{n}")), audience("page"))
     assert len(client._cache) == 3
 
 
 @pytest.mark.parametrize(
     ("subject_token", "audience", "status"),
     [
-        ("expired", "agentfn:page", 401),  # the caller's token was refused: invalid_grant
-        ("fresh", "agentfn:upstream:platform_status", 403),  # this function's setup: invalid_target
+        ("expired", audience("page"), 401),  # the caller's token was refused: invalid_grant
+        ("fresh", audience("upstream", "platform_status"), 403),  # this function's setup: invalid_target
     ],
 )
 def test_a_refused_exchange_is_a_problem(client, issuer, subject_token, audience, status):
@@ -193,15 +195,15 @@ def test_an_issuer_that_does_not_answer_is_503_and_no_workload_token_is_503(issu
         token_file=str(issuer.assertion_file(tmp_path, "model")),
     )
     with pytest.raises(ExchangeFailed) as failed:
-        down.token_for(caller, "agentfn:page")
+        down.token_for(caller, audience("page"))
     assert failed.value.status == 503
     lost = TokenExchange(mode="exchange", url=issuer.token_endpoint, token_file=str(tmp_path / "missing"))
     with pytest.raises(ExchangeFailed) as failed:
-        lost.token_for(caller, "agentfn:page")
+        lost.token_for(caller, audience("page"))
     assert failed.value.status == 503
 
 
 def test_raw_forwarding_sends_the_callers_token_unchanged(issuer):
     raw = TokenExchange(mode="raw", url="http://127.0.0.1:9/unused", token_file="/nonexistent")
     caller = Caller("alice", (), issuer.caller_token("alice"))
-    assert raw.token_for(caller, "agentfn:page") == caller.token
+    assert raw.token_for(caller, audience("page")) == caller.token

@@ -20,11 +20,13 @@ import time
 from pathlib import Path
 
 import requests
-from agentfn.cli.postgres import EmbeddedPostgres, free_port
 from agentfn.devstack.issuer import CALLER_AUDIENCE, JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES, DevIssuer, ExchangeClient
 from agentfn.devstack.sign_in import WebClient
-from agentfn.shared import db
 from werkzeug.serving import make_server
+
+from agentfn.cli.postgres import EmbeddedPostgres, free_port
+from agentfn.shared import db
+from agentfn.shared.contract import audience
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -55,11 +57,11 @@ def exchange_clients() -> dict[str, ExchangeClient]:
     clients = {
         MODEL_SERVICE: ExchangeClient(
             frozenset({"agentfn", MCP_RESOURCE}),
-            frozenset({"agentfn:memory", "agentfn:page", *(f"agentfn:tool:{t}" for t in (*TOOLS, *STATEFUL_TOOLS))}),
+            frozenset({audience("memory"), audience("page"), *(audience("tool", t) for t in (*TOOLS, *STATEFUL_TOOLS))}),
         )
     }
     for tool in READ_TOOLS:
-        clients[account(tool)] = ExchangeClient(frozenset({f"agentfn:tool:{tool}"}), frozenset({f"agentfn:upstream:{tool}"}))
+        clients[account(tool)] = ExchangeClient(frozenset({audience("tool", tool)}), frozenset({audience("upstream", tool)}))
     return clients
 
 
@@ -140,8 +142,8 @@ class Issuer(DevIssuer):
 
     def tool_headers(self, tool: str, subject: str, groups: list[str] | None = None) -> dict[str, str]:
         """What the model function sends a tool function (or the page fetcher, `tool="page"`) for the caller."""
-        audience = "agentfn:page" if tool == "page" else f"agentfn:tool:{tool}"
-        return {"Authorization": f"Bearer {self.exchanged(audience, subject, groups)}"}
+        part = audience("page") if tool == "page" else audience("tool", tool)
+        return {"Authorization": f"Bearer {self.exchanged(part, subject, groups)}"}
 
 
 class Gunicorn:

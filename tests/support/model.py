@@ -12,6 +12,7 @@ import time
 import jwt
 import requests
 
+from agentfn.shared.contract import audience
 from support import BIN, MCP_RESOURCE, MODEL_SERVICE, STATEFUL_TOOLS, Gunicorn, Served, account
 
 EVERYONE = "system:authenticated"
@@ -128,7 +129,7 @@ def stateful_tool(issuer, name: str) -> Served:
         f"agentfn.{name}",
         openapi=openapi(descriptor, {"type": "object"}, call_problems=()),
         readiness={},
-        identity=Identity.from_env(issuer.env(), gateway=False, audience=f"agentfn:tool:{name}"),
+        identity=Identity.from_env(issuer.env(), gateway=False, audience=audience("tool", name)),
     )
     app.register_blueprint(doors(descriptor, lambda caller, arguments: calls.append(caller.subject) or {"done": True}))
     app.extensions["calls"] = calls
@@ -168,7 +169,7 @@ def exchanged_for_upstream(token: str, who: Person, tool: str) -> bool:
         token not in (who.token, who.mcp_token)
         and claims["sub"] == who.subject
         and claims["groups"] == who.groups
-        and claims["aud"] == f"agentfn:upstream:{tool}"
+        and claims["aud"] == audience("upstream", tool)
         and claims["act"] == {"sub": account(tool), "act": {"sub": MODEL_SERVICE}}
     )
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import requests
 
+from agentfn.shared.contract import audience
 from support import BIN, ROOT
 
 PROXY = "http://127.0.0.1:3128"  # an internal recorder: a fetcher that used it would be caught
@@ -153,7 +154,7 @@ class Opener:
     def __call__(
         self, url: str, *, subject: str | None = None, headers: dict[str, str] | None = None, **body
     ) -> requests.Response:
-        token = self.issuer.exchanged("agentfn:page", subject or fresh_subject())
+        token = self.issuer.exchanged(audience("page"), subject or fresh_subject())
         return self.session.post(
             self.base + "/v1/open",
             json={"url": url, **body},
@@ -165,7 +166,7 @@ class Opener:
 def settle_audit(base: str, issuer) -> None:
     """Wait until the fetcher has written the audit rows of every fetch it answered: reading the audit waits for
     them (rows are written off the response path)."""
-    token = issuer.exchanged("agentfn:page", "page-settler", ["platform-admins"])
+    token = issuer.exchanged(audience("page"), "page-settler", ["platform-admins"])
     answer = requests.get(
         base + "/v1/audit",
         params={"generation_id": "00000000-0000-0000-0000-000000000000"},

@@ -14,6 +14,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from support import MODEL_SERVICE, READ_TOOLS, Served, account
 from support.tools import UPSTREAM_TIMEOUT, call, dev_upstream, tool_env
 
+from agentfn.shared.contract import audience
+
 READERS = {"platform_status": ["platform-users"], "list_models": ["platform-users"], "radar_latest": ["platform-users"]}
 # Each tool's privileged group, and what only that group's members see.
 PRIVILEGED = {
@@ -39,7 +41,7 @@ def test_the_service_receives_a_token_exchanged_for_it(tools, upstreams, issuer)
         assert received != sent["Authorization"].removeprefix("Bearer ")
         claims = unverified(received)
         assert claims["sub"] == f"forwarded-{tool}" and claims["groups"] == READERS[tool]
-        assert claims["aud"] == f"agentfn:upstream:{tool}"
+        assert claims["aud"] == audience("upstream", tool)
         assert claims["act"] == {"sub": account(tool), "act": {"sub": MODEL_SERVICE}}  # the tool, for the model function
         assert claims["exp"] - claims["iat"] <= 300
 
@@ -115,7 +117,7 @@ def claims(issuer, tool, **changes):
     base = {
         "iss": issuer.url,
         "sub": "mallory",
-        "aud": f"agentfn:tool:{tool}",
+        "aud": audience("tool", tool),
         "iat": now,
         "nbf": now,
         "exp": now + 600,
@@ -126,7 +128,7 @@ def claims(issuer, tool, **changes):
 
 
 def tampered(issuer, tool):
-    header, _, signature = issuer.exchanged(f"agentfn:tool:{tool}", "mallory", ["platform-users"]).split(".")
+    header, _, signature = issuer.exchanged(audience("tool", tool), "mallory", ["platform-users"]).split(".")
     payload = base64.urlsafe_b64encode(json.dumps(claims(issuer, tool)).encode()).rstrip(b"=").decode()
     return f"{header}.{payload}.{signature}"
 
@@ -146,11 +148,11 @@ FORGED = {
     ),
     "wrong audience": lambda i, t: i.sign(claims(i, t, aud="someone-else")),
     "wrong issuer": lambda i, t: i.sign(claims(i, t, iss="https://evil.example")),
-    "a service account": lambda i, t: i.service_token(MODEL_SERVICE, audience=f"agentfn:tool:{t}"),
+    "a service account": lambda i, t: i.service_token(MODEL_SERVICE, audience=audience("tool", t)),
     # Never callable on its own: the caller's own gateway token, even valid, opens no tool.
     "the caller's own gateway token": lambda i, t: i.caller_token("mallory", ["platform-users"]),
-    "exchanged for another tool": lambda i, t: i.exchanged(f"agentfn:tool:{other_tool(t)}", "mallory", ["platform-users"]),
-    "exchanged for memory": lambda i, t: i.exchanged("agentfn:memory", "mallory", ["platform-users"]),
+    "exchanged for another tool": lambda i, t: i.exchanged(audience("tool", other_tool(t)), "mallory", ["platform-users"]),
+    "exchanged for memory": lambda i, t: i.exchanged(audience("memory"), "mallory", ["platform-users"]),
     "for this tool, no actor": lambda i, t: i.sign(claims(i, t, act=None)),
     "for this tool, an untrusted actor": lambda i, t: i.sign(claims(i, t, act={"sub": account("page")})),
     "for this tool, the actor nested under another": lambda i, t: i.sign(
@@ -249,7 +251,7 @@ def test_a_whole_number_count_given_as_a_float_is_a_count(tools, issuer):
 
 def test_logs_hold_neither_the_token_nor_what_the_service_said(tools, issuer):
     for tool in READ_TOOLS:
-        token = issuer.exchanged(f"agentfn:tool:{tool}", "log-watcher", ["platform-ops", "research", "staff"])
+        token = issuer.exchanged(audience("tool", tool), "log-watcher", ["platform-ops", "research", "staff"])
         assert call(tools[tool].url, {"Authorization": f"Bearer {token}"}).status_code == 200
         text = tools[tool].log.read_text()
         assert token.split(".")[1] not in text and token.split(".")[2] not in text

@@ -27,6 +27,7 @@ import requests
 from rich.console import Console
 
 from agentfn.shared import db
+from agentfn.shared.contract import audience
 
 from . import images as containers
 from .postgres import EmbeddedPostgres
@@ -200,13 +201,17 @@ class Stack:
         clients = {
             SERVICE_ACCOUNT: {
                 "subject_audiences": ["agentfn", self.mcp_resource],
-                "audiences": ["agentfn:memory", "agentfn:page", *(f"agentfn:tool:{tool}" for tool in (*READS, "run_code"))],
+                "audiences": [
+                    audience("memory"),
+                    audience("page"),
+                    *(audience("tool", tool) for tool in (*READS, "run_code")),
+                ],
             }
         }
         for tool in READS:
             clients[account(tool)] = {
-                "subject_audiences": [f"agentfn:tool:{tool}"],
-                "audiences": [f"agentfn:upstream:{tool}"],
+                "subject_audiences": [audience("tool", tool)],
+                "audiences": [audience("upstream", tool)],
             }
         return json.dumps(clients)
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from flask import Flask
 
 from agentfn.shared import app as http
+from agentfn.shared.contract import audience
 from agentfn.shared.identity import Identity
 from agentfn.shared.problems import unavailable
 
@@ -40,7 +41,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         readiness={"model": model.ready},
         # A model that failed to load will not in this process: not alive, so the pod is restarted.
         liveness={"model": lambda: not model.failed()},
-        identity=Identity.from_env(env, audience="agentfn:memory"),
+        identity=Identity.from_env(env, audience=audience("memory")),
         max_request_bytes=settings.max_request_bytes,
     )
     app.extensions["agentfn.memory"] = Memory(

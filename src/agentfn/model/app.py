@@ -48,9 +48,7 @@ def services_from_env(env: Mapping[str, str], settings: ModelSettings) -> Servic
     tool_urls = {name: s.url for name, s in tool_settings.items() if s.url}
     tokens = TokenExchange.from_env(env)
     audiences = {name: s.audience for name, s in tool_settings.items() if s.audience}
-    for part, audience in (("page", settings.page_audience), ("memory", settings.memory_audience)):
-        if audience:
-            audiences[part] = audience
+    audiences |= {"page": settings.page_audience, "memory": settings.memory_audience}
     tools = ToolTable(
         tool_urls=tool_urls,
         page_url=settings.page_url,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentfn.shared import contract
 from agentfn.shared.exchange import ExchangeFailed, TokenExchange
 from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError, problem_type
@@ -28,7 +29,7 @@ class MemoryClient:
         token_file: str | None,
         http: Http,
         tokens: TokenExchange | None = None,
-        audience: str = "agentfn:memory",
+        audience: str = contract.audience("memory"),
     ):
         self.base = (base_url or "").rstrip("/")
         self.token_file, self.http = token_file, http

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentfn.shared.contract import audience
 from agentfn.shared.settings import REQUIRED, Settings, setting
 
 MCP_RESOURCE = "http://127.0.0.1:8800/mcp"  # the dev gateway's /mcp
@@ -28,14 +29,13 @@ class ModelSettings(Settings):
     page_url: str | None = setting(
         "AGENTFN_PAGE_URL", None, "the page fetcher's base URL (`open_page`); unset: no `open_page`"
     )
-    memory_audience: str | None = setting(
+    memory_audience: str = setting(
         "AGENTFN_MEMORY_AUDIENCE",
-        None,
+        audience("memory"),
         "audience of the tokens exchanged for memory (recall, `remember`, `forget`)",
-        shown="`agentfn:memory`",
     )
-    page_audience: str | None = setting(
-        "AGENTFN_PAGE_AUDIENCE", None, "audience of the tokens exchanged for the page fetcher", shown="`agentfn:page`"
+    page_audience: str = setting(
+        "AGENTFN_PAGE_AUDIENCE", audience("page"), "audience of the tokens exchanged for the page fetcher"
     )
     mcp_resource: str = setting(
         "AGENTFN_MCP_RESOURCE",

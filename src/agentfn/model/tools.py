@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentfn.shared import telemetry
+from agentfn.shared import contract, telemetry
 from agentfn.shared.contract import ALONE, MEMORY_TOOLS, NEVER_ALONE_OR_MCP, builtin_tools
 from agentfn.shared.exchange import ExchangeFailed, TokenExchange
 from agentfn.shared.identity import Caller
@@ -325,9 +325,10 @@ class ToolTable:
         return found
 
     def audience(self, part: str) -> str:
-        """The audience of a token for `part`: a tool's name, "page" or "memory" (defaults `agentfn:<...>`)."""
-        default = f"agentfn:{part}" if part in ("page", "memory") else f"agentfn:tool:{part}"
-        return self.audiences.get(part, default)
+        """The audience of a token for `part`: a tool's name, "page" or "memory" (unless set, the contract's)."""
+        if part in self.audiences:
+            return self.audiences[part]
+        return contract.audience(part) if part in contract.SINGLE_AUDIENCES else contract.audience("tool", part)
 
     def token(self, ctx: CallContext, part: str, timeout: float) -> str:
         """The caller's token exchanged for `part` (raises `ExchangeFailed`, an outcome of the call)."""

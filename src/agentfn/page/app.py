@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from flask import Flask
 
 from agentfn.shared import app as http
+from agentfn.shared.contract import audience
 from agentfn.shared.identity import Identity
 
 from .cache import PageCache
@@ -48,7 +49,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         # In an outage no budget is taken and nothing is fetched; audit rows queued meanwhile wait for the database.
         database=store,
         readiness={},
-        identity=Identity.from_env(env, gateway=False, audience="agentfn:page"),
+        identity=Identity.from_env(env, gateway=False, audience=audience("page")),
         max_request_bytes=settings.max_request_bytes,
     )
     app.config["AGENTFN_PAGE_WINDOW"] = settings.window

@@ -19,6 +19,7 @@ from flask import Flask
 
 from agentfn.shared import app as http
 from agentfn.shared import clock, telemetry
+from agentfn.shared.contract import audience
 from agentfn.shared.identity import Caller, Identity
 from agentfn.shared.problems import ProblemError, problem_type, unavailable
 from agentfn.shared.pseudonym import subject_hash
@@ -123,7 +124,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         openapi=openapi(descriptor, CONTENT, call_problems=(429, 503)),
         database=store,
         readiness={"sandbox": lambda: sandbox.ready() and self_test.ok()},
-        identity=Identity.from_env(env, gateway=False, audience="agentfn:tool:run_code"),
+        identity=Identity.from_env(env, gateway=False, audience=audience("tool", "run_code")),
         max_request_bytes=settings.max_request_bytes,
     )
 

@@ -1,4 +1,4 @@
-"""The contract between the operator and the model function, written once: both read it from here.
+"""The contract between the parts, written once: each reads it from here.
 
 - the channels a tool is called through: `step` (inside an agent's loop), `alone` (CallTool on its own), `mcp`;
 - the tool sets both enforce: the memory tools, and the tools never callable alone nor over MCP whatever a
@@ -6,7 +6,8 @@
 - the built-in tools' descriptors (`contract/memory.json`, `contract/page.json`): the tools the model function
   serves through another part's doors, which the operator's catalog lists too;
 - the registry's JSON Schema (`contract/registry.schema.json`): what the operator writes and the model function
-  accepts, and the name rules (tool names, agent names, memory modes, approvals) taken from it.
+  accepts, and the name rules (tool names, agent names, memory modes, approvals) taken from it;
+- the audiences of the tokens a caller's token is exchanged for (`audience`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ STEP, ALONE, MCP = CHANNELS = ("step", "alone", "mcp")
 MEMORY_TOOLS = frozenset({"remember", "forget"})
 NEVER_ALONE_OR_MCP = frozenset({"run_code", "open_page"}) | MEMORY_TOOLS
 BUILTIN_FILES = ("memory.json", "page.json")
+# The parts a token is exchanged for: one audience each, or one per tool.
+SINGLE_AUDIENCES, TOOL_AUDIENCES = ("memory", "page"), ("tool", "upstream")
 
 
 def _data(name: str) -> Any:
@@ -38,6 +41,19 @@ AGENT_NAME = re.compile(registry_schema()["properties"]["agents"]["propertyNames
 MEMORY_MODES = tuple(_defs["agent"]["properties"]["memory"]["enum"])
 APPROVALS = tuple(_defs["access"]["properties"]["approval"]["enum"])
 REGISTRY_API_VERSION = registry_schema()["properties"]["apiVersion"]["const"]
+
+
+def audience(part: str, tool: str | None = None) -> str:
+    """The audience of a token exchanged for `part`: "memory", "page", "tool" (a tool function, `tool` its name)
+    or "upstream" (the platform service behind the read tool `tool`).
+
+    Both ends of every call name the audience from here, the one exchanging a caller's token for it and the one
+    taking only tokens with it, so the two cannot drift apart."""
+    if part in SINGLE_AUDIENCES and tool is None:
+        return f"agentfn:{part}"
+    if part in TOOL_AUDIENCES and tool is not None and TOOL_NAME.fullmatch(tool):
+        return f"agentfn:{part}:{tool}"
+    raise ValueError(f"no audience for part {part!r} and tool {tool!r}")
 
 
 def builtin_tools() -> list[tuple[str, dict[str, Any]]]:

@@ -9,6 +9,7 @@ from typing import Any
 from flask import Flask
 
 from .app import create_app
+from .contract import audience
 from .exchange import TokenExchange
 from .identity import Caller, Identity
 from .tool_settings import ReadToolSettings
@@ -29,15 +30,18 @@ def read_tool_app(
     settings = ReadToolSettings.from_env(env, TOOL=url_variable.removeprefix("AGENTFN_").removesuffix("_UPSTREAM_URL"))
     descriptor = load_descriptor(package)
     name = descriptor["name"]
-    audience = settings.upstream_audience or f"agentfn:upstream:{name}"
     upstream = Upstream(
-        service, settings.upstream_url, settings.upstream_timeout_seconds, TokenExchange.from_env(env), audience
+        service,
+        settings.upstream_url,
+        settings.upstream_timeout_seconds,
+        TokenExchange.from_env(env),
+        settings.upstream_audience or audience("upstream", name),
     )
     app = create_app(
         f"agentfn.{descriptor['name']}",
         openapi=openapi(descriptor, content_schema, call_problems=(403, 502, 504)),
         readiness={"upstream": upstream.healthy},
-        identity=Identity.from_env(env, gateway=False, audience=f"agentfn:tool:{name}"),
+        identity=Identity.from_env(env, gateway=False, audience=audience("tool", name)),
         max_request_bytes=settings.max_request_bytes,
     )
     app.register_blueprint(doors(descriptor, lambda caller, arguments: summarise(upstream, caller, arguments)))

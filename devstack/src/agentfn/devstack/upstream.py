@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from flask import Flask, jsonify, request
 
+from agentfn.shared.contract import audience
 from agentfn.shared.identity import Caller, Identity, bearer_token, verify_caller
 from agentfn.shared.problems import ProblemError, forbidden
 from agentfn.shared.settings import Settings, setting
@@ -45,7 +46,7 @@ def dev_upstream_app(
     """A dev upstream: takes only tokens exchanged for it (`agentfn:upstream:<name>`, or the audience in
     `AGENTFN_EXCHANGED_AUDIENCE`) by an actor in `AGENTFN_TRUSTED_ACTORS`, as a platform service would."""
     env = dict(os.environ if env is None else env)
-    identity = Identity.from_env(env, gateway=False, audience=f"agentfn:upstream:{name}")
+    identity = Identity.from_env(env, gateway=False, audience=audience("upstream", name))
     controls = DevUpstreamControls(env)
     app = Flask(f"agentfn.devstack.{name}", instance_path=os.path.join(os.path.dirname(__file__), "instance"))
     app.json.sort_keys = False
