@@ -22,6 +22,7 @@ from support import (
     postgres_dir,
     web_clients,
 )
+from support.slow import starts_processes
 from support.tools import dev_upstream
 
 
@@ -31,43 +32,9 @@ def pytest_addoption(parser):
     )
 
 
-# The fixtures that start processes (functions under gunicorn, a kube-apiserver, Chromium, the page fetcher's lab,
-# `agentfn up`, podman's platform, a Postgres of a test's own), by where each is defined (the folder of its conftest,
-# or its test module): a test that uses one, itself or through another fixture, is slow. Each takes seconds to start
-# and the tests that use them wait on real processes; `-m "not slow"` leaves them out. Roots only: a fixture that
-# depends on one of these (model_env on memory, say) is in the closure of every test that uses it anyway.
-STARTS_PROCESSES = {
-    "tests": {"apiserver", "memory", "workbench", "browser"},
-    "tests/model": {"tools", "page", "model", "frugal_model", "gateway"},
-    "tests/tools": {"tools", "run_code"},
-    "tests/page": {"lab"},
-    "tests/workbench": {"stack"},
-    "tests/images": {"platform"},
-    "tests/chart/test_probe.py": {"stack"},
-    "tests/chart/test_upgrade.py": {"kube"},
-    "tests/e2e/test_newcomer.py": {"platform"},
-    "tests/memory/test_outage.py": {"own_database"},
-    "tests/memory/test_quotas.py": {"limited"},
-    "tests/memory/test_reembed.py": {"minilm_memory"},
-    "tests/model/test_offline_engine.py": {"offline_engine"},
-    "tests/tools/test_run_code.py": {"non_root", "service"},  # `service` asks for run_code or non_root as it runs
-    "tests/tools/test_run_code_telemetry.py": {"traced_run_code"},
-    "tests/tools/test_runsc.py": {"gvisor"},
-    "tests/test_stack.py": {"stack"},
-}
-
-
-def starts_processes(item) -> bool:
-    # The fixture in force for each name (a folder's or module's own overrides the one above it): the operator's
-    # `tools` is the tool catalog, the model function's the tool functions under gunicorn.
-    for name, definitions in item._fixtureinfo.name2fixturedefs.items():
-        if definitions and name in STARTS_PROCESSES.get(definitions[-1].baseid, ()):
-            return True
-    return False
-
-
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
+    """A test that uses a fixture starting processes is slow (support.slow); `-m "not slow"` leaves it out."""
     slow = pytest.mark.slow
     for item in items:
         if starts_processes(item):
