@@ -28,8 +28,8 @@ IN_PROCESS_DAILY = 20000  # the in-process function's tokens per caller per day
 
 
 def in_process_registry() -> dict:
-    """The agents of the in-process tests: one step at most twice a turn, a tool that changes state whose grant asks
-    the person, memory tools that ask too, and a deadline of one second."""
+    """The agents of the in-process tests: a checker of two steps a turn with a read and a tool that changes state
+    (its grant asks the person), a keeper whose memory tools ask too, and a hasty one with a deadline of one second."""
     everyone = access([EVERYONE])
     agents = {
         "checker": agent(
@@ -68,6 +68,7 @@ class EngineDouble:
         return self  # one double for every tier
 
     def script(self, *rounds: dict) -> None:
+        """The rounds of the requests to come, in order; the requests kept so far are forgotten."""
         with self._lock:
             self._rounds = deque(rounds)
             self.requests = []
