@@ -22,6 +22,7 @@ from support import (
     postgres_dir,
     web_clients,
 )
+from support.slow import starts_processes
 from support.tools import dev_upstream
 
 
@@ -29,6 +30,15 @@ def pytest_addoption(parser):
     parser.addoption(
         "--images", action="store_true", help="collect tests/images too: the platform from its images (after ./dev images)"
     )
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    """A test that uses a fixture starting processes is slow (support.slow); `-m "not slow"` leaves it out."""
+    slow = pytest.mark.slow
+    for item in items:
+        if starts_processes(item):
+            item.add_marker(slow)
 
 
 def pytest_ignore_collect(collection_path, config):

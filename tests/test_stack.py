@@ -227,6 +227,7 @@ def test_a_taken_port_is_a_clear_message(stack, tmp_path):
     )
 
 
+@pytest.mark.slow  # `agentfn up` as a process
 def test_a_part_that_cannot_start_says_why_in_one_line(tmp_path):
     """A missing or misconfigured dependency: the part's own last words, the log to read, no traceback."""
     base = random.randrange(20000, 32000, 100)
@@ -252,6 +253,7 @@ def test_a_part_that_cannot_start_says_why_in_one_line(tmp_path):
     assert not any(_answers(base + offset) for offset in (0, 1, 2, 4))  # what had started was stopped
 
 
+@pytest.mark.slow  # `agentfn up` as a process
 @pytest.mark.parametrize(
     ("argv", "says"),
     [

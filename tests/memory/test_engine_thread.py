@@ -186,6 +186,7 @@ def e5():
     return embedder
 
 
+@pytest.mark.slow  # embeds with the real multilingual model
 def test_e5_texts_that_share_a_run_get_their_lone_vectors(e5):
     texts = [f"Note {n}: the {day} meeting moved to room {n * 7}." for n, day in enumerate(["Monday", "Friday"] * 6)]
     texts += ["Kratka bilješka.", "A longer note about the ledger's nightly backup, which runs at two and mails the team."]
@@ -307,6 +308,7 @@ def test_concurrent_writes_are_all_kept_with_their_lone_vectors_and_recalled(cal
         assert found and found[0]["text"] == text, (text, found)
 
 
+@pytest.mark.slow  # memory under gunicorn, from a cold start
 def test_a_cold_start_answers_its_first_recall_right_after_ready(memory_env, issuer, tmp_path):
     subject = f"user-{secrets.token_hex(4)}"
     server = Gunicorn("agentfn.memory.app:create_app()", memory_env, tmp_path / "memory.log")

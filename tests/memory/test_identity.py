@@ -148,6 +148,7 @@ def test_an_untrusted_service_account_is_forbidden(memory, issuer):
     assert "not trusted" in response.json()["detail"]
 
 
+@pytest.mark.slow  # memory under gunicorn
 def test_an_unreachable_key_set_is_503_not_401(memory_env, tmp_path, issuer):
     from support import Gunicorn, free_port
 
@@ -270,6 +271,7 @@ class RotatingKeySet:
         )
 
 
+@pytest.mark.slow  # memory under gunicorn
 def test_the_service_key_sets_token_file_is_read_on_each_fetch(memory_env, issuer, tmp_path):
     from support import Gunicorn
 

@@ -60,6 +60,7 @@ KEYLESS = {
 }
 
 
+@pytest.mark.slow  # memory under gunicorn
 @pytest.mark.parametrize(("key", "says"), KEYLESS.values(), ids=KEYLESS.keys())
 def test_a_part_without_its_subject_hash_key_does_not_start(memory_env, tmp_path, key, says):
     env = {k: v for k, v in memory_env.items() if k != "AGENTFN_SUBJECT_HASH_KEY_FILE"}

@@ -23,6 +23,7 @@ def empty_database(postgres):
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+@pytest.mark.slow  # two replicas of memory under gunicorn
 def test_two_replicas_migrate_once(empty_database, issuer, tmp_path):
     admin, dsn = empty_database
     env = {**issuer.env(), "AGENTFN_DATABASE_URL": dsn}

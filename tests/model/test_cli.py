@@ -172,6 +172,7 @@ def test_an_expired_or_foreign_token_is_the_platforms_401(gateway):
     assert done.returncode == 1 and done.stderr.splitlines()[0] == "Unauthorized"
 
 
+@pytest.mark.slow  # the CLI as a process
 def test_an_unreachable_gateway_is_one_clear_line():
     from agentfn.cli.postgres import free_port
 
@@ -250,6 +251,7 @@ def test_call_refuses_an_argument_that_is_not_key_value(cli):
         assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.strip(), done
 
 
+@pytest.mark.slow  # the CLI as a process
 def test_audit_renders_the_grants_of_a_registry(registry_file):
     expected = records(rows(registry_document()))
     from_file = agentfn("audit", str(registry_file), "--json")
@@ -366,6 +368,7 @@ def test_ctrl_c_stops_a_streaming_answer_and_the_chat_goes_on(gateway, engine, p
     assert "(answer stopped)" in out and "six." not in seen + out
 
 
+@pytest.mark.slow  # the CLI as a process
 def test_audit_from_the_cluster_says_when_kubectl_cannot_read_it(tmp_path):
     env = {**os.environ, "KUBECONFIG": str(tmp_path / "none"), "COLUMNS": "200"}
     done = subprocess.run(

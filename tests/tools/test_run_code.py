@@ -372,6 +372,7 @@ def test_an_escape_attempt_is_contained(service, issuer, context, program, conta
     assert requests.get(service.url + "/healthz", timeout=2).status_code == 200
 
 
+@pytest.mark.slow  # a service process and its sandbox
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs get uids of their own only when the service is root")
 def test_the_sandbox_dies_with_the_service(tmp_path):
     """A service process killed mid-run takes its sandbox with it (--die-with-parent)."""
@@ -566,6 +567,7 @@ print([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids])
     assert bombed["limit"] == "wall_time" and bombed["stderr"] == ""
 
 
+@pytest.mark.slow  # run_code under gunicorn
 @pytest.mark.parametrize(
     ("mode", "refusal"),
     [

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from flask import Flask
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
@@ -25,7 +25,7 @@ from agentfn.shared.identity import Identity
 from . import admin
 from .approvals import Approvals
 from .clients import Http
-from .engines import tiers_from_env
+from .engines import Engine, Tier, tiers_from_env
 from .mcp_server import LazyMCP, build, protected_resource
 from .memory_client import MemoryClient
 from .registry import Registry
@@ -40,7 +40,9 @@ from .tools import ToolTable
 TOOL_SETTING = re.compile(r"^AGENTFN_TOOL_([A-Z0-9_]+)_(?:URL|AUDIENCE)$")
 
 
-def services_from_env(env: Mapping[str, str], settings: ModelSettings) -> Services:
+def services_from_env(
+    env: Mapping[str, str], settings: ModelSettings, engines: Callable[[Tier], Engine] = Engine
+) -> Services:
     store = Store(settings.database_url, pool_size=settings.db_pool_size)
     web = Http(maxsize=32)
     named = {m.group(1) for k in env if (m := TOOL_SETTING.match(k))}
@@ -77,15 +79,17 @@ def services_from_env(env: Mapping[str, str], settings: ModelSettings) -> Servic
         memory,
         limits,
         approvals,
+        make_engine=engines,
     )
 
 
-def create_app(env: Mapping[str, str] | None = None) -> Flask:
+def create_app(env: Mapping[str, str] | None = None, *, engines: Callable[[Tier], Engine] = Engine) -> Flask:
+    """`engines` builds a tier's engine from the tier; the tests' in-process app passes a stand-in for the engine."""
     env = dict(os.environ if env is None else env)
     http.configure_logging(env)
     identity = Identity.from_env(env)
     settings = ModelSettings.from_env(env)
-    services = services_from_env(env, settings)
+    services = services_from_env(env, settings, engines)
     max_bytes = settings.max_request_bytes
 
     app = http.create_app(

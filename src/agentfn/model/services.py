@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -64,6 +64,8 @@ class Services:
     limits: Limits
     approvals: Approvals = field(default_factory=lambda: Approvals(None, 300))
     warming: Warming = field(default_factory=Warming)
+    # What builds a tier's engine: the OpenAI-compatible client, or a test's stand-in for it (create_app's `engines`).
+    make_engine: Callable[[Tier], Engine] = Engine
     _engines: dict[str, Engine] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -77,7 +79,7 @@ class Services:
         with self._lock:
             engine = self._engines.get(tier.name)
             if engine is None:
-                engine = self._engines[tier.name] = Engine(tier)
+                engine = self._engines[tier.name] = self.make_engine(tier)
             return engine
 
     def warm(self) -> None:
