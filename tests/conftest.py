@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from agentfn.cli.postgres import free_port
 from agentfn.devstack.issuer import create_app as issuer_app
 from support import (
     CHROMIUM,
@@ -24,6 +23,8 @@ from support import (
 )
 from support.slow import starts_processes
 from support.tools import dev_upstream
+
+from agentfn.cli.postgres import free_port
 
 
 def pytest_addoption(parser):

@@ -13,14 +13,15 @@ from collections import deque
 from typing import Any
 
 import psycopg
-from agentfn.model.engines import DeadlinePassed, EngineFailed, Text, ToolRequest, Usage
-from agentfn.shared.app import create_app as function_app
-from agentfn.shared.identity import Identity
-from agentfn.shared.tools import check_descriptor, doors
-from agentfn.shared.tools import openapi as tool_openapi
 from flask import Flask, jsonify, request
 from psycopg.rows import dict_row
 
+from agentfn.model.engines import DeadlinePassed, EngineFailed, Text, ToolRequest, Usage
+from agentfn.shared.app import create_app as function_app
+from agentfn.shared.contract import audience
+from agentfn.shared.identity import Identity
+from agentfn.shared.tools import check_descriptor, doors
+from agentfn.shared.tools import openapi as tool_openapi
 from support import Served
 from support.model import EVERYONE, access, agent, parse_sse
 
@@ -158,7 +159,7 @@ def tool_double(issuer, name: str, *, changes_state: bool) -> Served:
         f"agentfn.{name}",
         openapi=tool_openapi(descriptor, {"type": "object"}, call_problems=()),
         readiness={},
-        identity=Identity.from_env(issuer.env(), gateway=False, audience=f"agentfn:tool:{name}"),
+        identity=Identity.from_env(issuer.env(), gateway=False, audience=audience("tool", name)),
     )
     app.register_blueprint(doors(descriptor, run))
     app.extensions["calls"] = calls
