@@ -21,9 +21,9 @@ from flask import Blueprint, Response, current_app, g, jsonify, stream_with_cont
 from . import calls, schemas
 from .episodes import end_session
 from .loop import begin
-from .loop import warm as warm_engine
 from .registry import Agent
 from .services import Services
+from .warm import warm as warm_engine
 
 bp = Blueprint("model", __name__)
 
