@@ -5,7 +5,8 @@ tokens from the caller's daily budget before the engine is called and settles af
 deadline (the tier's, or the agent's if shorter) over recall, engine and tools together. The caller sees
 each step as it happens. The record keeps counts, names and timings, never what was said.
 
-What happens to each tool call the model asks for is the step rules' (steps.py).
+The turn is accepted (`begin`) before its stream starts; its stream (`Turn.events`) runs the rounds. What
+happens to each tool call the model asks for is the step rules' (steps.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from agentfn.shared.pseudonym import subject_hash
 
 from . import prompt
 from .approvals import Approval, refused
-from .engines import DeadlinePassed, EngineFailed, Text, Tier, ToolRequest, Usage
+from .engines import DeadlinePassed, Tier
 from .generation import Generation, as_problem, budget_problem
 from .offered import Offered, written
 from .registry import Agent
@@ -59,6 +60,7 @@ def begin(services: Services, caller: Caller, agent: Agent, messages: list[dict[
                 tier=tier.name,
                 hold_seconds=seconds + 30,
                 daily_tokens=s.limits.daily_tokens,
+                min_completion=s.limits.min_completion,
             )
         )
         # The day is held at a bound on what the engine may count; the agent's tokens per turn checked at the likely count.
@@ -72,7 +74,7 @@ def begin(services: Services, caller: Caller, agent: Agent, messages: list[dict[
         try:
             if completion < s.limits.min_completion:
                 raise budget_problem(per_turn=True)
-            held = generation.hold(cost + completion, cost + s.limits.min_completion)
+            generation.hold(cost + completion, cost + s.limits.min_completion)  # the first round's
         except ProblemError as refusal:
             limit = telemetry.error_type(refusal.type, refusal.status)
             telemetry.record("agentfn.turns", 1, {"gen_ai.agent.name": agent.name, "agentfn.outcome": "budget"})
@@ -81,26 +83,7 @@ def begin(services: Services, caller: Caller, agent: Agent, messages: list[dict[
         if approvals and not s.store.use_approvals(caller.subject, [(a.jti, a.expires) for a in approvals]):
             raise refused(409, "approval-used", "an approval in the request was used before; each is good once")
         closing.pop_all()  # from here the turn's stream closes the record
-    return Turn(
-        s, caller, agent, tier, messages, generation, deadline, held, approvals=approvals, parent=telemetry.current()
-    )
-
-
-def opening(
-    s: Services, caller: Caller, agent: Agent, tier: Tier, deadline: float, day: str
-) -> tuple[dict[str, tuple[Any, Any]], str]:
-    """The tools the agent may call for this caller, and the system prompt of its turns (the same all day for them: the
-    prefix an engine's prompt cache keeps)."""
-    tools = s.tools.for_agent(agent, caller, deadline)
-    system = prompt.system(
-        agent.brief,
-        day,
-        tools=[t for t, _ in tools.values()],
-        constrained=tier.tool_mode == "constrained",
-        memory_tools=bool(MEMORY_TOOLS & set(tools)),
-        notes=agent.memory != "none",
-    )
-    return tools, system
+    return Turn(s, caller, agent, tier, messages, generation, deadline, approvals=approvals, parent=telemetry.current())
 
 
 def checked_approvals(
@@ -119,7 +102,7 @@ def checked_approvals(
 
 @dataclass
 class Turn:
-    """A turn the door accepted: its agent, tier, generation (record and budget) and first round's held tokens."""
+    """A turn the door accepted: its agent, tier and generation (record and budget, the first round's tokens held)."""
 
     services: Services
     caller: Caller
@@ -128,10 +111,7 @@ class Turn:
     messages: list[dict[str, str]]
     generation: Generation
     deadline: float  # time.monotonic()
-    held: int
-    # Filled while running; the benchmark reads them.
-    engine_ms: float = 0.0
-    tool_ms: float = 0.0
+    tool_ms: float = 0.0  # filled by the steps
     approvals: list[Approval] = field(default_factory=list)  # checked and used up by the door
     span: telemetry.Span = telemetry.OFF
     parent: Any = None  # the trace context of the request that started the turn (its stream runs after it)
@@ -145,7 +125,7 @@ class Turn:
         """Where the turn's time went (the trace a caller may read; no content in it)."""
         return {
             "ms": round(self.generation.ms, 1),
-            "engine_ms": round(self.engine_ms, 1),
+            "engine_ms": round(self.generation.engine_ms, 1),
             "tools_ms": round(self.tool_ms, 1),
         }
 
@@ -204,6 +184,107 @@ class Turn:
         finally:
             self._told()
 
+    # --- the rounds ------------------------------------------------------------------------------------
+
+    def _run(self) -> Iterator[Any]:
+        s, agent, tier = self.services, self.agent, self.tier
+        recalled: list[dict[str, Any]] = []
+        if agent.memory != "none" and s.memory.configured:
+            found = self._recall()
+            recalled = found or []
+            # Memory not answering does not end the turn; the caller is told it went without.
+            yield "recall", {"entries": recalled} if found is not None else {"entries": [], "unavailable": True}
+        tools, system = opening(s, self.caller, agent, tier, self.deadline, self.generation.day.isoformat())
+        # The engine may be reading this very prompt ahead of the turns: then it is read once, not twice side by side.
+        s.warming.wait(tier.name, system, self.deadline - time.monotonic())
+        constrained = tier.tool_mode == "constrained"
+        notes = prompt.memory_block(recalled) if recalled else ""
+        room = (
+            tier.context_tokens
+            - tier.max_tokens
+            - prompt.likely(system + notes)
+            - prompt.likely([t.listing() for t, _ in tools.values()])
+        )
+        convo: list[dict[str, Any]] = [
+            {"role": "system", "content": system},
+            *prompt.with_notes(prompt.fit(self.messages, max(room, 64)), recalled),
+        ]
+        notes = {e["id"]: e for e in recalled}
+        steps = Steps(self, tools, notes, convo, constrained, Offered(written(self.messages)))
+        calls_left = min(MAX_CALLS, agent.steps) if tools else 0
+        if self.approvals:
+            # The person's answers to the last turn's asks: the approved calls run first, as this turn's steps.
+            yield from steps.answered(self.approvals)
+            calls_left = max(0, calls_left - len(self.approvals))
+        answer: list[str] = []
+        while True:
+            if time.monotonic() >= self.deadline:
+                raise DeadlinePassed()
+            offer = [t for t, _ in tools.values()] if calls_left > 0 else None
+            # Constrained mode lists the tools in the system text, already in the conversation.
+            listed = [t.listing() for t in offer] if offer and not constrained else []
+            cost = prompt.estimate(convo) + (prompt.estimate(listed) if listed else 0)
+            completion = self._completion(prompt.likely(convo) + (prompt.likely(listed) if listed else 0))
+            with self.generation.round(
+                s.engine(tier), convo, offer, self.deadline, cost=cost, completion=completion, traced=True
+            ) as r:
+                for text in r:
+                    yield "delta", {"text": text}
+            answer.append(r.text)
+            if not offer or not r.requests:
+                break
+            taken = r.requests[:calls_left]
+            calls_left -= len(taken)
+            yield from steps.asked(taken, r.text)
+            if steps.pending:
+                break  # the person answers first: the turn ends here, and the next one carries the approvals
+            if steps.repeated:
+                # A model that repeats a call is stuck: it has the earlier result; from here it answers.
+                calls_left = 0
+        ids, used = [e["id"] for e in recalled], self.generation.used
+        yield (
+            "done",
+            {
+                "cited": prompt.cited("".join(answer), ids),
+                "steps": len(self.step_log),
+                "pending": steps.pending,
+                "usage": {"tokens_in": used.tokens_in, "tokens_out": used.tokens_out, "rounds": self.generation.rounds},
+                "generation_id": str(self.generation.id),
+                "timing": self.timing(),
+            },
+        )
+
+    # --- helpers ---------------------------------------------------------------------------------------
+
+    def _completion(self, likely: int) -> int:
+        """The completion tokens the agent's tokens per turn leave a round whose prompt likely counts `likely`.
+
+        The caller's day is held at the round's cost, a bound on what the engine may count; the agent's tokens
+        per turn are checked at the likely count, as a turn's cap is passed by at most one round anyway.
+        """
+        used = self.generation.used
+        per_turn_left = self.agent.tokens_per_turn - used.tokens_in - used.tokens_out
+        completion = min(self.tier.max_tokens, per_turn_left - likely)
+        if completion < self.services.limits.min_completion:
+            raise budget_problem(per_turn=True)
+        return completion
+
+    def _recall(self) -> list[dict[str, Any]] | None:
+        """The entries recalled for the person's last message (as the caller), None if memory did not answer."""
+        last = next((m["content"] for m in reversed(self.messages) if m["role"] == "user"), "")
+        s = self.services
+        timeout = min(5.0, self.deadline - time.monotonic())
+        if timeout <= 0:
+            return None
+        return s.memory.recall(
+            self.caller,
+            last,
+            prompt.MEMORY_KINDS[self.agent.memory],
+            s.limits.recall_limit,
+            s.limits.recall_max_tokens,
+            timeout,
+        )
+
     def _told(self) -> None:
         """The turn's end in the log, its span and its metrics."""
         status, code = self.generation.status, self.generation.problem
@@ -237,158 +318,19 @@ class Turn:
                 "agentfn.budget.refusals", 1, {"gen_ai.agent.name": self.agent.name, "agentfn.limit": self.refusal}
             )
 
-    # --- the loop --------------------------------------------------------------------------------------
 
-    def _run(self) -> Iterator[Any]:
-        s, agent, tier = self.services, self.agent, self.tier
-        recalled: list[dict[str, Any]] = []
-        if agent.memory != "none" and s.memory.configured:
-            found = self._recall()
-            recalled = found or []
-            # Memory not answering does not end the turn; the caller is told it went without.
-            yield "recall", {"entries": recalled} if found is not None else {"entries": [], "unavailable": True}
-        tools, system = opening(s, self.caller, agent, tier, self.deadline, self.generation.day.isoformat())
-        # The engine may be reading this very prompt ahead of the turns: then it is read once, not twice side by side.
-        s.warming.wait(tier.name, system, self.deadline - time.monotonic())
-        constrained = tier.tool_mode == "constrained"
-        notes = prompt.memory_block(recalled) if recalled else ""
-        room = (
-            tier.context_tokens
-            - tier.max_tokens
-            - prompt.likely(system + notes)
-            - prompt.likely([t.listing() for t, _ in tools.values()])
-        )
-        convo: list[dict[str, Any]] = [
-            {"role": "system", "content": system},
-            *prompt.with_notes(prompt.fit(self.messages, max(room, 64)), recalled),
-        ]
-        notes = {e["id"]: e for e in recalled}
-        steps = Steps(self, tools, notes, convo, constrained, Offered(written(self.messages)))
-        calls_left = min(MAX_CALLS, agent.steps) if tools else 0
-        if self.approvals:
-            # The person's answers to the last turn's asks: the approved calls run first, as this turn's steps.
-            yield from steps.answered(self.approvals)
-            calls_left = max(0, calls_left - len(self.approvals))
-        answer: list[str] = []
-        first = True
-        while True:
-            if time.monotonic() >= self.deadline:
-                raise DeadlinePassed()
-            offer = [t for t, _ in tools.values()] if calls_left > 0 else None
-            # Constrained mode lists the tools in the system text, already in the conversation.
-            listed = [t.listing() for t in offer] if offer and not constrained else []
-            cost = prompt.estimate(convo) + (prompt.estimate(listed) if listed else 0)
-            max_tokens = self._hold(cost, prompt.likely(convo) + (prompt.likely(listed) if listed else 0), first)
-            first = False
-            round_text: list[str] = []
-            requests: list[ToolRequest] = []
-            usage = None
-            began = time.perf_counter()
-            chat = Round(tier, max_tokens)
-            try:
-                for item in s.engine(tier).round(convo, offer, max_tokens, self.deadline):
-                    if isinstance(item, Text):
-                        round_text.append(item.text)
-                        yield "delta", {"text": item.text}
-                    elif isinstance(item, ToolRequest):
-                        requests.append(item)
-                    elif isinstance(item, Usage):
-                        usage = item
-            except (EngineFailed, DeadlinePassed, GeneratorExit) as error:
-                # What the engine read and wrote before it failed (or the caller left) still counts.
-                spent = Usage(cost, prompt.estimate("".join(round_text)) if round_text else 0)
-                self.generation.spent(spent)
-                chat.end(spent, error)
-                raise
-            finally:
-                self.engine_ms += (time.perf_counter() - began) * 1000
-            spent = usage or Usage(cost, prompt.estimate("".join(round_text)))
-            self.generation.spent(spent)
-            chat.end(spent, None)
-            answer.extend(round_text)
-            if not offer or not requests:
-                break
-            taken = requests[:calls_left]
-            calls_left -= len(taken)
-            yield from steps.asked(taken, "".join(round_text))
-            if steps.pending:
-                break  # the person answers first: the turn ends here, and the next one carries the approvals
-            if steps.repeated:
-                # A model that repeats a call is stuck: it has the earlier result; from here it answers.
-                calls_left = 0
-        ids, used = [e["id"] for e in recalled], self.generation.used
-        yield (
-            "done",
-            {
-                "cited": prompt.cited("".join(answer), ids),
-                "steps": len(self.step_log),
-                "pending": steps.pending,
-                "usage": {"tokens_in": used.tokens_in, "tokens_out": used.tokens_out, "rounds": self.generation.rounds},
-                "generation_id": str(self.generation.id),
-                "timing": self.timing(),
-            },
-        )
-
-    def _hold(self, cost: int, likely: int, first: bool) -> int:
-        """Hold this round's tokens (settling the last round's); the completion tokens the round may write.
-
-        The caller's day is held at `cost`, a bound on what the engine may count; the agent's tokens per
-        turn are checked at the `likely` count, as a turn's cap is passed by at most one round anyway.
-        """
-        s = self.services
-        used = self.generation.used
-        per_turn_left = self.agent.tokens_per_turn - used.tokens_in - used.tokens_out
-        completion = min(self.tier.max_tokens, per_turn_left - likely)
-        if completion < s.limits.min_completion:
-            raise budget_problem(per_turn=True)
-        least = cost + s.limits.min_completion
-        if not (first and self.held >= least):
-            self.held = self.generation.hold(cost + completion, least)
-        return max(s.limits.min_completion, min(completion, self.held - cost))
-
-    def _recall(self) -> list[dict[str, Any]] | None:
-        """The entries recalled for the person's last message (as the caller), None if memory did not answer."""
-        last = next((m["content"] for m in reversed(self.messages) if m["role"] == "user"), "")
-        s = self.services
-        timeout = min(5.0, self.deadline - time.monotonic())
-        if timeout <= 0:
-            return None
-        return s.memory.recall(
-            self.caller,
-            last,
-            prompt.MEMORY_KINDS[self.agent.memory],
-            s.limits.recall_limit,
-            s.limits.recall_max_tokens,
-            timeout,
-        )
-
-
-class Round:
-    """One engine round as telemetry sees it: the `chat {model}` span, the GenAI client duration and token usage."""
-
-    def __init__(self, tier: Tier, max_tokens: int):
-        self.began = time.perf_counter()
-        self.common = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": "openai",  # the engines' API
-            "gen_ai.request.model": tier.model,
-        }
-        self.span = telemetry.start(
-            f"chat {tier.model}", {**self.common, "gen_ai.request.max_tokens": max_tokens, "agentfn.tier": tier.name}
-        )
-
-    def end(self, usage: Usage, error: BaseException | None) -> None:
-        failed = None
-        if isinstance(error, EngineFailed):
-            failed = error.kind
-        elif isinstance(error, DeadlinePassed):
-            failed = "deadline"
-        self.span.attrs({"gen_ai.usage.input_tokens": usage.tokens_in, "gen_ai.usage.output_tokens": usage.tokens_out})
-        if failed:
-            self.span.fail(failed)
-        self.span.end()
-        telemetry.record(
-            "gen_ai.client.operation.duration", time.perf_counter() - self.began, {**self.common, "error.type": failed}
-        )
-        for kind, count in (("input", usage.tokens_in), ("output", usage.tokens_out)):
-            telemetry.record("gen_ai.client.token.usage", count, {**self.common, "gen_ai.token.type": kind})
+def opening(
+    s: Services, caller: Caller, agent: Agent, tier: Tier, deadline: float, day: str
+) -> tuple[dict[str, tuple[Any, Any]], str]:
+    """The tools the agent may call for this caller, and the system prompt of its turns (the same all day for them: the
+    prefix an engine's prompt cache keeps)."""
+    tools = s.tools.for_agent(agent, caller, deadline)
+    system = prompt.system(
+        agent.brief,
+        day,
+        tools=[t for t, _ in tools.values()],
+        constrained=tier.tool_mode == "constrained",
+        memory_tools=bool(MEMORY_TOOLS & set(tools)),
+        notes=agent.memory != "none",
+    )
+    return tools, system
