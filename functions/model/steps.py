@@ -6,7 +6,7 @@ not made again, the model is given the earlier result marked as already done; th
 (offered.py); a tool that changes state, unless its grant waives approval, waits for the person's approval
 (approvals.py), which ends the turn. The approvals a request carries run first, as the turn's first steps; a
 declined one is told to the model and not run. Results reach the model in the `tool` role, delimited, as data.
-Each step is streamed and recorded by its tool's name, status and time, never by what it said.
+Each step is streamed as it happens; the record keeps its tool's name, status and time, never what it said.
 """
 
 from __future__ import annotations
