@@ -19,7 +19,7 @@ from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError, problem_type
 
 from . import prompt
-from .engines import DeadlinePassed, EngineFailed, Text, Tier, Usage
+from .engines import DeadlinePassed, EngineFailed, Tier
 from .generation import Generation, as_problem
 from .registry import Agent
 from .services import Services
@@ -276,6 +276,7 @@ def end_session(
             tier=tier.name,
             hold_seconds=tier.deadline + 30,
             daily_tokens=services.limits.daily_tokens,
+            min_completion=services.limits.min_completion,
         ) as generation:
             summary = summarise(services, generation, tier, messages, person, deadline)
             return services.memory.write_episode(
@@ -301,18 +302,9 @@ def summarise(
             {"role": "system", "content": instructions(person, broken)},
             {"role": "user", "content": request(person, text)},
         ]
-        cost = prompt.estimate(convo)
-        held = generation.hold(cost + SUMMARY_TOKENS, cost + services.limits.min_completion)
-        pieces, usage = [], None
-        try:
-            for item in services.engine(tier).round(convo, None, min(SUMMARY_TOKENS, held - cost), deadline):
-                if isinstance(item, Text):
-                    pieces.append(item.text)
-                elif isinstance(item, Usage):
-                    usage = item
-        finally:
-            generation.spent(usage or Usage(cost, prompt.estimate("".join(pieces))))
-        written = " ".join("".join(pieces).split())
+        engine, cost = services.engine(tier), prompt.estimate(convo)
+        with generation.round(engine, convo, None, deadline, cost=cost, completion=SUMMARY_TOKENS) as r:
+            written = " ".join("".join(r).split())
         summary = " ".join(sentences(written))
         broken = faults(summary, person) if summary or not written else ["its first sentence cut short by the bound"]
         kept = summary if not broken else kept_part(summary, person)

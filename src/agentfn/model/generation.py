@@ -5,17 +5,23 @@
 leaving closes the record with the status of whatever ended it (a return, a problem, an engine's failure,
 the deadline, the caller leaving a stream), settling what the last round spent. The first thing that ended
 it wins: a failure its door caught and reported (`failed`) is not overwritten by the caller leaving after.
+
+`Generation.round` is one engine round inside it (`Round`): held before the engine is called, streamed,
+and settled after, however it ended.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from agentfn.shared.problems import ProblemError, problem_type
 
-from .engines import DeadlinePassed, EngineFailed, Usage
+from . import prompt
+from .chat import Chat
+from .engines import DeadlinePassed, Engine, EngineFailed, Text, ToolRequest, Usage
 from .store import Spent, Store, today
 
 DEADLINE = ProblemError(504, "Deadline", "the turn's deadline passed", type=problem_type("deadline"))
@@ -83,8 +89,10 @@ class Generation:
         tier: str | None = None,
         hold_seconds: float,
         daily_tokens: int = 0,
+        min_completion: int = 0,
     ):
         self.store, self.subject, self.daily_tokens = store, subject, daily_tokens
+        self.min_completion = min_completion  # a round that could write fewer tokens than this is not run
         self.day = today()
         self.started = time.perf_counter()
         self.id: uuid.UUID = store.open(
@@ -93,6 +101,8 @@ class Generation:
         self.step_log: list[dict[str, Any]] = []
         self.used = Usage(0, 0)  # all rounds together, as the caller is told
         self.rounds = 0
+        self.engine_ms = 0.0  # all rounds together, from the call to the engine to the round's end
+        self.held = 0  # tokens held and taken by no round yet: the first round's, when its generation was accepted
         self.unsettled: Spent | None = None  # the last round's tokens, settled with the next hold or the close
         self.status: str | None = None
         self.problem: int | None = None
@@ -117,7 +127,23 @@ class Generation:
         self.unsettled = None
         if not held:
             raise budget_problem(per_turn=False)
+        self.held = held
         return held
+
+    def round(
+        self,
+        engine: Engine,
+        convo: list[dict[str, Any]],
+        offer: list | None,
+        deadline: float,
+        *,
+        cost: int,
+        completion: int,
+        traced: bool = False,
+    ) -> Round:
+        """One round of `engine` over `convo` (offering the tools `offer`), whose prompt may cost `cost` tokens and
+        whose reply may run to `completion`; `traced`: its `chat` span and metrics recorded (a turn's rounds)."""
+        return Round(self, engine, convo, offer, deadline, cost, completion, traced)
 
     def spent(self, usage: Usage) -> None:
         """One round's tokens, as the engine counted them (or as estimated when it could not say)."""
@@ -158,3 +184,68 @@ class Generation:
             duration_ms=int(self.ms),
             settle=self.unsettled,
         )
+
+
+class Round:
+    """One engine round of a generation: `with generation.round(...) as r:`, then `for text in r:`.
+
+    Entering holds its tokens and settles the last round's: the ones held as the generation was accepted if they
+    are enough, else a new hold from the caller's day (its budget problem when too few are left); the engine may
+    write the completion asked for, as far as the hold covers it. Iterating streams the engine's text, keeping
+    its tool requests and usage. Leaving settles what the round spent: the engine's count, or an estimate of what
+    it read and wrote (also when an error or the consumer leaving cut it short).
+    """
+
+    def __init__(
+        self,
+        generation: Generation,
+        engine: Engine,
+        convo: list[dict[str, Any]],
+        offer: list | None,
+        deadline: float,
+        cost: int,
+        completion: int,
+        traced: bool,
+    ):
+        self.generation, self.engine, self.convo, self.offer = generation, engine, convo, offer
+        self.deadline, self.cost, self.completion, self.traced = deadline, cost, completion, traced
+        self.pieces: list[str] = []
+        self.requests: list[ToolRequest] = []
+        self.usage: Usage | None = None
+
+    def __enter__(self) -> Round:
+        g, cost = self.generation, self.cost
+        least = cost + g.min_completion
+        held = g.held if g.held >= least else g.hold(cost + self.completion, least)
+        g.held = 0
+        self.max_tokens = max(g.min_completion, min(self.completion, held - cost))
+        self.began = time.perf_counter()
+        self.chat = Chat(self.engine.tier, self.max_tokens) if self.traced else None
+        self.stream = self.engine.round(self.convo, self.offer, self.max_tokens, self.deadline)
+        return self
+
+    def __iter__(self) -> Iterator[str]:
+        for item in self.stream:
+            if isinstance(item, Text):
+                self.pieces.append(item.text)
+                yield item.text
+            elif isinstance(item, ToolRequest):
+                self.requests.append(item)
+            elif isinstance(item, Usage):
+                self.usage = item
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    def __exit__(self, kind, error, trace) -> None:
+        self.stream.close()  # a consumer that left lets the engine's reply go now, not when it is collected
+        g = self.generation
+        g.engine_ms += (time.perf_counter() - self.began) * 1000
+        if error is None:
+            spent = self.usage or Usage(self.cost, prompt.estimate(self.text))
+        else:  # what the engine read and wrote before it failed (or the consumer left) still counts
+            spent = Usage(self.cost, prompt.estimate(self.text) if self.pieces else 0)
+        g.spent(spent)
+        if self.chat is not None:
+            self.chat.end(spent, error)

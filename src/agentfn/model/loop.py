@@ -5,15 +5,12 @@ tokens from the caller's daily budget before the engine is called and settles af
 deadline (the tier's, or the agent's if shorter) over recall, engine and tools together. The caller sees
 each step as it happens. The record keeps counts, names and timings, never what was said.
 
-The steps' rules (`Steps`): a call that changes state waits for the person's approval (approvals.py) and
-ends the turn; the approvals a request carries run first; a call made once in the turn is not made again;
-`remember` and `forget` once a turn; `open_page` only to an offered URL (offered.py). Results reach the
-model in the `tool` role, delimited, as data.
+The turn is accepted (`begin`) before its stream starts; its stream (`Turn.events`) runs the rounds. What
+happens to each tool call the model asks for is the step rules' (steps.py).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -28,21 +25,18 @@ from agentfn.shared.problems import ProblemError
 from agentfn.shared.pseudonym import subject_hash
 
 from . import prompt
-from .approvals import Approval, canonical, refused
-from .engines import DeadlinePassed, EngineFailed, Text, Tier, ToolRequest, Usage
+from .approvals import Approval, refused
+from .engines import DeadlinePassed, Tier
 from .generation import Generation, as_problem, budget_problem
 from .offered import Offered, written
 from .registry import Agent
 from .services import Services
-from .store import today
-from .tools import CallContext, ToolResult, executed, problem
+from .steps import Steps
 
 log = logging.getLogger("agentfn.model.turn")
 
 MAX_CALLS = 4
-ONCE_PER_TURN = frozenset({"remember", "forget"})
 TOOL_OVERHEAD = 600  # tokens the tool list and instructions may add to the first round's prompt
-WARM_SECONDS = 300  # the bound on warming an engine's prompt cache with one agent's system prompt
 
 
 def begin(services: Services, caller: Caller, agent: Agent, messages: list[dict[str, str]], asked: list[dict]) -> Turn:
@@ -66,6 +60,7 @@ def begin(services: Services, caller: Caller, agent: Agent, messages: list[dict[
                 tier=tier.name,
                 hold_seconds=seconds + 30,
                 daily_tokens=s.limits.daily_tokens,
+                min_completion=s.limits.min_completion,
             )
         )
         # The day is held at a bound on what the engine may count; the agent's tokens per turn checked at the likely count.
@@ -79,7 +74,7 @@ def begin(services: Services, caller: Caller, agent: Agent, messages: list[dict[
         try:
             if completion < s.limits.min_completion:
                 raise budget_problem(per_turn=True)
-            held = generation.hold(cost + completion, cost + s.limits.min_completion)
+            generation.hold(cost + completion, cost + s.limits.min_completion)  # the first round's
         except ProblemError as refusal:
             limit = telemetry.error_type(refusal.type, refusal.status)
             telemetry.record("agentfn.turns", 1, {"gen_ai.agent.name": agent.name, "agentfn.outcome": "budget"})
@@ -88,63 +83,7 @@ def begin(services: Services, caller: Caller, agent: Agent, messages: list[dict[
         if approvals and not s.store.use_approvals(caller.subject, [(a.jti, a.expires) for a in approvals]):
             raise refused(409, "approval-used", "an approval in the request was used before; each is good once")
         closing.pop_all()  # from here the turn's stream closes the record
-    return Turn(
-        s, caller, agent, tier, messages, generation, deadline, held, approvals=approvals, parent=telemetry.current()
-    )
-
-
-def opening(
-    s: Services, caller: Caller, agent: Agent, tier: Tier, deadline: float, day: str
-) -> tuple[dict[str, tuple[Any, Any]], str]:
-    """The tools the agent may call for this caller, and the system prompt of its turns (the same all day for them: the
-    prefix an engine's prompt cache keeps)."""
-    tools = s.tools.for_agent(agent, caller, deadline)
-    system = prompt.system(
-        agent.brief,
-        day,
-        tools=[t for t, _ in tools.values()],
-        constrained=tier.tool_mode == "constrained",
-        memory_tools=bool(MEMORY_TOOLS & set(tools)),
-        notes=agent.memory != "none",
-    )
-    return tools, system
-
-
-def warm(s: Services, caller: Caller, agent: Agent) -> dict[str, Any]:
-    """One round that has the agent's engine read the system prompt and tool listing of the caller's turns with the
-    agent, and write one token: its prompt cache then holds them, and the caller's first turn reads only what is new
-    (on a small CPU engine, seconds instead of most of a minute). Not a turn: nothing recorded, nothing of the
-    caller's day spent; the local platform asks once, as it starts."""
-    began = time.perf_counter()
-    outcome: dict[str, Any] = {"agent": agent.name, "ok": False}
-    try:
-        tier = s.tier(agent.tier)
-        # Longer than a turn may take: a busy 2-core machine reads a 900-token prompt in up to a minute and a half,
-        # and a round cut short leaves nothing in the cache.
-        deadline = time.monotonic() + max(tier.deadline, WARM_SECONDS)
-        tools, system = opening(s, caller, agent, tier, deadline, today().isoformat())
-        # What the first round offers (the listing is part of the prompt in native mode); any message after the prompt.
-        offer = [t for t, _ in tools.values()] if tools and min(MAX_CALLS, agent.steps) > 0 else None
-        convo = [{"role": "system", "content": system}, {"role": "user", "content": "Hello."}]
-        try:
-            with s.warming.reading(tier.name, system):
-                for _ in s.engine(tier).round(convo, offer, 1, deadline):
-                    pass
-        except EngineFailed as cut:
-            if cut.kind != "malformed":
-                raise
-            # One token of a constrained reply is no whole JSON reply, but the engine wrote it: it read the prompt.
-        outcome["ok"] = True
-    except (EngineFailed, DeadlinePassed) as error:
-        outcome["failed"] = error.kind if isinstance(error, EngineFailed) else "deadline"
-    except ProblemError as error:
-        outcome["failed"] = error.title
-    outcome["ms"] = round((time.perf_counter() - began) * 1000, 1)
-    log.info(
-        "engine warmed",
-        extra={"event": "warm", "agent": agent.name, "outcome": outcome.get("failed", "ok"), "ms": outcome["ms"]},
-    )
-    return outcome
+    return Turn(s, caller, agent, tier, messages, generation, deadline, approvals=approvals, parent=telemetry.current())
 
 
 def checked_approvals(
@@ -163,7 +102,7 @@ def checked_approvals(
 
 @dataclass
 class Turn:
-    """A turn the door accepted: its agent, tier, generation (record and budget) and first round's held tokens."""
+    """A turn the door accepted: its agent, tier and generation (record and budget, the first round's tokens held)."""
 
     services: Services
     caller: Caller
@@ -172,10 +111,7 @@ class Turn:
     messages: list[dict[str, str]]
     generation: Generation
     deadline: float  # time.monotonic()
-    held: int
-    # Filled while running; the benchmark reads them.
-    engine_ms: float = 0.0
-    tool_ms: float = 0.0
+    tool_ms: float = 0.0  # filled by the steps
     approvals: list[Approval] = field(default_factory=list)  # checked and used up by the door
     span: telemetry.Span = telemetry.OFF
     parent: Any = None  # the trace context of the request that started the turn (its stream runs after it)
@@ -189,7 +125,7 @@ class Turn:
         """Where the turn's time went (the trace a caller may read; no content in it)."""
         return {
             "ms": round(self.generation.ms, 1),
-            "engine_ms": round(self.engine_ms, 1),
+            "engine_ms": round(self.generation.engine_ms, 1),
             "tools_ms": round(self.tool_ms, 1),
         }
 
@@ -248,6 +184,107 @@ class Turn:
         finally:
             self._told()
 
+    # --- the rounds ------------------------------------------------------------------------------------
+
+    def _run(self) -> Iterator[Any]:
+        s, agent, tier = self.services, self.agent, self.tier
+        recalled: list[dict[str, Any]] = []
+        if agent.memory != "none" and s.memory.configured:
+            found = self._recall()
+            recalled = found or []
+            # Memory not answering does not end the turn; the caller is told it went without.
+            yield "recall", {"entries": recalled} if found is not None else {"entries": [], "unavailable": True}
+        tools, system = opening(s, self.caller, agent, tier, self.deadline, self.generation.day.isoformat())
+        # The engine may be reading this very prompt ahead of the turns: then it is read once, not twice side by side.
+        s.warming.wait(tier.name, system, self.deadline - time.monotonic())
+        constrained = tier.tool_mode == "constrained"
+        notes = prompt.memory_block(recalled) if recalled else ""
+        room = (
+            tier.context_tokens
+            - tier.max_tokens
+            - prompt.likely(system + notes)
+            - prompt.likely([t.listing() for t, _ in tools.values()])
+        )
+        convo: list[dict[str, Any]] = [
+            {"role": "system", "content": system},
+            *prompt.with_notes(prompt.fit(self.messages, max(room, 64)), recalled),
+        ]
+        notes = {e["id"]: e for e in recalled}
+        steps = Steps(self, tools, notes, convo, constrained, Offered(written(self.messages)))
+        calls_left = min(MAX_CALLS, agent.steps) if tools else 0
+        if self.approvals:
+            # The person's answers to the last turn's asks: the approved calls run first, as this turn's steps.
+            yield from steps.answered(self.approvals)
+            calls_left = max(0, calls_left - len(self.approvals))
+        answer: list[str] = []
+        while True:
+            if time.monotonic() >= self.deadline:
+                raise DeadlinePassed()
+            offer = [t for t, _ in tools.values()] if calls_left > 0 else None
+            # Constrained mode lists the tools in the system text, already in the conversation.
+            listed = [t.listing() for t in offer] if offer and not constrained else []
+            cost = prompt.estimate(convo) + (prompt.estimate(listed) if listed else 0)
+            completion = self._completion(prompt.likely(convo) + (prompt.likely(listed) if listed else 0))
+            with self.generation.round(
+                s.engine(tier), convo, offer, self.deadline, cost=cost, completion=completion, traced=True
+            ) as r:
+                for text in r:
+                    yield "delta", {"text": text}
+            answer.append(r.text)
+            if not offer or not r.requests:
+                break
+            taken = r.requests[:calls_left]
+            calls_left -= len(taken)
+            yield from steps.asked(taken, r.text)
+            if steps.pending:
+                break  # the person answers first: the turn ends here, and the next one carries the approvals
+            if steps.repeated:
+                # A model that repeats a call is stuck: it has the earlier result; from here it answers.
+                calls_left = 0
+        ids, used = [e["id"] for e in recalled], self.generation.used
+        yield (
+            "done",
+            {
+                "cited": prompt.cited("".join(answer), ids),
+                "steps": len(self.step_log),
+                "pending": steps.pending,
+                "usage": {"tokens_in": used.tokens_in, "tokens_out": used.tokens_out, "rounds": self.generation.rounds},
+                "generation_id": str(self.generation.id),
+                "timing": self.timing(),
+            },
+        )
+
+    # --- helpers ---------------------------------------------------------------------------------------
+
+    def _completion(self, likely: int) -> int:
+        """The completion tokens the agent's tokens per turn leave a round whose prompt likely counts `likely`.
+
+        The caller's day is held at the round's cost, a bound on what the engine may count; the agent's tokens
+        per turn are checked at the likely count, as a turn's cap is passed by at most one round anyway.
+        """
+        used = self.generation.used
+        per_turn_left = self.agent.tokens_per_turn - used.tokens_in - used.tokens_out
+        completion = min(self.tier.max_tokens, per_turn_left - likely)
+        if completion < self.services.limits.min_completion:
+            raise budget_problem(per_turn=True)
+        return completion
+
+    def _recall(self) -> list[dict[str, Any]] | None:
+        """The entries recalled for the person's last message (as the caller), None if memory did not answer."""
+        last = next((m["content"] for m in reversed(self.messages) if m["role"] == "user"), "")
+        s = self.services
+        timeout = min(5.0, self.deadline - time.monotonic())
+        if timeout <= 0:
+            return None
+        return s.memory.recall(
+            self.caller,
+            last,
+            prompt.MEMORY_KINDS[self.agent.memory],
+            s.limits.recall_limit,
+            s.limits.recall_max_tokens,
+            timeout,
+        )
+
     def _told(self) -> None:
         """The turn's end in the log, its span and its metrics."""
         status, code = self.generation.status, self.generation.problem
@@ -281,365 +318,19 @@ class Turn:
                 "agentfn.budget.refusals", 1, {"gen_ai.agent.name": self.agent.name, "agentfn.limit": self.refusal}
             )
 
-    # --- the loop --------------------------------------------------------------------------------------
 
-    def _run(self) -> Iterator[Any]:
-        s, agent, tier = self.services, self.agent, self.tier
-        recalled: list[dict[str, Any]] = []
-        if agent.memory != "none" and s.memory.configured:
-            found = self._recall()
-            recalled = found or []
-            # Memory not answering does not end the turn; the caller is told it went without.
-            yield "recall", {"entries": recalled} if found is not None else {"entries": [], "unavailable": True}
-        tools, system = opening(s, self.caller, agent, tier, self.deadline, self.generation.day.isoformat())
-        # The engine may be reading this very prompt ahead of the turns: then it is read once, not twice side by side.
-        s.warming.wait(tier.name, system, self.deadline - time.monotonic())
-        constrained = tier.tool_mode == "constrained"
-        notes = prompt.memory_block(recalled) if recalled else ""
-        room = (
-            tier.context_tokens
-            - tier.max_tokens
-            - prompt.likely(system + notes)
-            - prompt.likely([t.listing() for t, _ in tools.values()])
-        )
-        convo: list[dict[str, Any]] = [
-            {"role": "system", "content": system},
-            *prompt.with_notes(prompt.fit(self.messages, max(room, 64)), recalled),
-        ]
-        notes = {e["id"]: e for e in recalled}
-        steps = Steps(self, tools, notes, convo, constrained, Offered(written(self.messages)))
-        calls_left = min(MAX_CALLS, agent.steps) if tools else 0
-        if self.approvals:
-            # The person's answers to the last turn's asks: the approved calls run first, as this turn's steps.
-            yield from steps.answered(self.approvals)
-            calls_left = max(0, calls_left - len(self.approvals))
-        answer: list[str] = []
-        first = True
-        while True:
-            if time.monotonic() >= self.deadline:
-                raise DeadlinePassed()
-            offer = [t for t, _ in tools.values()] if calls_left > 0 else None
-            # Constrained mode lists the tools in the system text, already in the conversation.
-            listed = [t.listing() for t in offer] if offer and not constrained else []
-            cost = prompt.estimate(convo) + (prompt.estimate(listed) if listed else 0)
-            max_tokens = self._hold(cost, prompt.likely(convo) + (prompt.likely(listed) if listed else 0), first)
-            first = False
-            round_text: list[str] = []
-            requests: list[ToolRequest] = []
-            usage = None
-            began = time.perf_counter()
-            chat = Round(tier, max_tokens)
-            try:
-                for item in s.engine(tier).round(convo, offer, max_tokens, self.deadline):
-                    if isinstance(item, Text):
-                        round_text.append(item.text)
-                        yield "delta", {"text": item.text}
-                    elif isinstance(item, ToolRequest):
-                        requests.append(item)
-                    elif isinstance(item, Usage):
-                        usage = item
-            except (EngineFailed, DeadlinePassed, GeneratorExit) as error:
-                # What the engine read and wrote before it failed (or the caller left) still counts.
-                spent = Usage(cost, prompt.estimate("".join(round_text)) if round_text else 0)
-                self.generation.spent(spent)
-                chat.end(spent, error)
-                raise
-            finally:
-                self.engine_ms += (time.perf_counter() - began) * 1000
-            spent = usage or Usage(cost, prompt.estimate("".join(round_text)))
-            self.generation.spent(spent)
-            chat.end(spent, None)
-            answer.extend(round_text)
-            if not offer or not requests:
-                break
-            taken = requests[:calls_left]
-            calls_left -= len(taken)
-            yield from steps.asked(taken, "".join(round_text))
-            if steps.pending:
-                break  # the person answers first: the turn ends here, and the next one carries the approvals
-            if steps.repeated:
-                # A model that repeats a call is stuck: it has the earlier result; from here it answers.
-                calls_left = 0
-        ids, used = [e["id"] for e in recalled], self.generation.used
-        yield (
-            "done",
-            {
-                "cited": prompt.cited("".join(answer), ids),
-                "steps": len(self.step_log),
-                "pending": steps.pending,
-                "usage": {"tokens_in": used.tokens_in, "tokens_out": used.tokens_out, "rounds": self.generation.rounds},
-                "generation_id": str(self.generation.id),
-                "timing": self.timing(),
-            },
-        )
-
-    def _hold(self, cost: int, likely: int, first: bool) -> int:
-        """Hold this round's tokens (settling the last round's); the completion tokens the round may write.
-
-        The caller's day is held at `cost`, a bound on what the engine may count; the agent's tokens per
-        turn are checked at the `likely` count, as a turn's cap is passed by at most one round anyway.
-        """
-        s = self.services
-        used = self.generation.used
-        per_turn_left = self.agent.tokens_per_turn - used.tokens_in - used.tokens_out
-        completion = min(self.tier.max_tokens, per_turn_left - likely)
-        if completion < s.limits.min_completion:
-            raise budget_problem(per_turn=True)
-        least = cost + s.limits.min_completion
-        if not (first and self.held >= least):
-            self.held = self.generation.hold(cost + completion, least)
-        return max(s.limits.min_completion, min(completion, self.held - cost))
-
-    def _recall(self) -> list[dict[str, Any]] | None:
-        """The entries recalled for the person's last message (as the caller), None if memory did not answer."""
-        last = next((m["content"] for m in reversed(self.messages) if m["role"] == "user"), "")
-        s = self.services
-        timeout = min(5.0, self.deadline - time.monotonic())
-        if timeout <= 0:
-            return None
-        return s.memory.recall(
-            self.caller,
-            last,
-            prompt.MEMORY_KINDS[self.agent.memory],
-            s.limits.recall_limit,
-            s.limits.recall_max_tokens,
-            timeout,
-        )
-
-
-class Round:
-    """One engine round as telemetry sees it: the `chat {model}` span, the GenAI client duration and token usage."""
-
-    def __init__(self, tier: Tier, max_tokens: int):
-        self.began = time.perf_counter()
-        self.common = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": "openai",  # the engines' API
-            "gen_ai.request.model": tier.model,
-        }
-        self.span = telemetry.start(
-            f"chat {tier.model}", {**self.common, "gen_ai.request.max_tokens": max_tokens, "agentfn.tier": tier.name}
-        )
-
-    def end(self, usage: Usage, error: BaseException | None) -> None:
-        failed = None
-        if isinstance(error, EngineFailed):
-            failed = error.kind
-        elif isinstance(error, DeadlinePassed):
-            failed = "deadline"
-        self.span.attrs({"gen_ai.usage.input_tokens": usage.tokens_in, "gen_ai.usage.output_tokens": usage.tokens_out})
-        if failed:
-            self.span.fail(failed)
-        self.span.end()
-        telemetry.record(
-            "gen_ai.client.operation.duration", time.perf_counter() - self.began, {**self.common, "error.type": failed}
-        )
-        for kind, count in (("input", usage.tokens_in), ("output", usage.tokens_out)):
-            telemetry.record("gen_ai.client.token.usage", count, {**self.common, "gen_ai.token.type": kind})
-
-
-def call_key(request: ToolRequest) -> tuple[str, str]:
-    """What makes two calls the same call: the tool and its canonical arguments (as sent, when they did not parse)."""
-    return request.name, canonical(request.arguments) if request.parsed else str(request.raw)
-
-
-DECLINED = problem(403, "Declined", "the person declined this call; do not ask for it again in this turn", "declined")
-ONCE = problem(409, "Once per turn", "this tool may be called once in a turn", "once-per-turn")
-
-
-class Steps:
-    """The tool steps of one turn: each call asked, answered, refused, repeated or run, streamed and recorded.
-
-    Rules, before a call runs: a call identical to one already made in the turn (same tool, same canonical
-    arguments) is not made again, the model is given the earlier result marked as already done; `remember`
-    and `forget` at most once a turn; `forget` only an id shown in the turn; `open_page` only an offered URL
-    (offered.py); a tool that changes state, unless its grant waives approval, waits for the person.
-    """
-
-    def __init__(
-        self, turn: Turn, tools: dict, notes: dict[str, dict], convo: list[dict], constrained: bool, offered: Offered
-    ):
-        self.turn, self.tools, self.convo, self.constrained = turn, tools, convo, constrained
-        self.notes = notes  # the notes recalled for the turn, by id: the ones shown to the model
-        self.shown = frozenset(notes)
-        self.offered = offered
-        self.made: dict[tuple[str, str], tuple[int, ToolResult]] = {}
-        self.once: set[str] = set()
-        self.pending: list[int] = []
-        self.repeated = False
-
-    # --- the calls the model asked for in a round ----------------------------------------------------
-
-    def asked(self, taken: list[ToolRequest], text: str) -> Iterator[Any]:
-        self.repeated = False
-        self._assistant(taken, text)
-        for request in taken:
-            yield from self._one(request)
-
-    def answered(self, approvals: list[Approval]) -> Iterator[Any]:
-        """The person's answers: the approved calls run (the asking turn checked their rules), the declined do not."""
-        requests = [
-            ToolRequest(f"approved_{i}", a.tool, a.arguments, canonical(a.arguments)) for i, a in enumerate(approvals)
-        ]
-        if self.constrained:
-            for r in requests:
-                r.raw = json.dumps({"tool": r.name, "arguments": r.arguments}, ensure_ascii=False)
-        self._assistant(requests, "")
-        for approval, request in zip(approvals, requests, strict=True):
-            if approval.approve:
-                yield from self._one(request, approved=True)
-                continue
-            n = self._n()
-            arguments = request.arguments
-            yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": "declined"}
-            self._record(request, "declined", 0.0)
-            outcome = ToolResult(False, DECLINED)
-            self.made[call_key(request)] = (n, outcome)
-            self._tell(request, n, self.turn.services.tools.for_model(outcome))
-
-    def _one(self, request: ToolRequest, approved: bool = False) -> Iterator[Any]:
-        turn, n = self.turn, self._n()
-        arguments = request.arguments if request.parsed else request.raw
-        key = call_key(request)
-        if key in self.made:
-            earlier_n, earlier = self.made[key]
-            self.repeated = True
-            yield (
-                "step",
-                {
-                    "n": n,
-                    "tool": request.name,
-                    "arguments": arguments,
-                    "status": "repeat",
-                    "repeat_of": earlier_n,
-                    "ms": 0.0,
-                    "result": earlier.result,
-                },
-            )
-            self._record(request, "repeat", 0.0)
-            self._tell(request, n, turn.services.tools.for_model(earlier, already_done=earlier_n))
-            return
-        refusal, run_with = self._rules(request, approved)
-        if refusal is None and not approved and self._needs_approval(request):
-            try:
-                token = turn.services.approvals.issue(
-                    turn.caller, turn.agent.name, request.name, request.arguments, turn.generation.id, turn.messages
-                )
-            except ProblemError as unavailable:
-                refusal = {**unavailable.to_dict()}
-            else:
-                asked = {"n": n, "tool": request.name, "arguments": arguments, "status": "needs_approval", "approval": token}
-                if request.name == "forget":
-                    # The person approves deleting a note, not an id: its text as this turn recalled it (a forget
-                    # asks only for an id shown in the turn), streamed to the person and never logged.
-                    note = self.notes[request.arguments["id"]]
-                    asked["note"] = {"id": note["id"], "kind": note.get("kind"), "text": note["text"]}
-                yield "step", asked
-                self._record(request, "needs_approval", 0.0)
-                self.made[key] = (
-                    n,
-                    ToolResult(
-                        False, problem(403, "Awaiting approval", "the person has not answered yet", "needs-approval")
-                    ),
-                )
-                self.pending.append(n)
-                return
-        yield "step", {"n": n, "tool": request.name, "arguments": arguments, "status": "started"}
-        with executed(self._named(request), STEP, n) as done:
-            outcome = ToolResult(False, refusal) if refusal is not None else self._call(request, run_with, approved, n)
-            done(outcome)
-        turn.tool_ms += outcome.ms
-        yield (
-            "step",
-            {
-                "n": n,
-                "tool": request.name,
-                "arguments": arguments,
-                "status": outcome.status,
-                "ms": round(outcome.ms, 1),
-                "result": outcome.result,
-            },
-        )
-        self._record(request, outcome.status, outcome.ms)
-        self.made[key] = (n, outcome)
-        if outcome.ok and request.name == "open_page":
-            self.offered.opened(outcome.result)
-        self._tell(request, n, turn.services.tools.for_model(outcome))
-
-    # --- the rules -----------------------------------------------------------------------------------
-
-    def _rules(self, request: ToolRequest, approved: bool) -> tuple[dict | None, Any]:
-        """The problem the model is given instead of running the call (None: it may run), and the arguments to run."""
-        if request.name not in self.tools:
-            return problem(404, "No such tool", "the agent has no tool of that name", "unknown-tool"), None
-        if not request.parsed:
-            return problem(422, "Invalid arguments", "the arguments are not valid JSON", "invalid-arguments"), None
-        tool, _ = self.tools[request.name]
-        invalid = self.turn.services.tools.invalid(tool, request.arguments)
-        if invalid is not None:
-            return invalid, None
-        if request.name in ONCE_PER_TURN:
-            if request.name in self.once:
-                return ONCE, None
-            self.once.add(request.name)
-        if request.name == "forget" and not approved and request.arguments["id"] not in self.shown:
-            return problem(404, "Not shown", "forget takes the id of a note shown in this turn", "not-shown"), None
-        if request.name == "open_page":
-            resolved, refused = self.offered.resolve(request.arguments)
-            return refused, resolved
-        return None, request.arguments
-
-    def _needs_approval(self, request: ToolRequest) -> bool:
-        tool, access = self.tools[request.name]
-        return tool.changes_state and not access.waived
-
-    def _call(self, request: ToolRequest, arguments: Any, approved: bool, n: int) -> ToolResult:
-        turn = self.turn
-        tool, access = self.tools[request.name]
-        # An approved forget's id was shown in the turn that asked (its token says so).
-        shown = self.shown | {arguments["id"]} if approved and request.name == "forget" else self.shown
-        ctx = CallContext(turn.caller, STEP, access, turn.deadline, turn.agent, shown, (str(turn.generation.id), n))
-        return turn.services.tools.call(tool, arguments, ctx)
-
-    # --- what is streamed, recorded and told ---------------------------------------------------------
-
-    def _n(self) -> int:
-        return len(self.turn.step_log) + 1
-
-    def _named(self, request: ToolRequest) -> str:
-        # The record (and a trace) names only tools the table knows: a name the model made up is not kept.
-        return request.name if request.name in self.tools else "(unknown)"
-
-    def _record(self, request: ToolRequest, status: str, ms: float) -> None:
-        known = self.tools.get(request.name)
-        self.turn.step_log.append(
-            {"tool": self._named(request), "status": status, "ms": round(ms, 1), "grant": known[1].grant if known else None}
-        )
-        telemetry.record("agentfn.steps", 1, {"gen_ai.tool.name": self._named(request), "agentfn.status": status})
-
-    def _assistant(self, requests: list[ToolRequest], text: str) -> None:
-        """The model's own message asking for the calls (native mode: one message with all of them)."""
-        if not self.constrained:
-            self.convo.append(
-                {
-                    "role": "assistant",
-                    "content": text or None,
-                    "tool_calls": [
-                        {
-                            "id": r.id,
-                            "type": "function",
-                            "function": {"name": r.name, "arguments": r.raw or json.dumps(r.arguments)},
-                        }
-                        for r in requests
-                    ],
-                }
-            )
-
-    def _tell(self, request: ToolRequest, n: int, seen: str) -> None:
-        """The result, in the `tool` role in both modes: data from a tool, never the person's words."""
-        told = prompt.delimited("result", seen, step=n, tool=request.name)
-        if self.constrained:
-            self.convo.append({"role": "assistant", "content": request.raw})
-            self.convo.append({"role": "tool", "content": told})
-        else:
-            self.convo.append({"role": "tool", "tool_call_id": request.id, "content": told})
+def opening(
+    s: Services, caller: Caller, agent: Agent, tier: Tier, deadline: float, day: str
+) -> tuple[dict[str, tuple[Any, Any]], str]:
+    """The tools the agent may call for this caller, and the system prompt of its turns (the same all day for them: the
+    prefix an engine's prompt cache keeps)."""
+    tools = s.tools.for_agent(agent, caller, deadline)
+    system = prompt.system(
+        agent.brief,
+        day,
+        tools=[t for t, _ in tools.values()],
+        constrained=tier.tool_mode == "constrained",
+        memory_tools=bool(MEMORY_TOOLS & set(tools)),
+        notes=agent.memory != "none",
+    )
+    return tools, system

@@ -22,9 +22,9 @@ from agentfn.shared.tools import LazySchema
 from . import calls, schemas
 from .episodes import end_session
 from .loop import begin
-from .loop import warm as warm_engine
 from .registry import Agent
 from .services import Services
+from .warm import warm as warm_engine
 
 bp = Blueprint("model", __name__)
 

@@ -27,7 +27,7 @@ class Limits:
 
 
 class Warming:
-    """The system prompts an engine is reading ahead of the turns (loop.warm), by tier and prompt: a turn with the same
+    """The system prompts an engine is reading ahead of the turns (warm.py), by tier and prompt: a turn with the same
     prompt waits for that read to end, then reads only what is new, instead of reading the prompt again beside it."""
 
     def __init__(self) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from agentfn.shared.contract import NEVER_ALONE_OR_MCP, STEP, builtin_tools
+from agentfn.shared.contract import ALONE, MCP, NEVER_ALONE_OR_MCP, STEP, builtin_tools
 from agentfn.shared.tools import DESCRIPTOR_FILE, changes_state, check_descriptor
 
 from .config import Config
@@ -46,8 +46,8 @@ class CatalogEntry:
         """The channels a grant may open for this tool."""
         allowed = {STEP}
         if not self.step_only:
-            allowed |= {"alone"} if self.callable_alone else set()
-            allowed |= {"mcp"} if self.mcp else set()
+            allowed |= {ALONE} if self.callable_alone else set()
+            allowed |= {MCP} if self.mcp else set()
         return frozenset(allowed)
 
 
