@@ -65,8 +65,8 @@ class EngineDouble:
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
-    def __call__(self, tier) -> EngineDouble:
-        return self  # one double for every tier
+    def __call__(self, tier) -> TierEngine:
+        return TierEngine(self, tier)  # one script for every tier, each tier's engine its own as the real ones are
 
     def script(self, *rounds: dict) -> None:
         """The rounds of the requests to come, in order; the requests kept so far are forgotten."""
@@ -97,6 +97,14 @@ class EngineDouble:
             raw = json.dumps(call["arguments"])
             yield ToolRequest(f"call_{i}", call["name"], call["arguments"], raw)
         yield Usage(*step.get("usage", (100, 10)))
+
+
+class TierEngine:
+    """One tier's engine as the model function sees it (its `tier`, its `round`), answering from the double's script."""
+
+    def __init__(self, double: EngineDouble, tier):
+        self.tier = tier
+        self.round = double.round
 
 
 class MemoryDouble(Served):
