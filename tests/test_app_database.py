@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from flask import jsonify
+
 from agentfn.cli.postgres import free_port
 from agentfn.run_code.store import Store
 from agentfn.shared import app as http
-from flask import jsonify
 
 
 def served(dsn: str):

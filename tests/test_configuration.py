@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from agentfn.shared import settings
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"

@@ -40,6 +40,7 @@ sys.path[:0] = [str(HERE.parent.parent / "tests")]
 
 import psycopg  # noqa: E402
 import support  # noqa: E402
+
 from agentfn.memory import terms  # noqa: E402
 from agentfn.memory.embedder import model_config, open_embedder  # noqa: E402
 from agentfn.memory.store import QUESTION_TERMS, Store  # noqa: E402

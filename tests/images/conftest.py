@@ -9,10 +9,11 @@ one (a test double of an LLM's choices), in this process; the dev upstreams behi
 from __future__ import annotations
 
 import pytest
-from agentfn.cli import images
 from support.images import BANNER, Platform
 from support.model import Engine
 from support.scripted_engine import create_app as engine_app
+
+from agentfn.cli import images
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-from agentfn.cli import images
 from support.images import Platform
 from support.model import parse_sse
+
+from agentfn.cli import images
 
 pytestmark = pytest.mark.slow
 

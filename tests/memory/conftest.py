@@ -3,6 +3,7 @@
 import threading
 
 import pytest
+
 from agentfn.memory import embedder_backends
 
 

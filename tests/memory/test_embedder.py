@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from agentfn.memory.embedder import config_from_env, load_models, model_config, open_embedder, resolve_file
 from onnx import TensorProto, helper, numpy_helper
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+from agentfn.memory.embedder import config_from_env, load_models, model_config, open_embedder, resolve_file
 
 QWEN3 = "qwen3-embedding-0.6b"
 

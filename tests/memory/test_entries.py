@@ -3,6 +3,7 @@
 import uuid
 
 import requests
+
 from agentfn.memory.embedder import DEFAULT_MODEL, model_config
 
 

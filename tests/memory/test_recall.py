@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
+
 from agentfn.memory import store, terms
 from agentfn.memory.embedder import DEFAULT_MODEL, model_config
 from agentfn.memory.schemas import MAX_RECALL

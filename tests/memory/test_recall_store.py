@@ -9,12 +9,13 @@ import uuid
 
 import psycopg
 import pytest
+from support import Client
+
 from agentfn.memory import store as store_module
 from agentfn.memory import terms
 from agentfn.memory.embedder import DEFAULT_MODEL, model_config, open_embedder
 from agentfn.memory.memory import Memory
 from agentfn.memory.store import Store
-from support import Client
 
 NOTES = [
     "Mačka mi se zove Luna.",

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
+
 from agentfn.memory.app import create_app
 from agentfn.memory.quotas import Watchlist
 

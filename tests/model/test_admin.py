@@ -13,11 +13,12 @@ import uuid
 import psycopg
 import pytest
 import requests
-from agentfn.shared import db
-from agentfn.shared.grants import records, rows
 from psycopg import sql
 from support import Gunicorn
 from support.model import Person, agentfn, registry_document, take_turn
+
+from agentfn.shared import db
+from agentfn.shared.grants import records, rows
 
 DOORS = ("/v1/admin/generations", "/v1/admin/grants", "/v1/admin/calls")
 

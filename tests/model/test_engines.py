@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from agentfn.model import prompt
 from agentfn.model.engines import AnswerStream, EngineFailed, constrained_schema, tiers_from_env
 from agentfn.model.tools import Tool

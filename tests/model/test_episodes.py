@@ -5,6 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 import requests
+
 from agentfn.model.episodes import MESSAGE_CHARS, SUMMARY_TOKENS, faults, language
 
 GOOD = "The person asked how to rotate the ledger database password and decided to do it every ninety days."

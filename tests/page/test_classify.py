@@ -4,6 +4,7 @@ and `parse_url` on the forms a browser would read differently from a naive parse
 import ipaddress
 
 import pytest
+
 from agentfn.page.guard import Verdict, classify, parse_url
 from agentfn.page.refusals import Refusal
 

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import requests
 import yaml
-from agentfn.cli.postgres import free_port
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
+
+from agentfn.cli.postgres import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = ROOT / "scripts" / "kube-apiserver.sh"

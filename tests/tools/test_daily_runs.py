@@ -74,8 +74,9 @@ def test_the_counts_live_in_run_codes_own_schema_and_role(run_code_env, postgres
 def test_a_sandbox_that_cannot_start_is_not_ready_and_costs_no_run(run_code_env, issuer):
     import time
 
-    from agentfn.run_code.app import create_app
     from support import Served
+
+    from agentfn.run_code.app import create_app
 
     served = Served(create_app({**run_code_env, "AGENTFN_RUN_CODE_PYTHON": "/nonexistent/python3"}))
     try:

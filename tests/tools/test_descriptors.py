@@ -5,9 +5,10 @@ from importlib import resources
 
 import pytest
 import requests
-from agentfn.shared.tools import changes_state, check_descriptor
 from jsonschema import Draft202012Validator
 from support import TOOLS
+
+from agentfn.shared.tools import changes_state, check_descriptor
 
 # RFC 0002: the reads are callable alone and over MCP; run_code never.
 CHANNELS = {"platform_status": True, "list_models": True, "radar_latest": True, "run_code": False}

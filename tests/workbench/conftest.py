@@ -11,10 +11,11 @@ import subprocess
 import time
 
 import pytest
-from agentfn.cli.postgres import EmbeddedPostgres
 from support import BIN, ROOT, Served
 from support.scripted_engine import create_app as engine_app
 from support.workbench import Stack
+
+from agentfn.cli.postgres import EmbeddedPostgres
 
 
 @pytest.fixture(scope="session")
