@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 import requests
-from agentfn.devstack.platform_status import create_app as upstream_app
 from harness import IssuerServer, ScriptedEngine, command, machine, p50, when, write
 from support import MODEL_SERVICE, Gunicorn, Postgres, Served, account, postgres_dir, subject_hash_key
 
+from agentfn.devstack.platform_status import create_app as upstream_app
 from agentfn.shared.contract import audience
 from agentfn.shared.exchange import TokenExchange
 from agentfn.shared.identity import Caller

@@ -38,9 +38,10 @@ import time
 from pathlib import Path
 
 import requests
-from agentfn.devstack.platform_status import create_app as upstream_app
 from harness import ScriptedEngine, command, dev_issuer, machine, when, write
 from support import Gunicorn, Postgres, Served, postgres_dir, subject_hash_key
+
+from agentfn.devstack.platform_status import create_app as upstream_app
 
 SERVICE = "system:serviceaccount:agentfn:model"
 GOAL_STEP_MS, GOAL_TTFD_RATIO, GOAL_START_S = 5.0, 1.1, 0.5

@@ -29,10 +29,10 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import requests
-from agentfn.devstack.issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES
 from harness import IssuerServer, command, machine, p50, when, write
 from support import MODEL_SERVICE
 
+from agentfn.devstack.issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES
 from agentfn.shared.contract import audience
 
 SITE = "http://127.0.0.1:8800/"  # the workbench's redirect URI as the dev stack registers it (never called here)

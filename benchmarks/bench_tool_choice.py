@@ -39,10 +39,10 @@ from pathlib import Path
 
 import jsonschema
 import yaml
-from agentfn.devstack import weights
 from harness import RESULTS, ROOT, command, machine, when, write
 
 from agentfn.cli.stack import process_tree, pss
+from agentfn.devstack import weights
 from agentfn.model import prompt
 from agentfn.model.engines import Engine, Text, Tier, ToolRequest, Usage
 from agentfn.model.tools import Tool, _builtins

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 import requests
-from agentfn.devstack.issuer import DevIssuer
-from agentfn.devstack.issuer import create_app as issuer_app
 
 from agentfn.cli.postgres import free_port
+from agentfn.devstack.issuer import DevIssuer
+from agentfn.devstack.issuer import create_app as issuer_app
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"

@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from agentfn.devstack.issuer import create_app as issuer_app
 from support import (
     CHROMIUM,
     READ_TOOLS,
@@ -25,6 +24,7 @@ from support.slow import starts_processes
 from support.tools import dev_upstream
 
 from agentfn.cli.postgres import free_port
+from agentfn.devstack.issuer import create_app as issuer_app
 
 
 def pytest_addoption(parser):

@@ -28,11 +28,11 @@ sys.path[:0] = [str(HERE), str(HERE.parent.parent / "tests")]
 
 import study  # noqa: E402
 import support  # noqa: E402
-from agentfn.devstack.issuer import DevIssuer  # noqa: E402
-from agentfn.devstack.issuer import create_app as issuer_app  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
 
 from agentfn.cli.postgres import free_port  # noqa: E402
+from agentfn.devstack.issuer import DevIssuer  # noqa: E402
+from agentfn.devstack.issuer import create_app as issuer_app  # noqa: E402
 
 TRUSTED = "system:serviceaccount:agentfn:model"
 

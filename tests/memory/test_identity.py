@@ -10,11 +10,11 @@ import time
 import jwt
 import pytest
 import requests
-from agentfn.devstack.issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from support import Served
 
+from agentfn.devstack.issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
 from agentfn.shared.contract import audience
 
 SERVICE = "system:serviceaccount:agentfn:agentfn-model"

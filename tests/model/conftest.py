@@ -17,7 +17,6 @@ import types
 from pathlib import Path
 
 import pytest
-from agentfn.devstack import weights
 from support import MCP_RESOURCE, MODEL_SERVICE, READ_TOOLS, Gunicorn
 from support.in_process import IN_PROCESS_DAILY, EngineDouble, MemoryDouble, in_process_registry, tool_double
 from support.model import (
@@ -33,6 +32,7 @@ from support.model import (
 from support.scripted_engine import create_app as engine_app
 
 from agentfn.cli.postgres import free_port
+from agentfn.devstack import weights
 
 
 @pytest.fixture(scope="session")

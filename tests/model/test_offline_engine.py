@@ -16,9 +16,9 @@ import time
 import psycopg
 import pytest
 import requests
-from agentfn.devstack import weights
 from support.model import take_turn
 
+from agentfn.devstack import weights
 from agentfn.model.engines import Engine, Tier, Usage, neutral
 
 pytestmark = pytest.mark.slow

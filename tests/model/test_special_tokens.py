@@ -12,9 +12,9 @@ import json
 
 import pytest
 import requests
-from agentfn.devstack import weights
 from support.model import take_turn
 
+from agentfn.devstack import weights
 from agentfn.model.engines import neutral
 
 MODES = {"native": "", "constrained": "-small"}

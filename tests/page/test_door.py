@@ -9,11 +9,11 @@ import jwt
 import pytest
 import requests
 import schemathesis
-from agentfn.devstack.issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
 from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import HealthCheck, settings
 from support import MODEL_SERVICE, openapi_schema
 
+from agentfn.devstack.issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
 from agentfn.shared.contract import audience
 
 PUB = "http://www.pub.test"

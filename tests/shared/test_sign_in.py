@@ -14,12 +14,12 @@ from urllib.parse import parse_qs, urlsplit
 import jwt
 import pytest
 import requests
-from agentfn.devstack.issuer import DevIssuer
-from agentfn.devstack.issuer import create_app as issuer_app
-from agentfn.devstack.sign_in import Codes
 from support import WORKBENCH, WORKBENCH_URL, Served, web_clients
 
 from agentfn.cli.postgres import free_port
+from agentfn.devstack.issuer import DevIssuer
+from agentfn.devstack.issuer import create_app as issuer_app
+from agentfn.devstack.sign_in import Codes
 
 ORIGIN = WORKBENCH_URL.rstrip("/")
 MARKUP = "<img src=x onerror=alert(1)>"

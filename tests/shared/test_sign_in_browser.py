@@ -13,12 +13,12 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import jwt
 import pytest
-from agentfn.devstack.issuer import CALLER_AUDIENCE, DevIssuer
-from agentfn.devstack.issuer import create_app as issuer_app
-from agentfn.devstack.sign_in import WebClient
 from support import ROOT, Served
 
 from agentfn.cli.postgres import free_port
+from agentfn.devstack.issuer import CALLER_AUDIENCE, DevIssuer
+from agentfn.devstack.issuer import create_app as issuer_app
+from agentfn.devstack.sign_in import WebClient
 
 SHOTS = ROOT / "var" / "screenshots" / "sign-in"  # test artifacts, never committed
 

@@ -8,9 +8,9 @@ import time
 import jwt
 import pytest
 import requests
-from agentfn.devstack.issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES
 from support import MCP_RESOURCE, MODEL_SERVICE, account
 
+from agentfn.devstack.issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES
 from agentfn.shared.contract import audience
 from agentfn.shared.exchange import ExchangeFailed, TokenExchange
 from agentfn.shared.identity import Caller

@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 import requests
-from agentfn.devstack.issuer import CALLER_AUDIENCE, JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES, DevIssuer, ExchangeClient
-from agentfn.devstack.sign_in import WebClient
 from werkzeug.serving import make_server
 
 from agentfn.cli.postgres import EmbeddedPostgres, free_port
+from agentfn.devstack.issuer import CALLER_AUDIENCE, JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES, DevIssuer, ExchangeClient
+from agentfn.devstack.sign_in import WebClient
 from agentfn.shared import db
 from agentfn.shared.contract import audience
 
