@@ -44,7 +44,8 @@ from harness import RESULTS, ROOT, command, machine, when, write
 from agentfn.cli.stack import process_tree, pss
 from agentfn.devstack import weights
 from agentfn.model import prompt
-from agentfn.model.engines import Engine, Text, Tier, ToolRequest, Usage
+from agentfn.model.citations import cited
+from agentfn.model.engines import Cited, Engine, Text, Tier, ToolRequest, Usage
 from agentfn.model.tools import Tool, _builtins
 
 AGENT = "code-reviewer"
@@ -121,16 +122,19 @@ class Served:
         self.log.close()
 
 
-def ask(engine: Engine, convo: list[dict], tools: list[Tool]) -> dict:
-    """One round as the loop makes it: the answer's text or the tool call, its time and tokens."""
+def ask(engine: Engine, convo: list[dict], tools: list[Tool], notes: list[str] | None = None) -> dict:
+    """One round as the loop makes it: the answer's text or the tool call, the notes it says it used, its time and
+    tokens."""
     began = time.perf_counter()
-    text, call, usage, error = [], None, None, None
+    text, call, usage, error, said = [], None, None, None, None
     try:
-        for item in engine.round(convo, tools, MAX_TOKENS, time.monotonic() + 300):
+        for item in engine.round(convo, tools, MAX_TOKENS, time.monotonic() + 300, notes=notes):
             if isinstance(item, Text):
                 text.append(item.text)
             elif isinstance(item, ToolRequest):
                 call = item
+            elif isinstance(item, Cited):
+                said = item.ids
             elif isinstance(item, Usage):
                 usage = item
     except Exception as failure:  # a reply outside the format is a wrong choice, counted as such
@@ -138,6 +142,7 @@ def ask(engine: Engine, convo: list[dict], tools: list[Tool]) -> dict:
     return {
         "s": time.perf_counter() - began,
         "answer": "".join(text),
+        "said": said,
         "error": error,
         "tool": call.name if call else None,
         "arguments": call.arguments if call else None,
@@ -189,7 +194,7 @@ def tour(engine: Engine, system: str, tools: list[Tool]) -> list[dict]:
         convo = [{"role": "system", "content": system}, *prompt.with_notes(history, [TOUR_NOTE])]
         rounds = []
         for _ in range(3):  # the loop would allow more; a third round already misses the point of the tour
-            reply = ask(engine, convo, tools if len(rounds) < 2 else None)
+            reply = ask(engine, convo, tools if len(rounds) < 2 else None, [TOUR_NOTE["id"]])
             rounds.append(reply)
             if reply["tool"] is None:
                 break
@@ -205,7 +210,7 @@ def tour(engine: Engine, system: str, tools: list[Tool]) -> list[dict]:
                 "s": sum(r["s"] for r in rounds),
                 "calls": [r["tool"] for r in rounds if r["tool"]],
                 "answer": answer,
-                "cited": prompt.cited(answer, [TOUR_NOTE["id"]]),
+                "cited": cited(answer, [TOUR_NOTE], rounds[-1]["said"], history),
                 "tokens_in": [r["tokens_in"] for r in rounds],
             }
         )

@@ -227,6 +227,7 @@ def in_process_model(model_dsn, issuer, tmp_path_factory):
     directory = tmp_path_factory.mktemp("in-process")
     (directory / "registry.json").write_text(json.dumps(in_process_registry()))
     (directory / "approval-key").write_text(secrets.token_urlsafe(48))
+    (directory / "service-token").write_text("service-token-of-the-model-function")  # the memory double takes any
     engine, memory = EngineDouble(), MemoryDouble()
     tools = {
         "platform_status": tool_double(issuer, "platform_status", changes_state=False),
@@ -240,6 +241,7 @@ def in_process_model(model_dsn, issuer, tmp_path_factory):
         "AGENTFN_TOOL_PLATFORM_STATUS_URL": tools["platform_status"].url,
         "AGENTFN_TOOL_CLOSE_INCIDENT_URL": tools["close_incident"].url,
         "AGENTFN_APPROVAL_KEY_FILE": str(directory / "approval-key"),
+        "AGENTFN_SERVICE_TOKEN_FILE": str(directory / "service-token"),
         "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(directory, "model")),
         "AGENTFN_TIERS": "fast",
         # Never called: the engine is the double.
@@ -260,7 +262,7 @@ def in_process_model(model_dsn, issuer, tmp_path_factory):
 def loop(in_process_model):
     """The in-process model function with its doubles as new: no script, nothing called."""
     in_process_model.engine.script()
-    in_process_model.memory.notes, in_process_model.memory.calls = [], []
+    in_process_model.memory.notes, in_process_model.memory.calls, in_process_model.memory.episodes = [], [], []
     for served in in_process_model.tools.values():
         served.app.extensions["calls"].clear()
     return in_process_model

@@ -94,22 +94,6 @@ def test_tiers_come_from_the_environment():
             tiers_from_env(env)
 
 
-IDS = ["0b7c2d5e-1111-4222-8333-944455556666", "7f00aa11-2222-4333-8444-955566667777"]
-
-
-@pytest.mark.parametrize(
-    ("answer", "cited"),
-    [
-        (f"Use spaces [{IDS[1]}] as you said [{IDS[0]}].", [IDS[1], IDS[0]]),
-        (f"See {IDS[0].upper()}.", [IDS[0]]),
-        ("Nothing cited [0b7c2d5e].", []),
-        ("Made up [11111111-2222-4333-8444-555566667777].", []),
-    ],
-)
-def test_only_recalled_ids_are_cited(answer, cited):
-    assert prompt.cited(answer, IDS) == cited
-
-
 def test_fit_keeps_the_newest_messages_and_starts_with_the_person():
     messages = [
         {"role": "user", "content": "a" * 300},

@@ -16,7 +16,7 @@ import psycopg
 from flask import Flask, jsonify, request
 from psycopg.rows import dict_row
 
-from agentfn.model.engines import DeadlinePassed, EngineFailed, Text, ToolRequest, Usage
+from agentfn.model.engines import Cited, DeadlinePassed, EngineFailed, Text, ToolRequest, Usage
 from agentfn.shared.app import create_app as function_app
 from agentfn.shared.contract import audience
 from agentfn.shared.identity import Identity
@@ -55,7 +55,8 @@ class EngineDouble:
 
     A round is a dict: `text` (the answer, in pieces), `calls` (`[{name, arguments}]`, asked for only when the round
     offers tools, as a native engine does), `usage` (`(tokens_in, tokens_out)`; default `(100, 10)`), `delay`
-    (seconds before answering; the turn's deadline cuts it as the real client's wall clock does) and `fail` (an
+    (seconds before answering; the turn's deadline cuts it as the real client's wall clock does), `cited` (the ids a
+    constrained engine's reply says its answer used) and `fail` (an
     `EngineFailed` kind, with `status` for "status"). A round not scripted is a short answer. Every request is kept:
     what the loop sent, which tools it offered and how many tokens it allowed.
     """
@@ -74,13 +75,14 @@ class EngineDouble:
             self._rounds = deque(rounds)
             self.requests = []
 
-    def round(self, messages: list[dict], tools: list | None, max_tokens: int, deadline: float):
+    def round(self, messages: list[dict], tools: list | None, max_tokens: int, deadline: float, notes=None):
         with self._lock:
             self.requests.append(
                 {
                     "messages": json.loads(json.dumps(messages)),
                     "tools": [t.name for t in tools] if tools else None,
                     "max_tokens": max_tokens,
+                    "notes": notes,
                 }
             )
             step = self._rounds.popleft() if self._rounds else {"text": "Scripted answer."}
@@ -96,6 +98,8 @@ class EngineDouble:
         for i, call in enumerate(step.get("calls", ()) if tools else ()):
             raw = json.dumps(call["arguments"])
             yield ToolRequest(f"call_{i}", call["name"], call["arguments"], raw)
+        if "cited" in step:
+            yield Cited(step["cited"])
         yield Usage(*step.get("usage", (100, 10)))
 
 
@@ -109,11 +113,12 @@ class TierEngine:
 
 class MemoryDouble(Served):
     """TEST DOUBLE of memory, served on loopback in this process: recall answers the notes a test gives it, a kept
-    or forgotten note is only recorded. `calls` holds (method, path) of every request that reached it."""
+    or forgotten note or an episode is only recorded. `calls` holds (method, path) of every request that reached it."""
 
     def __init__(self):
         self.notes: list[dict[str, Any]] = []
         self.calls: list[tuple[str, str]] = []
+        self.episodes: list[dict[str, Any]] = []  # what WriteEpisode was asked to keep
         app = Flask("memory_double")
 
         @app.post("/v1/recall")
@@ -126,6 +131,13 @@ class MemoryDouble(Served):
             self.calls.append(("POST", "/v1/entries"))
             body = request.get_json()
             return jsonify(id="n-kept", kind=body["kind"], text=body["text"]), 201
+
+        @app.post("/internal/v1/episodes")
+        def write_episode():
+            self.calls.append(("POST", "/internal/v1/episodes"))
+            body = request.get_json()
+            self.episodes.append(body)
+            return jsonify(id="e-kept", kind="episode", text=body["text"], source="session"), 201
 
         @app.delete("/v1/entries/<entry_id>")
         def forget(entry_id):

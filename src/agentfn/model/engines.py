@@ -89,6 +89,13 @@ class ToolRequest:
 
 
 @dataclass
+class Cited:
+    """The ids of the shown notes a constrained reply says its answer used (its `cited`)."""
+
+    ids: list[str]
+
+
+@dataclass
 class Usage:
     tokens_in: int
     tokens_out: int
@@ -153,16 +160,15 @@ def neutral_messages(messages: list[dict]) -> list[dict]:
 # --- constrained mode ----------------------------------------------------------------------------------
 
 
-def constrained_schema(tools: list) -> dict[str, Any]:
-    """The reply's schema: an answer, or one call of one of the tools with arguments of its own shape."""
-    branches = [
-        {
-            "type": "object",
-            "properties": {"answer": {"type": "string"}},
-            "required": ["answer"],
-            "additionalProperties": False,
-        }
-    ]
+def constrained_schema(tools: list, notes: list[str] | None = None) -> dict[str, Any]:
+    """The reply's schema: an answer, or one call of one of the tools with arguments of its own shape.
+
+    With notes shown, the answer is followed by the ids of those it used, `cited`: an enum of the ids shown, so the
+    engine can write no other (a small model copies an id where its JSON asks for one, not inside prose)."""
+    answer: dict[str, Any] = {"answer": {"type": "string"}}
+    if notes:
+        answer["cited"] = {"type": "array", "items": {"enum": list(notes)}, "maxItems": len(notes)}
+    branches = [{"type": "object", "properties": answer, "required": list(answer), "additionalProperties": False}]
     for tool in tools:
         branches.append(
             {
@@ -195,10 +201,11 @@ class AnswerStream:
     """Decodes a constrained reply as it arrives: the answer's string piece by piece, or a tool call at the end."""
 
     def __init__(self):
-        self.buffer, self.state, self.pending, self.answer = "", "head", "", []
+        self.buffer, self.state, self.pending, self.answer, self.raw = "", "head", "", [], []
 
     def feed(self, chunk: str) -> str:
         """Text of the answer decoded from this chunk ("" while undecided, inside a tool call, or after)."""
+        self.raw.append(chunk)
         if self.state == "head":
             self.buffer += chunk
             stripped = self.buffer.lstrip()
@@ -259,6 +266,16 @@ class AnswerStream:
         self.answer.append(piece)
         return piece
 
+    def cited(self) -> list[str]:
+        """At the end of an answer: the ids its `cited` names, in order and once each ([] when it names none or the
+        reply is not whole JSON: a reply cut short by the token bound cites nothing)."""
+        try:
+            reply = json.loads("".join(self.raw))
+        except ValueError:
+            return []
+        ids = reply.get("cited") if isinstance(reply, dict) else None
+        return list(dict.fromkeys(i for i in ids if isinstance(i, str))) if isinstance(ids, list) else []
+
     def call(self, tool_names: set[str]) -> ToolRequest | None:
         """At the end of the reply: the tool call it made, if it made one."""
         if self.state not in ("head", "call") or not self.buffer.strip():
@@ -290,7 +307,9 @@ class Engine:
         self.tier, self._openai = tier, openai
         self.client = openai.OpenAI(base_url=tier.url, api_key=tier.api_key, max_retries=0, timeout=tier.deadline)
 
-    def request(self, messages: list[dict], tools: list | None, max_tokens: int) -> dict[str, Any]:
+    def request(
+        self, messages: list[dict], tools: list | None, max_tokens: int, notes: list[str] | None = None
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.tier.model,
             "messages": neutral_messages(messages),
@@ -313,13 +332,16 @@ class Engine:
             # them; held to {"answer": ...} its answer is read out of the JSON all the same.
             body["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": "reply", "strict": True, "schema": constrained_schema(tools or [])},
+                "json_schema": {"name": "reply", "strict": True, "schema": constrained_schema(tools or [], notes)},
             }
         return body
 
-    def round(self, messages: list[dict], tools: list | None, max_tokens: int, deadline: float) -> Iterator[Any]:
-        """Text pieces as they arrive, then the tool requests (if tools were offered) and the usage."""
-        body = self.request(messages, tools, max_tokens)
+    def round(
+        self, messages: list[dict], tools: list | None, max_tokens: int, deadline: float, notes: list[str] | None = None
+    ) -> Iterator[Any]:
+        """Text pieces as they arrive, then the tool requests (if tools were offered), the notes an answer says it
+        used (constrained mode, with `notes` shown) and the usage."""
+        body = self.request(messages, tools, max_tokens, notes)
         events: queue.Queue = queue.Queue()
         stop = threading.Event()
         threading.Thread(target=self._pump, args=(body, deadline, events, stop), name="engine-pump", daemon=True).start()
@@ -369,6 +391,8 @@ class Engine:
                 yield Text(decoder.answer[-1])
             if request is not None:
                 yield request
+            elif notes:
+                yield Cited(decoder.cited())
         elif tools:
             for index in sorted(calls):
                 slot = calls[index]

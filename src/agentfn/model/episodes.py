@@ -3,24 +3,28 @@
 The person sends the whole conversation once; it is read, summarised and dropped (never stored, never
 logged). The summary is the person's own generation (budgeted, recorded, bounded in tokens), must pass `faults()`
 (the episode rules, checked after generation: a summary that fails keeps its longest run of first sentences that
-passes; one that fails in its first sentence is written again once, then refused), and is kept by `WriteEpisode`
-as the model function itself (its service identity, not the caller's).
+passes; one that fails in its first sentence is written again once). When both break the rules, the episode is
+told from the session's own record instead (`recorded`: which tools its turns ran and how each ended, in the
+person's language), so a session that did something always keeps one; a session that did nothing and whose
+summaries broke the rules keeps nothing, and is told so. Either is kept by `WriteEpisode` as the model function
+itself (its service identity, not the caller's).
 """
 
 from __future__ import annotations
 
 import re
-import threading
 import time
 from typing import Any
 
 from agentfn.shared.contract import STEP
 from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError, problem_type
+from agentfn.shared.pseudonym import conversation_hash
 
 from . import prompt
 from .engines import DeadlinePassed, EngineFailed, Tier
 from .generation import Generation, as_problem
+from .language import NAMES, language, likely_language
 from .registry import Agent
 from .services import Services
 
@@ -81,47 +85,6 @@ RULES: list[tuple[str, re.Pattern]] = [
         ),
     ),
 ]
-SAME_LANGUAGE = {"bs": "hr", "sr": "hr", "me": "hr"}  # one language to a reader; the identifier splits it
-# "No linguistic content" (ISO 639-2): what the identifier says of ids, numbers and code. It is no person's language,
-# and taking it for one would refuse every summary written in words.
-NO_LANGUAGE = "zxx"
-LANGUAGE_NAMES = {
-    "en": "English",
-    "hr": "Croatian",
-    "de": "German",
-    "fr": "French",
-    "es": "Spanish",
-    "it": "Italian",
-    "sl": "Slovenian",
-    "pt": "Portuguese",
-    "nl": "Dutch",
-    "pl": "Polish",
-    "cs": "Czech",
-    "hu": "Hungarian",
-}
-CONFIDENT = 0.6
-
-_identifier = None
-_identifier_lock = threading.Lock()
-
-
-def language(text: str) -> str | None:
-    """The text's language (a group code), or None when the identifier is not confident."""
-    global _identifier
-    with _identifier_lock:
-        if _identifier is None:
-            from py3langid.langid import MODEL_FILE, LanguageIdentifier
-
-            _identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-        ranked = _identifier.rank(text)[:10]
-    groups: dict[str, float] = {}
-    for code, p in ranked:
-        if code == NO_LANGUAGE:
-            continue
-        code = SAME_LANGUAGE.get(code, code)
-        groups[code] = groups.get(code, 0.0) + p
-    best = max(groups.items(), key=lambda kv: kv[1], default=(None, 0.0))
-    return best[0] if best[1] >= CONFIDENT else None
 
 
 def faults(summary: str, person_language: str | None) -> list[str]:
@@ -193,7 +156,7 @@ CITATION = re.compile(r"\s*\[[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\]", re.
 
 def instructions(person_language: str | None, broken: list[str]) -> str:
     """The summariser's brief. No example summary: a small model copies an example into the person's memory."""
-    name = LANGUAGE_NAMES.get(person_language or "", "the language the person wrote in")
+    name = NAMES.get(person_language or "", "the language the person wrote in")
     text = (
         f"You keep a short memory of a conversation between a person and an assistant. Write one summary of what "
         f"the person asked for and what was settled or found, in {name}, in the third person: the person and the "
@@ -209,7 +172,7 @@ def instructions(person_language: str | None, broken: list[str]) -> str:
 def request(person_language: str | None, conversation: str) -> str:
     """The summariser's message: the transcript as material, and the task again after it (small models follow the
     last instruction they read, and would otherwise answer the conversation's last question)."""
-    name = LANGUAGE_NAMES.get(person_language or "", "the language the person wrote in")
+    name = NAMES.get(person_language or "", "the language the person wrote in")
     opener = OPENERS.get(person_language or "")
     start = f', starting with "{opener}"' if opener else ""
     return (
@@ -265,7 +228,9 @@ def end_session(
         raise ProblemError(503, "Service Unavailable", "memory is not configured", type=problem_type("memory"))
     tier = services.tier(services.limits.episode_tier)
     deadline = time.monotonic() + tier.deadline
-    person = language(" ".join(m["content"] for m in messages if m["role"] == "user"))
+    person = likely_language(" ".join(m["content"] for m in messages if m["role"] == "user"))
+    conversation = conversation_hash(agent.name, messages)
+    steps = services.store.session_steps(caller.subject, agent.name, conversation)
     try:
         with Generation(
             services.store,
@@ -277,8 +242,22 @@ def end_session(
             hold_seconds=tier.deadline + 30,
             daily_tokens=services.limits.daily_tokens,
             min_completion=services.limits.min_completion,
+            conversation=conversation,
         ) as generation:
-            summary = summarise(services, generation, tier, messages, person, deadline)
+            try:
+                summary = summarise(services, generation, tier, messages, person, deadline)
+            except Unkept as unkept:
+                summary = recorded(steps, person)
+                if summary is None:
+                    raise ProblemError(
+                        422,
+                        "Unprocessable Content",
+                        f"no summary of this session kept the episode rules ({', '.join(unkept.broken)}), not even in "
+                        "its first sentence, twice, and its turns ran no tool: the session had nothing an episode may "
+                        "hold, and nothing was kept",
+                        type=problem_type("episode-rules"),
+                        rules=unkept.broken,
+                    ) from None
             return services.memory.write_episode(
                 caller.subject, summary, session_id, timeout=max(deadline - time.monotonic(), 1.0)
             )
@@ -294,7 +273,7 @@ def summarise(
     person: str | None,
     deadline: float,
 ) -> str:
-    """The summary that keeps the episode rules, written at most twice; the rules' problem when both break them."""
+    """The summary that keeps the episode rules, written at most twice; `Unkept` when both break them."""
     text = transcript(messages, max(tier.context_tokens - SUMMARY_TOKENS - 200, 256))
     broken: list[str] = []
     for _attempt in range(2):
@@ -310,11 +289,78 @@ def summarise(
         kept = summary if not broken else kept_part(summary, person)
         if kept:
             return kept
-    raise ProblemError(
-        422,
-        "Unprocessable Content",
-        f"no summary of this session kept the episode rules ({', '.join(broken)}), not even in its first sentence, "
-        "twice: the session had nothing an episode may hold, and nothing was kept",
-        type=problem_type("episode-rules"),
-        rules=broken,
-    )
+    raise Unkept(broken)
+
+
+class Unkept(Exception):
+    """No summary of the session kept the episode rules; `broken`: the rules the last one broke."""
+
+    def __init__(self, broken: list[str]):
+        super().__init__(", ".join(broken))
+        self.broken = broken
+
+
+# The episode of a session told from its record, a sentence for each tool and outcome its turns had (in the order they
+# first had it): what the record holds is all it says. "{tool}" names a tool without a sentence of its own.
+TOLD = {
+    "en": {
+        ("run_code", "ok"): "The assistant ran a program in the sandbox for the person.",
+        ("run_code", "error"): "A program the person asked to run in the sandbox failed.",
+        ("run_code", "declined"): "The person declined to run a program in the sandbox.",
+        ("remember", "ok"): "The assistant kept a note the person asked for.",
+        ("remember", "error"): "Keeping a note the person asked for failed.",
+        ("remember", "declined"): "The person declined to keep a note.",
+        ("forget", "ok"): "The assistant forgot a note at the person's request.",
+        ("forget", "error"): "Forgetting a note the person asked about failed.",
+        ("forget", "declined"): "The person declined to forget a note.",
+        ("open_page", "ok"): "The assistant opened a web page for the person.",
+        ("open_page", "error"): "A web page the person asked for could not be opened.",
+        ("open_page", "declined"): "The person declined to open a web page.",
+        ("platform_status", "ok"): "The assistant checked the platform's status for the person.",
+        ("platform_status", "error"): "Checking the platform's status failed.",
+        ("*", "ok"): "The assistant used the {tool} tool for the person.",
+        ("*", "error"): "The {tool} tool failed for the person.",
+        ("*", "declined"): "The person declined a call of the {tool} tool.",
+    },
+    "hr": {
+        ("run_code", "ok"): "Asistent je za osobu pokrenuo program u sandboxu.",
+        ("run_code", "error"): "Program koji je osoba htjela pokrenuti u sandboxu nije uspio.",
+        ("run_code", "declined"): "Osoba je odbila pokretanje programa u sandboxu.",
+        ("remember", "ok"): "Asistent je na zahtjev osobe spremio bilješku.",
+        ("remember", "error"): "Spremanje bilješke koju je osoba tražila nije uspjelo.",
+        ("remember", "declined"): "Osoba je odbila spremanje bilješke.",
+        ("forget", "ok"): "Asistent je na zahtjev osobe izbrisao bilješku.",
+        ("forget", "error"): "Brisanje bilješke koje je osoba tražila nije uspjelo.",
+        ("forget", "declined"): "Osoba je odbila brisanje bilješke.",
+        ("open_page", "ok"): "Asistent je za osobu otvorio web stranicu.",
+        ("open_page", "error"): "Web stranica koju je osoba tražila nije se mogla otvoriti.",
+        ("open_page", "declined"): "Osoba je odbila otvaranje web stranice.",
+        ("platform_status", "ok"): "Asistent je za osobu provjerio stanje platforme.",
+        ("platform_status", "error"): "Provjera stanja platforme nije uspjela.",
+        ("*", "ok"): "Asistent je za osobu upotrijebio alat {tool}.",
+        ("*", "error"): "Alat {tool} nije uspio.",
+        ("*", "declined"): "Osoba je odbila poziv alata {tool}.",
+    },
+}
+
+
+def recorded(steps: list[dict], person: str | None) -> str | None:
+    """The session's episode from its record (the steps of its turns), in the person's language; None when its turns
+    ran, kept or forgot nothing, or the person's language is one the record cannot be told in."""
+    told = TOLD.get(person or "en")
+    if told is None:
+        return None
+    said: list[str] = []
+    for step in steps:
+        tool, status = step.get("tool"), step.get("status")
+        if status not in ("ok", "error", "declined") or not tool or tool == "(unknown)":
+            continue
+        sentence = (told.get((tool, status)) or told[("*", status)]).format(tool=tool)
+        if sentence not in said:
+            said.append(sentence)
+    kept = ""
+    for sentence in said:  # as many as the episode's bounds hold
+        if faults(f"{kept} {sentence}".strip(), person):
+            break
+        kept = f"{kept} {sentence}".strip()
+    return kept or None

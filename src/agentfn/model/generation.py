@@ -21,7 +21,7 @@ from agentfn.shared.problems import ProblemError, problem_type
 
 from . import prompt
 from .chat import Chat
-from .engines import DeadlinePassed, Engine, EngineFailed, Text, ToolRequest, Usage
+from .engines import Cited, DeadlinePassed, Engine, EngineFailed, Text, ToolRequest, Usage
 from .store import Spent, Store, today
 
 DEADLINE = ProblemError(504, "Deadline", "the turn's deadline passed", type=problem_type("deadline"))
@@ -90,13 +90,21 @@ class Generation:
         hold_seconds: float,
         daily_tokens: int = 0,
         min_completion: int = 0,
+        conversation: str | None = None,
     ):
         self.store, self.subject, self.daily_tokens = store, subject, daily_tokens
         self.min_completion = min_completion  # a round that could write fewer tokens than this is not run
         self.day = today()
         self.started = time.perf_counter()
         self.id: uuid.UUID = store.open(
-            kind=kind, channel=channel, subject=subject, agent=agent, tier=tier, hold_seconds=hold_seconds, day=self.day
+            kind=kind,
+            channel=channel,
+            subject=subject,
+            agent=agent,
+            tier=tier,
+            hold_seconds=hold_seconds,
+            day=self.day,
+            conversation=conversation,
         )
         self.step_log: list[dict[str, Any]] = []
         self.used = Usage(0, 0)  # all rounds together, as the caller is told
@@ -140,10 +148,12 @@ class Generation:
         cost: int,
         completion: int,
         traced: bool = False,
+        notes: list[str] | None = None,
     ) -> Round:
-        """One round of `engine` over `convo` (offering the tools `offer`), whose prompt may cost `cost` tokens and
-        whose reply may run to `completion`; `traced`: its `chat` span and metrics recorded (a turn's rounds)."""
-        return Round(self, engine, convo, offer, deadline, cost, completion, traced)
+        """One round of `engine` over `convo` (offering the tools `offer`, showing the notes of ids `notes`), whose
+        prompt may cost `cost` tokens and whose reply may run to `completion`; `traced`: its `chat` span and metrics
+        recorded (a turn's rounds)."""
+        return Round(self, engine, convo, offer, deadline, cost, completion, traced, notes)
 
     def spent(self, usage: Usage) -> None:
         """One round's tokens, as the engine counted them (or as estimated when it could not say)."""
@@ -206,11 +216,14 @@ class Round:
         cost: int,
         completion: int,
         traced: bool,
+        notes: list[str] | None = None,
     ):
         self.generation, self.engine, self.convo, self.offer = generation, engine, convo, offer
         self.deadline, self.cost, self.completion, self.traced = deadline, cost, completion, traced
+        self.notes = notes
         self.pieces: list[str] = []
         self.requests: list[ToolRequest] = []
+        self.cited: list[str] | None = None  # what the engine said its answer used (constrained mode), if it said
         self.usage: Usage | None = None
 
     def __enter__(self) -> Round:
@@ -221,7 +234,7 @@ class Round:
         self.max_tokens = max(g.min_completion, min(self.completion, held - cost))
         self.began = time.perf_counter()
         self.chat = Chat(self.engine.tier, self.max_tokens) if self.traced else None
-        self.stream = self.engine.round(self.convo, self.offer, self.max_tokens, self.deadline)
+        self.stream = self.engine.round(self.convo, self.offer, self.max_tokens, self.deadline, notes=self.notes)
         return self
 
     def __iter__(self) -> Iterator[str]:
@@ -231,6 +244,8 @@ class Round:
                 yield item.text
             elif isinstance(item, ToolRequest):
                 self.requests.append(item)
+            elif isinstance(item, Cited):
+                self.cited = item.ids
             elif isinstance(item, Usage):
                 self.usage = item
 

@@ -22,12 +22,14 @@ from agentfn.shared import telemetry
 from agentfn.shared.contract import MEMORY_TOOLS, STEP
 from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError
-from agentfn.shared.pseudonym import subject_hash
+from agentfn.shared.pseudonym import conversation_hash, subject_hash
 
 from . import prompt
 from .approvals import Approval, refused
+from .citations import cited
 from .engines import DeadlinePassed, Tier
 from .generation import Generation, as_problem, budget_problem
+from .language import answer_language
 from .offered import Offered, written
 from .registry import Agent
 from .services import Services
@@ -61,6 +63,7 @@ def begin(services: Services, caller: Caller, agent: Agent, messages: list[dict[
                 hold_seconds=seconds + 30,
                 daily_tokens=s.limits.daily_tokens,
                 min_completion=s.limits.min_completion,
+                conversation=conversation_hash(agent.name, messages),
             )
         )
         # The day is held at a bound on what the engine may count; the agent's tokens per turn checked at the likely count.
@@ -198,16 +201,18 @@ class Turn:
         # The engine may be reading this very prompt ahead of the turns: then it is read once, not twice side by side.
         s.warming.wait(tier.name, system, self.deadline - time.monotonic())
         constrained = tier.tool_mode == "constrained"
-        notes = prompt.memory_block(recalled) if recalled else ""
+        # The answer's language, told to the model before the person's message with the notes: a small model answers a
+        # Croatian question in English, or ignores a preference for a language, unless it is told in so many words.
+        speak = answer_language(self.messages, recalled)
         room = (
             tier.context_tokens
             - tier.max_tokens
-            - prompt.likely(system + notes)
+            - prompt.likely(system + prompt.frame(recalled, speak, constrained))
             - prompt.likely([t.listing() for t, _ in tools.values()])
         )
         convo: list[dict[str, Any]] = [
             {"role": "system", "content": system},
-            *prompt.with_notes(prompt.fit(self.messages, max(room, 64)), recalled),
+            *prompt.with_notes(prompt.fit(self.messages, max(room, 64)), recalled, speak, constrained),
         ]
         notes = {e["id"]: e for e in recalled}
         steps = Steps(self, tools, notes, convo, constrained, Offered(written(self.messages)))
@@ -217,6 +222,7 @@ class Turn:
             yield from steps.answered(self.approvals)
             calls_left = max(0, calls_left - len(self.approvals))
         answer: list[str] = []
+        declared: list[str] | None = None
         while True:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed()
@@ -226,11 +232,19 @@ class Turn:
             cost = prompt.estimate(convo) + (prompt.estimate(listed) if listed else 0)
             completion = self._completion(prompt.likely(convo) + (prompt.likely(listed) if listed else 0))
             with self.generation.round(
-                s.engine(tier), convo, offer, self.deadline, cost=cost, completion=completion, traced=True
+                s.engine(tier),
+                convo,
+                offer,
+                self.deadline,
+                cost=cost,
+                completion=completion,
+                traced=True,
+                notes=list(notes) or None,
             ) as r:
                 for text in r:
                     yield "delta", {"text": text}
             answer.append(r.text)
+            declared = r.cited if r.cited is not None else declared
             if not offer or not r.requests:
                 break
             taken = r.requests[:calls_left]
@@ -241,11 +255,11 @@ class Turn:
             if steps.repeated:
                 # A model that repeats a call is stuck: it has the earlier result; from here it answers.
                 calls_left = 0
-        ids, used = [e["id"] for e in recalled], self.generation.used
+        used = self.generation.used
         yield (
             "done",
             {
-                "cited": prompt.cited("".join(answer), ids),
+                "cited": cited("".join(answer), recalled, declared, self.messages),
                 "steps": len(self.step_log),
                 "pending": steps.pending,
                 "usage": {"tokens_in": used.tokens_in, "tokens_out": used.tokens_out, "rounds": self.generation.rounds},

@@ -19,9 +19,19 @@ from agentfn.shared import db
 SCHEMA = "model"
 
 OPEN = """
-INSERT INTO generations (id, kind, channel, subject, agent, tier, status, day, hold_until)
+INSERT INTO generations (id, kind, channel, subject, agent, tier, status, day, hold_until, conversation)
 VALUES (%(id)s, %(kind)s, %(channel)s, %(subject)s, %(agent)s, %(tier)s, 'running', %(day)s,
-        now() + make_interval(secs => %(hold)s))
+        now() + make_interval(secs => %(hold)s), %(conversation)s)
+"""
+
+# What the turns of one conversation did since it last ended (the steps of each, in order): a session's own record.
+SESSION_STEPS = """
+SELECT step_log FROM generations
+WHERE subject = %(subject)s AND agent = %(agent)s AND conversation = %(conversation)s AND kind = 'turn'
+  AND started_at > coalesce((SELECT max(started_at) FROM generations
+                             WHERE subject = %(subject)s AND agent = %(agent)s AND conversation = %(conversation)s
+                               AND kind = 'session_end' AND status = 'ok'), '-infinity')
+ORDER BY started_at
 """
 
 ENSURE_BUDGET = """
@@ -126,6 +136,7 @@ class Store(db.SchemaStore):
         tier: str | None,
         hold_seconds: float,
         day: datetime.date,
+        conversation: str | None = None,
     ) -> uuid.UUID:
         """A generation row, running; its id is the generation_id the caller is given."""
         gen = uuid.uuid4()
@@ -141,9 +152,16 @@ class Store(db.SchemaStore):
                     "tier": tier,
                     "day": day,
                     "hold": hold_seconds,
+                    "conversation": conversation,
                 },
             )
         return gen
+
+    def session_steps(self, subject: str, agent: str, conversation: str) -> list[dict]:
+        """The steps the conversation's turns took since it last ended (tool, status), in order."""
+        args = {"subject": subject, "agent": agent, "conversation": conversation}
+        with self.pool.connection() as conn:
+            return [step for (log,) in conn.execute(SESSION_STEPS, args).fetchall() for step in log]
 
     def round(
         self,

@@ -62,7 +62,18 @@ def use(key: bytes) -> None:
 
 def subject_hash(subject: str, key: bytes | None = None) -> str:
     """The subject's pseudonym under `key`, else under this process's key."""
+    return _keyed(subject.encode(), key)[:HEX_DIGITS]
+
+
+def conversation_hash(agent: str, messages: list[dict]) -> str:
+    """A conversation's name in the record: its agent and the person's first message, keyed as `subject_hash` is (an
+    unkeyed hash of a short message could be reversed by trying messages), never their text."""
+    first = next((m.get("content") for m in messages if m.get("role") == "user"), "")
+    return _keyed(f"conversation\0{agent}\0{first if isinstance(first, str) else ''}".encode())[:32]
+
+
+def _keyed(data: bytes, key: bytes | None = None) -> str:
     key = key or _key
     if not key:  # never an HMAC under an empty key, which anyone could compute
         raise RuntimeError(f"no subject hash key in this process: a part that names callers reads {VARIABLE}")
-    return hmac.new(key, subject.encode(), hashlib.sha256).hexdigest()[:HEX_DIGITS]
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
