@@ -34,7 +34,7 @@ def test_the_operators_registry_of_the_examples_reads_as_the_seed_agents():
     developer = Caller("dev", ("developers",), "t")
     visitor = Caller("visitor", (), "t")
     reviewer = table.agent_for("code-reviewer", developer)
-    assert reviewer is not None and reviewer.memory == "preferences" and reviewer.steps == 4
+    assert reviewer is not None and reviewer.memory == "facts" and reviewer.steps == 4
     assert set(reviewer.granted_tools(developer)) == {"run_code", "platform_status", "open_page", "remember", "forget"}
     assert set(reviewer.granted_tools(visitor)) == {"platform_status"}
     guide = table.agent_for("site-guide", visitor)

@@ -129,7 +129,7 @@ def test_every_object_is_ready_with_its_generation_and_columns(kube, operator):
         assert invalid["status"] == "False" and invalid["observedGeneration"] == obj["metadata"]["generation"]
     shown = tables(kube.kubectl("get", *NS, "agents,toolgrants").stdout)
     reviewer = next(r for r in shown["agent"] if r["NAME"] == "code-reviewer")
-    assert reviewer["TOOLS"] == "run_code,platform_status,open_page,remember,forget" and reviewer["MEMORY"] == "preferences"
+    assert reviewer["TOOLS"] == "run_code,platform_status,open_page,remember,forget" and reviewer["MEMORY"] == "facts"
     everyone = next(r for r in shown["toolgrant"] if r["NAME"] == "platform-status-for-everyone")
     assert (everyone["AGENTS"], everyone["CHANNELS"], everyone["DAILY"]) == (
         "code-reviewer,site-guide",
