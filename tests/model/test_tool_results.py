@@ -37,7 +37,7 @@ def test_a_result_cannot_close_its_own_delimiter(model, engine, person, mode):
     take_turn(model.url, person, "keeper" + MODES[mode], f"Keep that note. script:{sid}")
     told = engine.requests(sid)[1]["messages"][-1]["content"]
     assert told.count("</result>") == 1 and told.endswith("</result>")
-    assert "<\\/result>" in told
+    assert "&lt;/result&gt;" in told  # escaped, as every angle bracket of a result is
 
 
 PERSON_URL = "http://127.0.0.1/Docs/guide"

@@ -3,9 +3,9 @@
 What the engine says it used comes first: a constrained reply's `cited` (its grammar allows only the ids shown in the
 turn), or the ids a native engine writes in square brackets. Then the answer is checked against the notes:
 - an answer that says nothing about the person is noted ("I don't have that noted") cites nothing;
-- a fact (or an episode) is cited only when the answer carries something of it the question did not already say
-  (a name, a number, a word of it: "Rust" of "Moj omiljeni programski jezik je Rust."), and then it is cited even
-  when the engine forgot to say so;
+- a fact (or an episode) is cited only when the answer carries something of it the question did not already say (a
+  word of it); and when the engine forgot to say it used it, when what the answer carries is a name or a number of
+  it ("Rust" of "Moj omiljeni programski jezik je Rust.");
 - a preference shapes an answer rather than being repeated in it: cited when the engine says it followed it.
 """
 
@@ -42,10 +42,14 @@ def cited(
     used = words(answer) - question
     out = []
     for entry in recalled:
+        text = entry.get("text", "")
         if entry.get("kind") == "preference":
-            if entry["id"] in said:
-                out.append(entry["id"])
-        elif (words(entry.get("text", "")) - question) & used:
+            carried = entry["id"] in said
+        elif entry["id"] in said:
+            carried = bool((words(text) - question) & used)
+        else:
+            carried = bool((words(text, names_only=True) - question) & used)
+        if carried:
             out.append(entry["id"])
     return out
 
@@ -62,8 +66,16 @@ def unnoted(answer: str) -> bool:
     return bool(folded) and any(folded == " ".join(sorted(words(said))) for said in UNNOTED.values())
 
 
-def words(text: Any) -> set[str]:
-    """The text's content words as stems (lowercased, without accents, first letters): numbers too, short ones too."""
-    plain = unicodedata.normalize("NFKD", str(text).lower())
-    plain = "".join(c for c in plain if not unicodedata.combining(c)).replace("đ", "d")
-    return {w[:STEM] for w in WORD.findall(plain) if (len(w) >= 3 or w.isdigit()) and w not in COMMON}
+def words(text: Any, names_only: bool = False) -> set[str]:
+    """The text's content words as stems (lowercased, without accents, first letters), numbers too; `names_only`: only
+    its numbers and the words it capitalises after its first (a name: "Rust", "Zagreb", "GitHub")."""
+    found = WORD.findall(str(text))
+    if names_only:
+        found = [w for i, w in enumerate(found) if w.isdigit() or (i > 0 and not w.islower())]
+    out = set()
+    for word in found:
+        plain = "".join(c for c in unicodedata.normalize("NFKD", word.lower()) if not unicodedata.combining(c))
+        plain = plain.replace("đ", "d")
+        if (len(plain) >= 3 or plain.isdigit()) and plain not in COMMON:
+            out.add(plain[:STEM])
+    return out

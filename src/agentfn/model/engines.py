@@ -266,14 +266,17 @@ class AnswerStream:
         self.answer.append(piece)
         return piece
 
-    def cited(self) -> list[str]:
-        """At the end of an answer: the ids its `cited` names, in order and once each ([] when it names none or the
-        reply is not whole JSON: a reply cut short by the token bound cites nothing)."""
+    def cited(self) -> list[str] | None:
+        """At the end of an answer: the ids its `cited` names, in order and once each ([] when the reply is not whole
+        JSON: one cut short by the token bound cites nothing); None when the reply has no `cited` at all (an engine
+        that ignored the schema: its answer may name ids in brackets)."""
         try:
             reply = json.loads("".join(self.raw))
         except ValueError:
             return []
         ids = reply.get("cited") if isinstance(reply, dict) else None
+        if ids is None:
+            return None
         return list(dict.fromkeys(i for i in ids if isinstance(i, str))) if isinstance(ids, list) else []
 
     def call(self, tool_names: set[str]) -> ToolRequest | None:
@@ -391,8 +394,8 @@ class Engine:
                 yield Text(decoder.answer[-1])
             if request is not None:
                 yield request
-            elif notes:
-                yield Cited(decoder.cited())
+            elif notes and (said := decoder.cited()) is not None:
+                yield Cited(said)
         elif tools:
             for index in sorted(calls):
                 slot = calls[index]
