@@ -225,6 +225,124 @@ def test_a_token_exchanged_for_memory_recalls_keeps_and_forgets_one_but_never_li
     assert erased.status_code == 200, erased.text
 
 
+# --- exchanged is what a token is, not whom it names: `act`, or a client other than the gateway's ---------------
+
+UNTRUSTED = "system:serviceaccount:agentfn:page"
+BY_WHAT_IT_IS = {
+    # (claims changed, status at GET /v1/entries (the person's own door), at POST /v1/recall)
+    "the person's, naming no client": ({}, 200, 200),
+    "the person's, from the workbench": ({"client_id": "agentfn-workbench"}, 200, 200),
+    "act, audience the gateway's alone": ({"act": {"sub": MODEL}}, 401, 401),
+    "act of an untrusted actor, the gateway's": ({"act": {"sub": UNTRUSTED}}, 401, 401),
+    "act, audiences the gateway's and memory's": (
+        {"aud": [CALLER_AUDIENCE, audience("memory")], "act": {"sub": MODEL}},
+        403,
+        200,
+    ),
+    "act, audiences the gateway's and another": (
+        {"aud": [CALLER_AUDIENCE, "someone-else"], "act": {"sub": MODEL}},
+        401,
+        401,
+    ),
+    "azp of the model function, the gateway's": ({"azp": MODEL}, 401, 401),
+    "client_id of another client, the gateway's": ({"client_id": "some-other-app"}, 401, 401),
+    "azp of the model function, memory's": ({"aud": audience("memory"), "azp": MODEL}, 403, 200),
+    "azp of another client, memory's": ({"aud": audience("memory"), "azp": "some-other-app"}, 401, 401),
+}
+
+
+@pytest.mark.parametrize(("changes", "listing", "recalling"), BY_WHAT_IT_IS.values(), ids=BY_WHAT_IT_IS.keys())
+def test_a_token_is_exchanged_by_what_it_is_not_by_its_audience(memory, issuer, changes, listing, recalling):
+    """A token that carries `act`, or was issued to a client other than the gateway's, is exchanged whatever else its
+    audience names: never the person's own (which lists), and taken only when meant for memory by a trusted actor."""
+    headers = {"Authorization": f"Bearer {issuer.sign(claims(issuer, sub=f'what-{secrets.token_hex(4)}', **changes))}"}
+    listed = requests.get(memory.url + "/v1/entries", headers=headers, timeout=10)
+    assert listed.status_code == listing, listed.text
+    assert listed.status_code == 200 or listed.headers["Content-Type"] == "application/problem+json"
+    recalled = requests.post(memory.url + "/v1/recall", json={"query": "q"}, headers=headers, timeout=10)
+    assert recalled.status_code == recalling, recalled.text
+
+
+SPENT = "https://agentfn.dev/problems/exchanged-token-spent"
+
+
+def keep(url: str, headers: dict, text: str) -> requests.Response:
+    return requests.post(
+        url + "/v1/entries", json={"kind": "fact", "text": text, "source": "chat"}, headers=headers, timeout=30
+    )
+
+
+def test_an_exchanged_token_keeps_one_note_and_forgets_one_entry(memory, issuer):
+    """One write and one forget per exchanged token (by its `jti`); recall as often as a turn needs. A second write
+    or forget is a 403 problem and changes nothing; a fresh token (the next call's) and the person's own go on."""
+    subject = f"once-{secrets.token_hex(4)}"
+    own = {"Authorization": f"Bearer {issuer.caller_token(subject)}"}
+    mine = [keep(memory.url, own, text).json() for text in ("Works on the ledger.", "Lives in Lisbon.")]
+    assert keep(memory.url, own, "Drinks green tea.").status_code == 201  # the person's own token is not counted
+    leaked = {"Authorization": f"Bearer {issuer.exchanged(audience('memory'), subject)}"}
+
+    assert keep(memory.url, leaked, "Prefers short answers.").status_code == 201
+    again = keep(memory.url, leaked, "Prefers long answers.")
+    assert again.status_code == 403 and again.json()["type"] == SPENT, again.text
+    assert again.headers["Content-Type"] == "application/problem+json" and "nothing was kept" in again.json()["detail"]
+    for _ in range(3):
+        recalled = requests.post(
+            memory.url + "/v1/recall", json={"query": "Where does the person work?"}, headers=leaked, timeout=30
+        )
+        assert recalled.status_code == 200, recalled.text
+
+    missing = requests.delete(
+        memory.url + f"/v1/entries/{secrets.token_hex(16)[:8]}-0000-4000-8000-000000000000", headers=leaked, timeout=30
+    )
+    assert missing.status_code == 404  # nothing deleted: the token's forget is not used up
+    assert requests.delete(memory.url + f"/v1/entries/{mine[0]['id']}", headers=leaked, timeout=30).status_code == 204
+    second = requests.delete(memory.url + f"/v1/entries/{mine[1]['id']}", headers=leaked, timeout=30)
+    assert second.status_code == 403 and second.json()["type"] == SPENT, second.text
+    left = {e["text"] for e in requests.get(memory.url + "/v1/entries", headers=own, timeout=30).json()["entries"]}
+    assert left == {"Lives in Lisbon.", "Drinks green tea.", "Prefers short answers."}
+
+    fresh = {"Authorization": f"Bearer {issuer.exchanged(audience('memory'), subject)}"}
+    assert keep(memory.url, fresh, "Prefers long answers.").status_code == 201
+    assert requests.delete(memory.url + f"/v1/entries/{mine[1]['id']}", headers=fresh, timeout=30).status_code == 204
+
+
+@pytest.mark.slow  # a second memory under gunicorn
+def test_an_exchanged_tokens_use_holds_across_memory_processes(memory, memory_env, issuer, tmp_path):
+    """The use is kept in Postgres, not in a process: another memory (a worker, a replica) refuses it too."""
+    from support import Gunicorn
+
+    other = Gunicorn("agentfn.memory.app:create_app()", memory_env, tmp_path / "memory.log")
+    other.start()
+    try:
+        subject = f"replicas-{secrets.token_hex(4)}"
+        leaked = {"Authorization": f"Bearer {issuer.exchanged(audience('memory'), subject)}"}
+        assert keep(memory.url, leaked, "Works on the ledger.").status_code == 201
+        there = keep(other.url, leaked, "Lives in Lisbon.")
+        assert there.status_code == 403 and there.json()["type"] == SPENT, there.text
+    finally:
+        other.stop()
+
+
+def test_an_exchanged_tokens_use_is_cleared_once_the_token_has_expired(memory, memory_env, issuer):
+    """A use is kept only while its token could still be taken (its `exp` and the clock skew allowed)."""
+    import psycopg
+
+    def used(jti: str) -> int:
+        with psycopg.connect(memory_env["AGENTFN_DATABASE_URL"]) as conn:
+            return conn.execute("SELECT count(*) FROM memory.token_uses WHERE jti = %s", (jti,)).fetchone()[0]
+
+    now, subject = int(time.time()), f"expiry-{secrets.token_hex(4)}"
+    ending = claims(issuer, sub=subject, aud=audience("memory"), act={"sub": MODEL}, jti=secrets.token_hex(8))
+    ending |= {"iat": now - 300, "nbf": now - 300, "exp": now - 7}  # taken for 3 s more (10 s of skew)
+    answer = keep(memory.url, {"Authorization": f"Bearer {issuer.sign(ending)}"}, "Works on the ledger.")
+    assert answer.status_code == 201, answer.text
+    assert used(ending["jti"]) == 1
+    time.sleep(4)
+    later = {"Authorization": f"Bearer {issuer.exchanged(audience('memory'), subject)}"}
+    assert keep(memory.url, later, "Lives in Lisbon.").status_code == 201  # its claim clears what has expired
+    assert used(ending["jti"]) == 0
+
+
 # --- the service key set's bearer token is read on each fetch (a projected token rotates) --------------------
 
 

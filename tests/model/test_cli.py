@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+import unicodedata
 import uuid
 
 import pytest
@@ -510,6 +511,76 @@ def test_a_forget_card_shows_the_notes_text_beside_its_id(cli, gateway, engine, 
     card = out[out.index("step 1 · forget") : out.index("needs your approval")]  # the card, above its status
     assert note["id"] in card and "note fact: I work on the ledger team." in card
     assert out.index("needs your approval") < out.index("approve? [y/N]")
+    assert [e["id"] for e in door(gateway, person, "/v1/entries").json()["entries"]] == [note["id"]]
+
+
+# Format characters (Unicode category Cf), each shown on a card as its escape: drawn as they are, they reorder or hide
+# what follows them, so the call a person approves could read as another.
+FORMAT_CHARACTERS = {
+    "U+202E right-to-left override": "\u202e",
+    "U+202A left-to-right embedding": "\u202a",
+    "U+2066 left-to-right isolate": "\u2066",
+    "U+2067 right-to-left isolate": "\u2067",
+    "U+2068 first strong isolate": "\u2068",
+    "U+2069 pop directional isolate": "\u2069",
+    "U+200E left-to-right mark": "\u200e",
+    "U+061C Arabic letter mark": "\u061c",
+    "U+200B zero width space": "\u200b",
+    "U+200D zero width joiner": "\u200d",
+    "U+2060 word joiner": "\u2060",
+    "U+FEFF zero width no-break space": "\ufeff",
+    "U+00AD soft hyphen": "\u00ad",
+    "U+E0001 language tag": "\U000e0001",
+}
+HIDDEN = "".join(FORMAT_CHARACTERS.values())
+
+
+def formats(text: str) -> list[str]:
+    return [f"U+{ord(c):04X}" for c in text if unicodedata.category(c) == "Cf"]
+
+
+def escape(c: str) -> str:
+    return f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
+
+
+def test_chat_shows_format_characters_escaped_in_tool_names_arguments_and_the_prompt(cli, gateway, engine, person):
+    sid = engine.script(
+        {"call": {"name": f"x{HIDDEN}y", "arguments": {"code": f"print(1){HIDDEN}"}}},
+        {"call": {"name": "remember", "arguments": {"kind": "fact", "text": f"I work on{HIDDEN}the ledger team."}}},
+        {"text": "Kept nothing."},
+    )
+    done = cli("chat", "asker", stdin=f"Keep that I work on the ledger team. script:{sid}\nn\n")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert formats(done.stdout + done.stderr) == []
+    out = " ".join(done.stdout.split())
+    unknown = out[out.index("step 1 · x") : out.index("No such tool")]  # the error card of a tool no one has
+    asked = out[out.index("step 2 · remember") : out.index("needs your approval")]  # the approval card
+    prompt = out[out.index("step 2 · remember:") :]
+    cards = {"the tool's name": unknown.split("arguments")[0], "a step's arguments": unknown.split("arguments")[1]}
+    cards |= {"the approval card's arguments": asked}
+    missing = [
+        (card, name) for card, shown in cards.items() for name, c in FORMAT_CHARACTERS.items() if escape(c) not in shown
+    ]
+    assert missing == []
+    hidden = "".join(map(escape, HIDDEN))
+    assert f"step 1 · x{hidden}y" in unknown and f"print(1){hidden}" in unknown
+    assert f'"text": "I work on{hidden}the ledger team."' in asked and "approve? [y/N]" in prompt
+    assert door(gateway, person, "/v1/entries").json()["entries"] == []
+
+
+def test_a_forget_card_shows_format_characters_in_the_note_escaped(cli, gateway, engine, person):
+    text = f"I work on the ledger team.{HIDDEN} Ask me about it."
+    note = requests.post(
+        gateway.url + "/v1/entries", headers=person.headers, timeout=30, json={"kind": "fact", "text": text, "source": "t"}
+    ).json()
+    sid = engine.script({"call": {"name": "forget", "arguments": {"id": note["id"]}}}, {"text": "Kept it."})
+    done = cli("chat", "asker", stdin=f"Forget that I work on the ledger team. script:{sid}\nn\n")
+    assert done.returncode == 0, done.stderr
+    out = " ".join(done.stdout.split())
+    card = out[out.index("step 1 · forget") : out.index("needs your approval")]
+    assert formats(card) == []  # (the table of recalled notes, after the answer, shows a note as written)
+    assert [name for name, c in FORMAT_CHARACTERS.items() if escape(c) not in card] == []
+    assert f"note fact: {text.replace(HIDDEN, ''.join(map(escape, HIDDEN)))}" in card
     assert [e["id"] for e in door(gateway, person, "/v1/entries").json()["entries"]] == [note["id"]]
 
 

@@ -151,3 +151,24 @@ def test_memory_tools_are_not_for_a_caller_without_the_grant(model, engine, stra
     offered = [t["function"]["name"] for t in engine.requests(sid)[0].get("tools", [])]
     assert offered == ["platform_status"]
     assert [d["result"]["status"] for n, d in events if n == "step" and d["status"] == "error"] == [404]
+
+
+def test_every_keep_and_forget_of_turns_in_a_row_runs(model, engine, memory, person, notes):
+    """Memory lets a token exchanged for it keep one note and forget one entry: each write and forget of the loop
+    carries a token of its own, so a turn's keep and forget and the next turn's keep all run."""
+    session, note, _ = notes
+    first = engine.script(
+        {"call": {"name": "remember", "arguments": {"kind": "preference", "text": "Likes short answers."}}},
+        {"call": {"name": "forget", "arguments": {"id": note["id"]}}},
+        {"text": "Done."},
+    )
+    second = engine.script(
+        {"call": {"name": "remember", "arguments": {"kind": "preference", "text": "Likes answers in English."}}},
+        {"text": "Kept."},
+    )
+    for sid, steps in ((first, 2), (second, 1)):
+        _, events = take_turn(model.url, person, "reviewer", f"{QUESTION} Keep this. script:{sid}")
+        ended = [d for n, d in events if n == "step" and d["status"] != "started"]
+        assert [d["status"] for d in ended] == ["ok"] * steps, [d.get("result") for d in ended]
+    kept = {e["text"] for e in entries(memory, session).values() if e["kind"] == "preference"}
+    assert kept == {"Likes short answers.", "Likes answers in English."}

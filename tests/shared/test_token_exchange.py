@@ -154,6 +154,17 @@ def test_exchanged_tokens_are_kept_per_caller_and_audience(client, issuer):
     assert jwt.decode(client.token_for(bob, audience("page")), options={"verify_signature": False})["sub"] == "bob"
 
 
+def test_a_fresh_token_is_exchanged_for_its_call_alone(client, issuer):
+    """What a memory write or forget asks for: memory counts an exchanged token's uses by its `jti`, so each gets
+    its own token, and the kept one (recall's) stays as it was."""
+    alice = Caller("alice", (), issuer.caller_token("alice"))
+    kept = client.token_for(alice, audience("memory"))
+    fresh = [client.token_for(alice, audience("memory"), fresh=True) for _ in range(2)]
+    ids = {jwt.decode(t, options={"verify_signature": False})["jti"] for t in [kept, *fresh]}
+    assert len(ids) == 3
+    assert client.token_for(alice, audience("memory")) == kept
+
+
 def test_a_token_near_its_end_is_exchanged_again(issuer, tmp_path):
     client = TokenExchange(
         mode="exchange", url=issuer.token_endpoint, token_file=str(issuer.assertion_file(tmp_path, "model"))

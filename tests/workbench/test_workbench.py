@@ -6,6 +6,7 @@ another site's script could read it, be framed, grow past its weight)."""
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import pytest
 import requests
@@ -333,6 +334,65 @@ def test_a_forget_card_shows_the_note_and_a_stray_enter_answers_nothing(page, st
     expect(card.get_by_role("button", name="Approve")).to_be_visible()
     assert [e["id"] for e in stack.door("GET", "/v1/entries", token).json()["entries"]] == [note["id"]]
     shot(page, "11-forget-approval")
+    page.get_by_role("button", name="Deny").click()
+    expect(page.locator(".answer").last).to_have_text("I kept it.")
+    assert [e["id"] for e in stack.door("GET", "/v1/entries", token).json()["entries"]] == [note["id"]]
+
+
+# Format characters (Unicode category Cf), each shown on a card as its escape: drawn as they are, they reorder or hide
+# what follows them, so the call a person approves could read as another.
+FORMAT_CHARACTERS = {
+    "U+202E right-to-left override": "\u202e",
+    "U+202A left-to-right embedding": "\u202a",
+    "U+2066 left-to-right isolate": "\u2066",
+    "U+2067 right-to-left isolate": "\u2067",
+    "U+2068 first strong isolate": "\u2068",
+    "U+2069 pop directional isolate": "\u2069",
+    "U+200E left-to-right mark": "\u200e",
+    "U+061C Arabic letter mark": "\u061c",
+    "U+200B zero width space": "\u200b",
+    "U+200D zero width joiner": "\u200d",
+    "U+2060 word joiner": "\u2060",
+    "U+FEFF zero width no-break space": "\ufeff",
+    "U+00AD soft hyphen": "\u00ad",
+    "U+E0001 language tag": "\U000e0001",
+}
+HIDDEN = "".join(FORMAT_CHARACTERS.values())
+
+
+def escape(c: str) -> str:
+    return f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
+
+
+def test_cards_show_format_characters_escaped_in_the_tool_its_arguments_and_the_note(page, stack):
+    token = stack.token("wb-nia")
+    note = add_note(stack, token, f"Prefer tabs to spaces in Go code.{HIDDEN} Always.")
+    script = stack.script(
+        {"call": {"name": f"x{HIDDEN}y", "arguments": {"code": f"print(1){HIDDEN}"}}},
+        {"call": {"name": "forget", "arguments": {"id": note["id"]}}},
+        {"text": "I kept it."},
+    )
+    sign_in(page, stack, "wb-nia")
+    page.get_by_label("Agent").select_option("code-reviewer")
+    say(page, f"script:{script} Forget my note about tabs and spaces in Go code.")
+    forget = page.locator(".card[data-step='2']")
+    expect(forget).to_have_attribute("data-status", "needs_approval")
+    unknown = page.locator(".card[data-step='1']")
+    shown = {
+        "the tool's name": unknown.locator("header strong").inner_text(),
+        "a step's arguments": unknown.locator("pre").first.inner_text(),
+        "the forget card's note": forget.get_by_label("The note").inner_text(),
+    }
+    hidden = "".join(map(escape, HIDDEN))
+    assert shown["the tool's name"] == f"step 1 · x{hidden}y"
+    assert f"print(1){hidden}" in shown["a step's arguments"]
+    assert f"Prefer tabs to spaces in Go code.{hidden} Always." in shown["the forget card's note"]
+    missing = [
+        (where, name) for where, text in shown.items() for name, c in FORMAT_CHARACTERS.items() if escape(c) not in text
+    ]
+    assert missing == []
+    cards = page.locator(".card").all_inner_texts()
+    assert [c for card in cards for c in card if unicodedata.category(c) == "Cf"] == []
     page.get_by_role("button", name="Deny").click()
     expect(page.locator(".answer").last).to_have_text("I kept it.")
     assert [e["id"] for e in stack.door("GET", "/v1/entries", token).json()["entries"]] == [note["id"]]

@@ -87,7 +87,9 @@ class Chat:
             answer = True
         else:
             asker = self.err if self.as_json else self.out
-            prompt = Text.assemble((f"step {step.get('n')} · {step.get('tool')}: ", "bold"), ("approve? [y/N] ", "magenta"))
+            prompt = Text.assemble(
+                (f"step {step.get('n')} · {render.tool_name(step)}: ", "bold"), ("approve? [y/N] ", "magenta")
+            )
             try:
                 if sys.stdin.isatty():
                     line = asker.input(prompt)
@@ -103,7 +105,7 @@ class Chat:
         if self.as_json:
             self.emit("approval", {"n": step.get("n"), "tool": step.get("tool"), "approve": answer})
         elif self.yes:
-            self.out.print(Text(f"step {step.get('n')} · {step.get('tool')}: approved (--yes)", style="dim"))
+            self.out.print(Text(f"step {step.get('n')} · {render.tool_name(step)}: approved (--yes)", style="dim"))
         return answer
 
     def show(self, stream: Iterator[tuple[str, dict]]) -> str | None:
@@ -141,7 +143,7 @@ class Chat:
                         line_open = False
                     if data.get("status") == "started":
                         if self.out.is_terminal:
-                            spinner = self.out.status(Text(f"step {data.get('n')} · {data.get('tool')} …"))
+                            spinner = self.out.status(Text(f"step {data.get('n')} · {render.tool_name(data)} …"))
                             spinner.start()
                     else:
                         if spinner is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,9 +24,25 @@ TIMEOUT = (5, 600)  # connect; read between two chunks (a turn on a small CPU en
 CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+def escaped(text: str) -> str:
+    """The text with every format character (Unicode category Cf: bidirectional overrides and isolates such as
+    U+202E and U+2066-2069, zero-width characters, U+FEFF) written as its escape, `\\u202e`. Drawn as is on a card,
+    such a character reorders or hides what follows it, so the call the person approves could read as another.
+    Only a call is drawn this way (its tool, arguments, note and result): in an answer an emoji's joiner or a
+    Persian word's non-joiner is text the person needs."""
+    if text.isascii():
+        return text
+    return "".join(_escape(c) if unicodedata.category(c) == "Cf" else c for c in text)
+
+
+def _escape(c: str) -> str:
+    return f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
+
+
 def printable(value: Any) -> Any:
     """A decoded answer with every control character taken out of its strings (keys too): everything the CLI shows
-    of the platform's answers comes through here, whatever then draws it."""
+    of the platform's answers comes through here, whatever then draws it. A call drawn on a card is then `escaped`
+    too."""
     if isinstance(value, str):
         return CONTROLS.sub("", value)
     if isinstance(value, list):

@@ -2,6 +2,8 @@
 
 What the platform relays is drawn as Rich `Text`, never as markup: a note, a tool's name or a model's answer
 with `[/]` in it is shown as written (its control characters were taken out as it was read: client.printable).
+A call (a step's card, the approval prompt, a tool's name anywhere) is drawn with its format characters escaped
+(client.escaped): what the person approves reads as what runs.
 """
 
 from __future__ import annotations
@@ -16,13 +18,23 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from .client import escaped
+
 ID_PREFIX = 8  # characters of an entry id shown; any unambiguous prefix is accepted back
 SUMMARY = 160  # characters of a tool's result shown on its card
 
 
+def as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def tool_name(event: dict) -> str:
+    """A step's tool as a card and a prompt name it."""
+    return escaped(str(event.get("tool", "?")))
+
+
 def short(value: Any, width: int = SUMMARY) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
-    text = " ".join(text.split())
+    text = " ".join(as_text(value).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -88,7 +100,7 @@ def agents(found: Iterable[dict]) -> Group:
         rows.add_column(style="dim", no_wrap=True)
         rows.add_column()
         rows.add_row(Text("brief"), Text(a["brief"]))
-        rows.add_row(Text("tools"), Text(", ".join(a["tools"])))
+        rows.add_row(Text("tools"), Text(escaped(", ".join(a["tools"]))))
         rows.add_row(
             Text("limits"),
             Text(
@@ -108,7 +120,11 @@ def tools(found: Iterable[dict]) -> Table:
         properties = (t.get("input_schema") or {}).get("properties") or {}
         required = set((t.get("input_schema") or {}).get("required") or [])
         table.add_row(
-            *cells(t["name"], t.get("description", ""), ", ".join(f"{k}{'' if k in required else '?'}" for k in properties))
+            *cells(
+                escaped(t["name"]),
+                t.get("description", ""),
+                escaped(", ".join(f"{k}{'' if k in required else '?'}" for k in properties)),
+            )
         )
     return table
 
@@ -134,17 +150,19 @@ NOT_RUN = {"needs_approval": "needs your approval", "declined": "declined", "rep
 
 
 def step(event: dict) -> Panel:
-    """A tool step as a card: name, arguments, status (started -> ok/error), time, a short result."""
+    """A tool step as a card: name, arguments, status (started -> ok/error), time, a short result. Everything of the
+    call on it is `escaped`: a format character shows as its escape."""
     status = event.get("status", "")
     arguments = event.get("arguments", {})
     if status == "needs_approval":  # the person approves exactly these arguments: shown whole
         shown = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, indent=2)
-        lines = [Text("arguments", style="dim"), Text(shown)]
+        lines = [Text("arguments", style="dim"), Text(escaped(shown))]
         note = event.get("note")
         if isinstance(note, dict):  # forget: the note it deletes, beside its id
-            lines.append(Text.assemble(("note      ", "dim"), f"{note.get('kind') or 'note'}: {note.get('text', '')}"))
+            said = f"{note.get('kind') or 'note'}: {note.get('text', '')}"
+            lines.append(Text.assemble(("note      ", "dim"), escaped(said)))
     else:
-        lines = [Text.assemble(("arguments ", "dim"), short(arguments))]
+        lines = [Text.assemble(("arguments ", "dim"), short(escaped(as_text(arguments))))]
     flow = Text.assemble(("status    ", "dim"), ("started", STATUS_STYLE["started"]))
     if status in NOT_RUN:
         flow = Text.assemble(("status    ", "dim"), (NOT_RUN[status], STATUS_STYLE[status]))
@@ -159,10 +177,10 @@ def step(event: dict) -> Panel:
         result = event["result"]
         if status == "error" and isinstance(result, dict) and "title" in result:
             result = f"{result['title']}: {result.get('detail', '')}".rstrip(": ")
-        lines.append(Text.assemble(("result    ", "dim"), short(result)))
+        lines.append(Text.assemble(("result    ", "dim"), short(escaped(as_text(result)))))
     return Panel(
         Group(*lines),
-        title=Text.assemble(f"step {event.get('n', '?')} · ", (str(event.get("tool", "?")), "bold")),
+        title=Text.assemble(f"step {event.get('n', '?')} · ", (tool_name(event), "bold")),
         title_align="left",
         border_style=STATUS_STYLE.get(status, ""),
         expand=False,

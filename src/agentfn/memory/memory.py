@@ -16,7 +16,18 @@ from . import notes, quotas
 from .quotas import Limits, Survey
 from .schemas import EPISODE_MAX_CHARS, EPISODE_MAX_WORDS, KINDS, MAX_RECALL
 from .stays import STAYS
-from .store import Store
+from .store import Once, Spent, Store
+
+SPENT = {
+    "write": "this exchanged token has kept its one note: each token exchanged for memory keeps one note and forgets "
+    "one entry; nothing was kept",
+    "forget": "this exchanged token has forgotten its one entry: each token exchanged for memory keeps one note and "
+    "forgets one entry; nothing was forgotten",
+}
+
+
+def spent(use: str) -> ProblemError:
+    return ProblemError(403, "Forbidden", SPENT[use], type=problem_type("exchanged-token-spent"))
 
 
 def _entry(row: dict[str, Any]) -> dict[str, Any]:
@@ -73,8 +84,9 @@ class Memory:
     def list(self, subject: str, kind: str | None, limit: int, offset: int) -> list[dict]:
         return [_entry(r) for r in self.store.list(subject, kind, limit, offset)]
 
-    def create(self, subject: str, kind: str, text: str, source: str) -> tuple[dict, bool]:
-        """(the entry, whether it was already kept): a note the subject already has is not kept twice."""
+    def create(self, subject: str, kind: str, text: str, source: str, once: Once | None = None) -> tuple[dict, bool]:
+        """(the entry, whether it was already kept): a note the subject already has is not kept twice. `once`: the
+        exchanged token's one write, claimed with it."""
         check_note(text)
 
         def admit(survey: Survey) -> dict | None:
@@ -88,9 +100,21 @@ class Memory:
         # Checked under the subject's lock while the embedding runs; for a watched subject, before it is begun too.
         if subject in self.watchlist and (existing := admit(self.store.survey(subject, text, self.limits))) is not None:
             return _entry(existing), True
-        row, existing = self.store.insert(
-            subject, kind, text, source, self.model, self._embedding(text), limits=self.limits, cost=1, check=admit
-        )
+        try:
+            row, existing = self.store.insert(
+                subject,
+                kind,
+                text,
+                source,
+                self.model,
+                self._embedding(text),
+                limits=self.limits,
+                cost=1,
+                check=admit,
+                once=once,
+            )
+        except Spent:
+            raise spent("write") from None
         return _entry(row), existing
 
     def correct(self, subject: str, entry_id: uuid.UUID, text: str | None, source: str | None) -> dict:
@@ -136,8 +160,12 @@ class Memory:
             raise not_found("no entry with this id")
         return _entry(row)
 
-    def forget(self, subject: str, entry_id: uuid.UUID) -> None:
-        if not self.store.forget(subject, entry_id):
+    def forget(self, subject: str, entry_id: uuid.UUID, once: Once | None = None) -> None:
+        try:
+            gone = self.store.forget(subject, entry_id, once)
+        except Spent:
+            raise spent("forget") from None
+        if not gone:
             raise not_found("no entry with this id")
 
     def forget_all(self, subject: str) -> dict:

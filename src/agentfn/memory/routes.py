@@ -15,6 +15,7 @@ from agentfn.shared.validation import Schema, json_body
 
 from . import schemas
 from .memory import Memory, parse_id
+from .store import Once
 
 bp = Blueprint("memory", __name__)
 log = logging.getLogger("agentfn.memory")
@@ -35,10 +36,27 @@ OWN_TOKEN_ONLY = (
 
 def own_token() -> None:
     """Listing, correcting and forgetting everything take the person's own token (the gateway's). A token the model
-    function exchanged for memory (it names an actor) opens only what its loop needs: recall, one write at a time and
-    forgetting one entry, so one leaked from a turn cannot read out or erase a person's memory."""
+    function exchanged for memory (it names an actor) opens only what its loop needs: recall, one write and one
+    forget per token (`once`), so one leaked from a turn cannot read out or erase a person's memory."""
     if g.caller.actor is not None:
         raise ProblemError(403, "Forbidden", OWN_TOKEN_ONLY, type=problem_type("own-token-only"))
+
+
+def once(use: str) -> Once | None:
+    """An exchanged token keeps one note and forgets one entry (`use`), counted by its `jti` across every memory
+    process until it expires: one that leaks from a turn cannot erase entry after entry. The person's own: None."""
+    caller = g.caller
+    if caller.actor is None:
+        return None
+    if caller.token_id is None or caller.expires is None:
+        raise ProblemError(
+            403,
+            "Forbidden",
+            "a token exchanged for memory names itself (`jti`) and its expiry to keep a note or forget one",
+            type=problem_type("exchanged-token-spent"),
+        )
+    leeway = current_app.extensions["agentfn.identity"].caller.trust.leeway
+    return Once(caller.token_id, use, caller.expires + leeway)
 
 
 def memory() -> Memory:
@@ -75,7 +93,7 @@ def create_entry():
     """Keep a fact or a preference for the caller: 201, or 200 with the entry that already says this note."""
     body = json_body(CREATE)
     with telemetry.span("update_memory", {"gen_ai.operation.name": "update_memory", "agentfn.memory.kind": body["kind"]}):
-        entry, existing = memory().create(g.caller.subject, body["kind"], body["text"], body["source"])
+        entry, existing = memory().create(g.caller.subject, body["kind"], body["text"], body["source"], once("write"))
     return jsonify(entry | {"existing": existing}), 200 if existing else 201
 
 
@@ -130,7 +148,7 @@ def correct_entry(entry_id: str):
 def forget_entry(entry_id: str):
     """Forget one of the caller's entries: the row and its vector are deleted."""
     with telemetry.span("delete_memory", {"gen_ai.operation.name": "delete_memory", "agentfn.memory.entries": 1}):
-        memory().forget(g.caller.subject, parse_id(entry_id))
+        memory().forget(g.caller.subject, parse_id(entry_id), once("forget"))
     return "", 204
 
 

@@ -213,13 +213,14 @@ def openapi(model: str) -> dict:
                 },
                 "post": {
                     "operationId": "createEntry",
-                    "summary": "Keep a fact or a preference; a note the caller already has is answered, not kept twice.",
+                    "summary": "Keep a fact or a preference; a note the caller already has is answered, not kept twice "
+                    "(an exchanged token keeps one: 403 after).",
                     "security": caller,
                     "requestBody": json_body(CREATE),
                     "responses": {
                         "201": ok("the entry kept (existing: false)", kept_ref),
                         "200": ok("the entry that already says this note (existing: true); nothing new was kept", kept_ref),
-                        **_problems(400, 401, 413, 415, 422, 429, 503),
+                        **_problems(400, 401, 403, 413, 415, 422, 429, 503),
                     },
                 },
                 "delete": {
@@ -253,9 +254,10 @@ def openapi(model: str) -> dict:
                 },
                 "delete": {
                     "operationId": "forgetEntry",
-                    "summary": "Forget an entry: the row and its vector are deleted.",
+                    "summary": "Forget an entry: the row and its vector are deleted (an exchanged token forgets one: 403 "
+                    "after).",
                     "security": caller,
-                    "responses": {"204": {"description": "forgotten"}, **_problems(400, 401, 404, 503)},
+                    "responses": {"204": {"description": "forgotten"}, **_problems(400, 401, 403, 404, 503)},
                 },
             },
             "/v1/recall": {

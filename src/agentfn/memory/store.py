@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import psycopg
@@ -207,6 +208,40 @@ WHERE subject = %(subject)s AND id = %(id)s
 """
 
 
+# An exchanged token's one use of a kind (see migration 0005): claimed, or nothing when it was claimed before (the
+# claim of another transaction under way waits for it). Rows past their expiry are cleared on the way, skipping any
+# another claim is clearing.
+CLAIM = """
+WITH cleared AS (
+    DELETE FROM token_uses WHERE ctid IN (
+        SELECT ctid FROM token_uses WHERE expires_at < now() LIMIT 100 FOR UPDATE SKIP LOCKED
+    )
+)
+INSERT INTO token_uses (jti, use, expires_at) VALUES (%(jti)s, %(use)s, to_timestamp(%(until)s))
+ON CONFLICT DO NOTHING
+RETURNING 1
+"""
+
+
+@dataclass(frozen=True)
+class Once:
+    """One use of an exchanged token: `use` ("write" or "forget") of the token `jti`, remembered `until` (epoch
+    seconds) the token could no longer be taken."""
+
+    jti: str
+    use: str
+    until: float
+
+
+class Spent(Exception):
+    """The exchanged token has had its use of this kind: nothing was written or forgotten."""
+
+
+def _claim(cur: psycopg.Cursor, once: Once | None) -> None:
+    if once is not None and cur.execute(CLAIM, dict(jti=once.jti, use=once.use, until=once.until)).fetchone() is None:
+        raise Spent(once.use)
+
+
 def _survey(row: dict) -> Survey:
     duplicate = {c: row[c] for c in COLUMNS.split(", ")} if row["id"] is not None else None
     return Survey(entries=row["entries"], available=float(row["available"]), duplicate=duplicate)
@@ -262,10 +297,12 @@ class Store(db.SchemaStore):
         limits: Limits,
         exclude: uuid.UUID | None,
         check: Callable[[Survey], dict | None],
+        once: Once | None = None,
     ) -> Iterator[tuple[psycopg.Cursor, dict | None]]:
-        """A write's transaction: the subject's quota row locked, the survey read after it and checked.
-        `check` raises to refuse (nothing is written) or returns an entry to answer with instead of writing; the
-        write itself ends the transaction (_commit). Whatever raises rolls it back."""
+        """A write's transaction: the subject's quota row locked, the survey read after it and checked, and the
+        exchanged token's use claimed (`once`, raising `Spent`). `check` raises to refuse (nothing is written) or
+        returns an entry to answer with instead of writing; the write itself ends the transaction (_commit).
+        Whatever raises rolls it back, the claim with it."""
         params = dict(subject=subject, text=text, exclude=exclude, cap=limits.max_entries, rate=limits.writes_per_minute)
         self.migrate()
         with self.pool.connection() as conn:
@@ -274,7 +311,9 @@ class Store(db.SchemaStore):
                     cur.execute(SET_SUBJECT, (subject,))
                     available = cur.execute(LOCK, params).fetchone()["available"]
                     survey = cur.execute(SURVEY, params).fetchone()
-                    yield cur, check(_survey(survey | {"available": available}))
+                    answer = check(_survey(survey | {"available": available}))
+                    _claim(cur, once)
+                    yield cur, answer
                 conn.commit()  # an answer, nothing written; after a write, already committed
             except BaseException:
                 if not conn.closed:  # a broken connection is closed, and the pool discards it
@@ -302,10 +341,12 @@ class Store(db.SchemaStore):
         cost: int,
         check: Callable[[Survey], dict | None],
         session_id: str | None = None,
+        once: Once | None = None,
     ) -> tuple[dict, bool]:
         """(the new row, False), or (an entry `check` answered with, True): then nothing is written. `embedding` is
-        called once `check` admits the write: a write refused or answered never waits for it."""
-        with self._locked(subject, text if kind != "episode" else None, limits, None, check) as (cur, answer):
+        called once `check` admits the write: a write refused or answered never waits for it. `once`: the
+        exchanged token's write, claimed with it (an answer claims it too)."""
+        with self._locked(subject, text if kind != "episode" else None, limits, None, check, once) as (cur, answer):
             if answer is not None:
                 return answer, True
             return self._commit(
@@ -346,10 +387,14 @@ class Store(db.SchemaStore):
                 dict(subject=subject, id=entry_id, text=text, source=source, model=model, embedding=embedding(), cost=1),
             )
 
-    def forget(self, subject: str, entry_id: uuid.UUID) -> bool:
+    def forget(self, subject: str, entry_id: uuid.UUID, once: Once | None = None) -> bool:
+        """Whether the entry was there; `once`: the exchanged token's forget, claimed only when one is deleted."""
         try:
             with self.subject(subject) as cur:
-                return cur.execute(FORGET, dict(subject=subject, id=entry_id)).rowcount == 1
+                gone = cur.execute(FORGET, dict(subject=subject, id=entry_id)).rowcount == 1
+                if gone:
+                    _claim(cur, once)  # Spent rolls the deletion back
+                return gone
         finally:
             self.held.drop(subject)  # a forgotten entry is not held here either
 

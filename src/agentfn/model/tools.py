@@ -330,9 +330,10 @@ class ToolTable:
             return self.audiences[part]
         return contract.audience(part) if part in contract.SINGLE_AUDIENCES else contract.audience("tool", part)
 
-    def token(self, ctx: CallContext, part: str, timeout: float) -> str:
-        """The caller's token exchanged for `part` (raises `ExchangeFailed`, an outcome of the call)."""
-        return self.tokens.token_for(ctx.caller, self.audience(part), timeout)
+    def token(self, ctx: CallContext, part: str, timeout: float, *, fresh: bool = False) -> str:
+        """The caller's token exchanged for `part` (raises `ExchangeFailed`, an outcome of the call); `fresh`: for
+        this call alone."""
+        return self.tokens.token_for(ctx.caller, self.audience(part), timeout, fresh=fresh)
 
     def _content(self, answer, name: str) -> ToolResult:
         if answer.status == 200 and isinstance(answer.body, dict) and "content" in answer.body:
@@ -342,6 +343,8 @@ class ToolTable:
         return ToolResult(False, answer.problem(name))
 
     def _memory(self, name: str, arguments: dict, ctx: CallContext, timeout: float) -> ToolResult:
+        # Each write and each forget gets a token of its own: memory lets an exchanged token keep one note and forget
+        # one entry, and the kept token (recall's) may already have done either in an earlier turn.
         if name == "remember":
             body = {
                 "kind": arguments["kind"],
@@ -349,7 +352,11 @@ class ToolTable:
                 "source": f"agent:{ctx.agent.name}" if ctx.agent else "agent",
             }
             answer = self.http.request(
-                "POST", self.memory_url + "/v1/entries", token=self.token(ctx, "memory", timeout), timeout=timeout, body=body
+                "POST",
+                self.memory_url + "/v1/entries",
+                token=self.token(ctx, "memory", timeout, fresh=True),
+                timeout=timeout,
+                body=body,
             )
             # 201: a new entry; 200: the subject already had this note (folded equal): memory answers with it.
             if answer.status in (200, 201) and isinstance(answer.body, dict):
@@ -362,7 +369,10 @@ class ToolTable:
                 False, problem(404, "Not shown", "forget takes the id of a note shown in this turn", "not-shown")
             )
         answer = self.http.request(
-            "DELETE", f"{self.memory_url}/v1/entries/{entry_id}", token=self.token(ctx, "memory", timeout), timeout=timeout
+            "DELETE",
+            f"{self.memory_url}/v1/entries/{entry_id}",
+            token=self.token(ctx, "memory", timeout, fresh=True),
+            timeout=timeout,
         )
         if answer.status == 204:
             return ToolResult(True, {"forgotten": entry_id})

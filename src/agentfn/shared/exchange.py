@@ -8,7 +8,9 @@ ServiceAccount token, audience the issuer, read from its file on each exchange s
 A token that leaks from one part is then good at that part only, for minutes.
 
 Exchanged tokens are kept per (caller token, audience) until shortly before they expire, in a bounded
-map, so a turn's calls after the first cost a dictionary lookup.
+map, so a turn's calls after the first cost a dictionary lookup. A call that changes memory asks for a
+fresh one (`fresh=True`), neither kept nor taken from the map: memory lets each exchanged token keep one
+note and forget one entry.
 
 `AGENTFN_TOKEN_FORWARDING=raw` is the weaker setting for an issuer without token exchange: the caller's
 token is sent on as it came, and every part must then take the gateway's token (see `identity`).
@@ -118,10 +120,13 @@ class TokenExchange:
             token_type=s.token_type,
         )
 
-    def token_for(self, caller: Caller, audience: str, timeout: float | None = None) -> str:
-        """A token for `audience` carrying the caller; raises `ExchangeFailed` when the issuer gives none."""
+    def token_for(self, caller: Caller, audience: str, timeout: float | None = None, *, fresh: bool = False) -> str:
+        """A token for `audience` carrying the caller; raises `ExchangeFailed` when the issuer gives none.
+        `fresh`: exchanged for this call alone (never kept), for a part that counts a token's uses."""
         if self.mode == "raw":
             return caller.token
+        if fresh:
+            return self._exchange(caller.token, audience, min(self.timeout, timeout or self.timeout))[0]
         key = (hashlib.sha256(caller.token.encode()).hexdigest(), audience)
         now = time.time()
         with self._lock:

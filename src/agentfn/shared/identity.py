@@ -12,6 +12,11 @@ the caller carries a token the model function got by token exchange (RFC 8693): 
 requesting client there) that must be one this part trusts. A part behind no route (the page fetcher,
 the tools) accepts only those, so it is never callable on its own, by signature and not only by network.
 
+A token is exchanged by what it is, not by its audience: one that carries `act`, is meant for this part's own
+audience, or was issued to a client (`azp`, else `client_id`) other than the gateway's (`AGENTFN_GATEWAY_CLIENTS`)
+is exchanged, and must be meant for this part and come from a trusted actor. Only a token that is none of these is
+the person's own.
+
 Configuration: `IdentitySettings` below (docs/configuration.md).
 
 PyJWT (and the crypto backend it loads) is imported on the first token, not on the way to ready: a part's
@@ -65,6 +70,8 @@ class Caller:
     groups: tuple[str, ...]
     token: str = field(repr=False)
     actor: str | None = None
+    token_id: str | None = None  # `jti`: what a part counts an exchanged token's uses by
+    expires: float | None = None  # `exp`
 
 
 @dataclass(frozen=True)
@@ -214,11 +221,13 @@ class Verifier:
 @dataclass(frozen=True)
 class Door:
     """Which caller tokens a part takes: the gateway's (audience `gateway`, None: not here) and exchanged
-    ones for its own audience (`own`, None: none) whose actor is in `actors`."""
+    ones for its own audience (`own`, None: none) whose actor is in `actors`. `clients`: the clients a person's
+    own token may be issued to (a token naming none is the person's too)."""
 
     gateway: str | None
     own: str | None
     actors: frozenset[str] = frozenset()
+    clients: frozenset[str] = frozenset()
 
     @property
     def audiences(self) -> tuple[str, ...]:
@@ -234,13 +243,21 @@ class CallerVerifier(Verifier):
 
     def actor(self, claims: dict) -> str | None:
         """Who exchanged the token: `act.sub` (RFC 8693), else the requesting client `azp` names (Keycloak's
-        standard exchange issues no `act`), when the token is meant for this part; None for the gateway's."""
+        standard exchange issues no `act`); None for the person's own token.
+
+        Exchanged is what the token is, whatever else its audience names: it carries `act`, it is meant for this
+        part's own audience, or its client is not the gateway's. Such a token must be meant for this part and come
+        from an actor it trusts; the person's own door never takes it as theirs."""
         audiences = claims.get("aud")
         audiences = set(audiences) if isinstance(audiences, list) else {audiences}
-        if self.door.own is None or self.door.own not in audiences:
-            return None
         act = claims.get("act")
-        actor = act.get("sub") if isinstance(act, dict) else claims.get("azp")
+        client = claims.get("azp", claims.get("client_id"))
+        mine = self.door.own is not None and self.door.own in audiences
+        if act is None and not mine and (client is None or client in self.door.clients):
+            return None
+        if not mine:
+            raise unauthorized("the token was exchanged for another part, or by a client that is not the gateway")
+        actor = act.get("sub") if isinstance(act, dict) else client
         if not isinstance(actor, str) or actor not in self.door.actors:
             raise unauthorized("the token was not exchanged by a service this part trusts")
         return actor
@@ -270,7 +287,15 @@ def verify_caller(verifier: Verifier, token: str) -> Caller:
     groups = claims.get("groups", [])
     if not isinstance(groups, list) or not all(isinstance(x, str) for x in groups):
         raise unauthorized("the token's groups claim is invalid")
-    return Caller(subject=subject, groups=tuple(groups), token=token, actor=actor)
+    jti, exp = claims.get("jti"), claims.get("exp")
+    return Caller(
+        subject=subject,
+        groups=tuple(groups),
+        token=token,
+        actor=actor,
+        token_id=jti if isinstance(jti, str) and 0 < len(jti) <= 255 and "\x00" not in jti else None,
+        expires=float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None,
+    )
 
 
 def verify_service(verifier: Verifier, token: str, trusted: frozenset[str]) -> Service:
@@ -305,6 +330,13 @@ class IdentitySettings(Settings):
         "comma-separated actors (`act.sub`, else `azp`) whose exchanged tokens this part takes: the model function's "
         "account",
         shown="(none; required by the page fetcher and the tools)",
+    )
+    gateway_clients: tuple[str, ...] = setting(
+        "AGENTFN_GATEWAY_CLIENTS",
+        ("agentfn-workbench",),
+        "comma-separated clients (`azp`, else `client_id`) a person's own token may be issued to: the gateway's and "
+        "the workbench's; a token issued to any other client is taken as exchanged (a token naming no client is the "
+        "person's)",
     )
     token_forwarding: str = setting(
         "AGENTFN_TOKEN_FORWARDING",
@@ -370,7 +402,7 @@ class Identity:
             raise RuntimeError(
                 "AGENTFN_TRUSTED_ACTORS must name the service(s) that call this part (or AGENTFN_TOKEN_FORWARDING=raw)"
             )
-        door = Door(gateway_audience if takes_gateway else None, own, actors)
+        door = Door(gateway_audience if takes_gateway else None, own, actors, frozenset(s.gateway_clients))
         caller = CallerVerifier(Trust(issuer, gateway_audience, jwks, leeway, cooldown=cooldown), door)
         service = Trust(
             s.service_jwt_issuer or issuer,

@@ -1,5 +1,6 @@
 // The workbench: one script, no build step, no framework. Every text from the platform (answers, notes,
-// pages, results, errors) is put on the page as text (textContent), never as markup.
+// pages, results, errors) is put on the page as text (textContent), never as markup; a call (a step's card, a
+// tool's name anywhere) with its format characters escaped (`escaped`).
 //
 // Sign-in is OIDC's authorization code with PKCE at the issuer /workbench.json names. The access token is
 // kept in this module's memory only (never in storage, a cookie or a URL), and sent only to this site's
@@ -27,6 +28,16 @@ function el(tag, attributes = {}, ...children) {
   }
   return node;
 }
+
+// Format characters (Unicode Cf: bidirectional overrides and isolates such as U+202E and U+2066-2069, zero-width
+// characters, U+FEFF) drawn as their escapes, "\u202e": as they are, they reorder or hide what follows them, and the
+// call a person approves could read as another. Only a call is drawn so: in an answer an emoji's joiner is text.
+const FORMATS = /\p{Cf}/gu;
+const hex = (n, width) => n.toString(16).padStart(width, "0");
+const escaped = (text) => String(text).replace(FORMATS, (c) => {
+  const n = c.codePointAt(0);
+  return n > 0xffff ? `\\U${hex(n, 8)}` : `\\u${hex(n, 4)}`;
+});
 
 const short = (id) => String(id || "").slice(0, 8);
 const when = (iso) => (iso ? new Date(iso).toLocaleString() : "");
@@ -228,7 +239,7 @@ async function loadAgents() {
 
 function describeAgent() {
   const agent = state.agents.find((a) => a.name === $("agent").value);
-  $("agent-about").textContent = agent ? `${agent.brief || ""} Tools: ${(agent.tools || []).join(", ") || "none"}.` : "";
+  $("agent-about").textContent = agent ? `${agent.brief || ""} Tools: ${escaped((agent.tools || []).join(", ")) || "none"}.` : "";
 }
 
 function changeAgent() {
@@ -270,20 +281,20 @@ function stepCard(step) {
 function drawStep(card, step) {
   card.dataset.status = step.status;
   const label = { started: "running", ok: "ok", error: "problem", needs_approval: "needs your approval", declined: "declined" };
-  const header = el("header", {}, el("strong", { text: `step ${step.n} · ${step.tool}` }),
+  const header = el("header", {}, el("strong", { text: `step ${step.n} · ${escaped(step.tool)}` }),
     el("span", { class: "status", text: label[step.status] || step.status }),
     step.ms !== undefined && step.status !== "started" ? el("span", { class: "dim", text: `${step.ms} ms` }) : null);
-  const parts = [header, el("pre", { text: JSON.stringify(step.arguments ?? {}, null, 1) })];
+  const parts = [header, el("pre", { text: escaped(JSON.stringify(step.arguments ?? {}, null, 1)) })];
   if (step.note) {
     // forget: the note it deletes, beside its id, so the person approves a note and not an id
-    parts.push(el("p", { class: "note", "aria-label": "The note" }, el("span", { class: "kind", text: step.note.kind || "note" }),
-      " ", el("span", { text: step.note.text })));
+    parts.push(el("p", { class: "note", "aria-label": "The note" }, el("span", { class: "kind", text: escaped(step.note.kind || "note") }),
+      " ", el("span", { text: escaped(step.note.text) })));
   }
   if (step.result !== undefined) {
     const result = step.result;
     const text = result && typeof result === "object" && result.title
       ? `${result.title}${result.detail ? `: ${result.detail}` : ""}` : JSON.stringify(result, null, 1);
-    parts.push(el("details", {}, el("summary", { text: "result" }), el("pre", { text })));
+    parts.push(el("details", {}, el("summary", { text: "result" }), el("pre", { text: escaped(text) })));
   }
   card.replaceChildren(...parts);
 }
@@ -603,7 +614,7 @@ function toolForm(tool) {
   const required = new Set(schema.required || []);
   const fields = Object.entries(schema.properties || {}).map(([name, property]) => field(tool.name, name, property, required.has(name)));
   const result = el("div", { "aria-live": "polite" });
-  const form = el("form", {}, ...fields.map((f) => f.node), el("div", {}, el("button", { type: "submit", class: "primary", text: `Call ${tool.name}` })));
+  const form = el("form", {}, ...fields.map((f) => f.node), el("div", {}, el("button", { type: "submit", class: "primary", text: `Call ${escaped(tool.name)}` })));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const args = {};
@@ -618,7 +629,7 @@ function toolForm(tool) {
       result.replaceChildren(problemBox(problem instanceof Problem ? problem : new Problem("Not sent", problem.message)));
     }
   });
-  return el("article", { class: "tool", "data-tool": tool.name }, el("h3", { text: tool.name }),
+  return el("article", { class: "tool", "data-tool": tool.name }, el("h3", { text: escaped(tool.name) }),
     el("p", { class: "dim", text: tool.description || "" }), form, result);
 }
 
@@ -654,7 +665,7 @@ function field(tool, name, property, isRequired) {
       }
     };
   }
-  const node = el("div", { class: "field" }, el("label", { for: id, text: `${name}${isRequired ? " (required)" : ""}` }), control,
+  const node = el("div", { class: "field" }, el("label", { for: id, text: `${escaped(name)}${isRequired ? " (required)" : ""}` }), control,
     hint ? el("span", { class: "hint", text: hint }) : null);
   return { name, node, value: read };
 }
@@ -696,7 +707,7 @@ async function moreGenerations() {
   const query = new URLSearchParams({ limit: "50", ...(state.olderThan ? { before: state.olderThan } : {}) });
   const found = (await door("GET", `/v1/admin/generations?${query}`)).generations || [];
   const rows = found.map((g) => ({ ...g, started: when(g.started_at),
-    tools: (g.tools || []).map((t) => `${t.tool} ${t.status} ${t.ms} ms`),
+    tools: (g.tools || []).map((t) => `${escaped(t.tool)} ${t.status} ${t.ms} ms`),
     tokens: `${g.tokens_in}/${g.tokens_out}`, duration: g.duration_ms === null ? "running" : seconds(g.duration_ms) }));
   const existing = $("generations").querySelector("tbody");
   if (!existing) table($("generations"), GENERATION_COLUMNS, rows);
