@@ -459,7 +459,7 @@ class Stack:
             if name.endswith("_FILE") and name not in planned and value:
                 env[name] = str(self.own_copy(own, Path(value)))
         own.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.hand_over(own / "pgpass")
+        self.hand_over(own / "pgpass")  # the folder, whether or not the part has that file
         readable = {own}
         if "AGENTFN_SUBJECT_HASH_KEY_FILE" in env:
             readable.add(self.subject_hash_key_file().parent)
@@ -468,9 +468,9 @@ class Stack:
         if part.name == "registry":
             readable.add(ROOT / "examples")
         writable = {self.registry.parent} if part.name == "registry" else set()
-        files = [Path(v) for k, v in env.items() if k.endswith("_FILE") or k == "AGENTFN_DATABASE_URL"]
-        for path in files:  # every file a setting names is under a mount of the part's own
-            path = Path(str(path).partition("passfile=")[2] or path)
+        named = [value for name, value in env.items() if name.endswith("_FILE")]
+        named.append(env.get("AGENTFN_DATABASE_URL", "").partition("passfile=")[2])
+        for path in (Path(value) for value in named if value):  # each file a setting names, under one of its mounts
             if path.is_absolute() and not any(path.is_relative_to(m) for m in readable | writable):
                 raise RuntimeError(f"{part.name}: {path} is not under any of its mounts")
         argv = tuple(arg.replace(str(BIN / "python"), "python") for arg in part.argv or ())
@@ -590,7 +590,7 @@ class Stack:
                 self.warming = threading.Thread(target=self.warm_engine, name="warm-engine", daemon=True)
                 self.warming.start()
         # Up once the doors answer: the warming goes on behind the banner (a turn meanwhile waits for its agent's
-        # prompt to be read, and is told so), and says how it went when it is done (`wait`).
+        # prompt to be read, and is told so); `wait` says how it went once it is done.
         self.banner()
 
     def warm_engine(self) -> None:
