@@ -342,7 +342,10 @@ class IdentitySettings(Settings):
         "bearer token sent when fetching the service JWKS (read on each fetch: it rotates)",
     )
     trusted_service_accounts: tuple[str, ...] = setting(
-        "AGENTFN_TRUSTED_SERVICE_ACCOUNTS", (), "comma-separated service accounts allowed at service doors"
+        "AGENTFN_TRUSTED_SERVICE_ACCOUNTS",
+        (),
+        "comma-separated service accounts allowed at service doors (memory's WriteEpisode; the model function's engine "
+        "warm-up, which the chart opens to none)",
     )
 
 
