@@ -138,6 +138,8 @@ def test_the_service_identity_is_wired_from_the_model_function_to_memory(values_
     reg_mount = next(m for m in pod_spec(model)["containers"][0]["volumeMounts"] if m["name"] == "registry")
     assert env_of(model)["AGENTFN_REGISTRY_FILE"] == f"{reg_mount['mountPath']}/registry.json"
     assert {o["metadata"]["name"] for o in objects(values_set, "ServiceAccount")} >= {account}
+    # The model function's own service door (the engines' warm-up: unmetered rounds) trusts no account in a cluster.
+    assert "AGENTFN_TRUSTED_SERVICE_ACCOUNTS" not in env_of(model)
 
 
 @pytest.mark.parametrize("values_set", SETS)

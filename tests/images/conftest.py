@@ -9,7 +9,7 @@ one (a test double of an LLM's choices), in this process; the dev upstreams behi
 from __future__ import annotations
 
 import pytest
-from support.images import BANNER, Platform
+from support.images import BANNER, HOST_SECRETS, Platform
 from support.model import Engine
 from support.scripted_engine import create_app as engine_app
 
@@ -34,7 +34,20 @@ def platform(engine, tmp_path_factory):
     # Postgres (its own user) reaches its data directory; the containers read what var/ hands them.
     home = tmp_path_factory.mktemp("platform")
     home.chmod(0o755)
-    up = Platform(home / "var", f"{engine.url}/v1")
+    # This environment holds what a person's shell may: their own token, a collector's header, the path of their
+    # engine's key. None of it is any container's but the engine key's, copied into the model function's own folder.
+    key = home / "engine" / "api-key"
+    key.parent.mkdir()
+    key.write_text(HOST_SECRETS["engine key"])
+    key.chmod(0o600)
+    up = Platform(
+        home / "var",
+        f"{engine.url}/v1",
+        AGENTFN_TOKEN=HOST_SECRETS["person's token"],
+        OTEL_EXPORTER_OTLP_HEADERS=f"authorization=Bearer {HOST_SECRETS['collector header']}",
+        AGENTFN_TIER_FAST_API_KEY_FILE=str(key),
+    )
+    up.engine_key = key
     shown = up.start()
     assert BANNER in shown, shown[-3000:]
     up.shown = shown

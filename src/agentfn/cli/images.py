@@ -218,6 +218,28 @@ def cpus_flag(quantity: str) -> str:
     return str(int(quantity.removesuffix("m")) / 1000) if quantity.endswith("m") else quantity
 
 
+# The /proc paths podman masks or makes read-only by default, unmasked for run_code's container only: the kernel mounts
+# a new /proc (bubblewrap's) only where the container's own is fully visible, so each of them that a kernel has is
+# needed (tests/images leaves each one masked in turn). Named, not `/proc/*`: a mask added elsewhere stays, and
+# bubblewrap then says so; /sys stays masked.
+PROC_UNMASKED = (
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/proc/asound",
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+)
+
+
 @dataclass
 class Container:
     """One part run from its image as the chart runs its pod: uid 10001, a read-only root with /tmp the only
@@ -226,7 +248,7 @@ class Container:
 
     part: str  # the image's part: a function, or `operator`
     name: str  # the container's name
-    env: dict[str, str]
+    env_file: Path  # its settings, in a file only root reads: nothing of them on podman's command line
     readable: tuple[Path, ...] = ()  # host folders and files it reads, mounted read-only at the same path
     writable: tuple[Path, ...] = ()  # host folders it writes (the operator's registry: the ConfigMap it writes)
     argv: tuple[str, ...] = ()  # instead of the image's command
@@ -250,14 +272,14 @@ class Container:
             "--cap-drop=all",
             "--security-opt=no-new-privileges",
             # run_code's bubblewrap mounts a /proc of its own for the program's pid namespace, which the kernel refuses
-            # while the container's /proc has paths masked; gVisor, the chart's RuntimeClass for it, is that wall in a
-            # cluster (docs/deploying.md).
-            *(["--security-opt=unmask=/proc/*"] if self.part == "run_code" else []),
+            # while any path of the container's /proc is covered; the local mode's alone: gVisor, the chart's
+            # RuntimeClass for it, is that wall in a cluster (docs/deploying.md).
+            *([f"--security-opt=unmask={':'.join(PROC_UNMASKED)}"] if self.part == "run_code" else []),
             f"--memory={limit['memory']}",
             f"--cpus={limit['cpus']}",
             *ulimits(),
             *mounts,
-            *(f"--env={name}={value}" for name, value in self.env.items()),
+            f"--env-file={self.env_file}",
             image(self.part),
             *self.argv,
         ]

@@ -1,9 +1,10 @@
 """The local platform: every part on this machine, as it runs in a cluster (each function under gunicorn).
 
 `agentfn up` starts embedded Postgres (data kept in `var/`), the dev issuer, the offline engine, every
-function and the dev gateway in front of the public doors, shows progress, has the offline engine read each
-agent's system prompt once (its prompt cache then holds them: the first turn is as quick as the later ones),
-prints a banner when everything is ready (with the stack's resident memory) and stops everything on Ctrl-C.
+function and the dev gateway in front of the public doors, shows progress, prints a banner when every door answers
+(with the stack's resident memory), and meanwhile has the offline engine read each agent's system prompt once (its
+prompt cache then holds them: the first turn is as quick as the later ones; a turn sent before that waits for it),
+and stops everything on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import ctypes
 import importlib.util
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -19,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,6 +81,7 @@ OFFLINE_TIER = {
     "AGENTFN_TIER_FAST_MAX_TOKENS": "160",
     "AGENTFN_TIER_FAST_TEMPERATURE": "0",
 }
+MODEL_SERVICE_AUDIENCE = "agentfn-model"  # the model function's service door (the engines' warm-up), not memory's
 TOKEN_ROTATION_SECONDS = 1200  # the service token lives an hour; rotated well before, as the kubelet does
 
 
@@ -97,6 +101,42 @@ class Part:
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
+
+
+# What each part reads: its settings objects (as docs/configuration.md lists them). Its container is given these
+# names and no other.
+OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+SHARED = ("agentfn.shared.server:ServerSettings", "agentfn.shared.telemetry:TelemetrySettings")
+CALLERS = (*SHARED, "agentfn.shared.identity:IdentitySettings", "agentfn.shared.pseudonym:SubjectHashSettings")
+EXCHANGES = (*CALLERS, "agentfn.shared.exchange:ExchangeSettings")
+READ = {
+    "memory": (*CALLERS, "agentfn.memory.settings:MemorySettings", "agentfn.memory.settings:EmbeddingSettings"),
+    "page": (*CALLERS, "agentfn.page.settings:PageSettings"),
+    **{tool: (*EXCHANGES, "agentfn.shared.tool_settings:ReadToolSettings") for tool in READS},
+    "run_code": (*CALLERS, "agentfn.run_code.settings:RunCodeSettings", "agentfn.run_code.settings:SandboxSettings"),
+    "model": (
+        *EXCHANGES,
+        "agentfn.model.settings:ModelSettings",
+        "agentfn.model.settings:ToolSettings",
+        "agentfn.model.settings:TiersSettings",
+        "agentfn.model.settings:TierSettings",
+    ),
+    "workbench": (*SHARED, "agentfn.workbench.settings:WorkbenchSettings", "agentfn.shared.identity:IdentitySettings"),
+    "registry": (*SHARED, "agentfn.operator.config:Config"),
+}
+
+
+def settings_names(part: str) -> Callable[[str], bool]:
+    """Whether a variable is one of the part's settings; a name's placeholder (`<T>`, `<NAME>`) stands for any tier
+    or tool, and `<TOOL>` for the part itself."""
+    patterns = []
+    for path in READ[part]:
+        module, _, name = path.partition(":")
+        for variable, _, _ in getattr(importlib.import_module(module), name).describe():
+            variable = variable.replace("<TOOL>", part.upper())
+            patterns.append(re.sub("<[A-Z]+>", "[A-Z0-9_]+", re.escape(variable)))  # re.escape leaves < and >
+    matches = re.compile("|".join(patterns)).fullmatch
+    return lambda variable: matches(variable) is not None
 
 
 def die_with_parent() -> None:
@@ -181,9 +221,21 @@ class Stack:
             for schema, role in ROLES.items():
                 password = self.secret(f"{schema}-db")
                 db.provision(self.postgres.admin_dsn, schema=schema, role=role, password=password)
-                dsns[schema] = self.postgres.dsn(role, password)
+                dsns[schema] = self.dsn(schema, role, password)
         self.console.print(f"[green]✓[/] Postgres on {HOST}:{self.postgres.port} (data in {self.postgres.data_dir})")
         return dsns
+
+    def dsn(self, part: str, role: str, password: str) -> str:
+        """A part's DSN, its password in a libpq password file of the part's own folder (mode 0600, as a pod's
+        projected Secret): never in the DSN, so never in an environment or on a command line."""
+        passfile = self.var / "secrets" / part / "pgpass"
+        passfile.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fresh = passfile.with_suffix(".new")
+        fresh.write_text(f"{HOST}:{self.postgres.port}:postgres:{role}:{password}\n")
+        fresh.chmod(0o600)
+        self.hand_over(fresh)
+        os.replace(fresh, passfile)
+        return f"postgresql://{role}@{HOST}:{self.postgres.port}/postgres?passfile={passfile}"
 
     def identity_env(self) -> dict[str, str]:
         issuer = f"http://{HOST}:{PORTS['issuer']}"
@@ -347,6 +399,7 @@ class Stack:
                     "AGENTFN_EXCHANGE_TOKEN_FILE": str(self.exchange_token_files["model"]),
                     "AGENTFN_MCP_RESOURCE": self.mcp_resource,
                     "AGENTFN_ADMIN_GROUPS": ADMINS,
+                    "AGENTFN_SERVICE_JWT_AUDIENCE": MODEL_SERVICE_AUDIENCE,
                     **{f"AGENTFN_TOOL_{tool.upper()}_URL": url[tool] for tool in (*READS, "run_code")},
                 },
             ),
@@ -385,32 +438,78 @@ class Stack:
         )
 
     def container(self, part: Part) -> containers.Container:
-        """A part as a container of its image: the settings it has as a process (the platform's own, and the AGENTFN_
-        and OTEL_ ones of this environment), and the files they name mounted read-only at the same paths (each
-        part's folder of var/secrets, as its pod's projected volume; the operator's registry folder writable)."""
-        env = {name: value for name, value in os.environ.items() if name.startswith(("AGENTFN_", "OTEL_"))}
-        env |= {**part.env, "AGENTFN_BIND": HOST} | ({"PORT": str(part.port)} if part.port else {})
-        readable = set()
-        for value in env.values():
-            path = Path(value)
-            if path.is_absolute() and path.is_relative_to(self.var):
-                # A file the stack writes (a rotated token, the registry) is replaced, never written in place, and may
-                # not be there yet: its folder is mounted, so the part sees each new file as it would in its pod.
-                readable.add(path.parent)
-            elif path.is_absolute() and path.exists():
-                readable.add(path)
-        writable = {self.registry.parent} if part.name == "registry" else set()
+        """A part as a container of its image, given only what its pod is given: the settings its part reads (`READ`,
+        from its settings objects: the stack's for it, and of this environment only those names), never another's
+        (a person's AGENTFN_TOKEN stays here), in an env file only root reads (nothing on podman's command line); and
+        as mounts only its own folder of var/secrets (a projected volume), the deployment's subject-hash key (but the
+        workbench's), the registry's folder (the operator writes it, the model function reads it) and examples/ for
+        the operator. A file a setting of this environment names (an engine's key file) is copied into the part's own
+        folder first: no mount is ever made from an environment value."""
+        names = settings_names(part.name)
+        own = self.var / "secrets" / part.name
+        env = {name: value for name, value in os.environ.items() if names(name)}
+        if not any(name in env for name in OTLP_ENDPOINTS):  # nothing exported: no collector's headers either
+            env = {name: value for name, value in env.items() if not name.startswith("OTEL_")}
+        planned = {**part.env, "AGENTFN_BIND": HOST} | ({"PORT": str(part.port)} if part.port else {})
+        strays = sorted(name for name in planned if not names(name))
+        if strays:
+            raise RuntimeError(f"{part.name} is given settings it does not read: {', '.join(strays)}")
+        env |= planned
+        for name, value in sorted(env.items()):
+            if name.endswith("_FILE") and name not in planned and value:
+                env[name] = str(self.own_copy(own, Path(value)))
+        own.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.hand_over(own / "pgpass")  # the folder, whether or not the part has that file
+        readable = {own}
+        if "AGENTFN_SUBJECT_HASH_KEY_FILE" in env:
+            readable.add(self.subject_hash_key_file().parent)
+        if part.name == "model":
+            readable.add(self.registry.parent)
         if part.name == "registry":
             readable.add(ROOT / "examples")
+        writable = {self.registry.parent} if part.name == "registry" else set()
+        named = [value for name, value in env.items() if name.endswith("_FILE")]
+        named.append(env.get("AGENTFN_DATABASE_URL", "").partition("passfile=")[2])
+        for path in (Path(value) for value in named if value):  # each file a setting names, under one of its mounts
+            if path.is_absolute() and not any(path.is_relative_to(m) for m in readable | writable):
+                raise RuntimeError(f"{part.name}: {path} is not under any of its mounts")
         argv = tuple(arg.replace(str(BIN / "python"), "python") for arg in part.argv or ())
         return containers.Container(
             "operator" if part.name == "registry" else part.name,
             self.container_name(part),
-            env,
+            self.env_file(part, env),
             tuple(sorted(readable - writable)),
             tuple(sorted(writable)),
             argv,
         )
+
+    def own_copy(self, own: Path, source: Path) -> Path:
+        """A file named by a setting of this environment, copied into the part's own folder (mode 0600)."""
+        copy = own / f"from-env-{source.name}"
+        try:
+            data = source.read_bytes()
+        except OSError as error:
+            raise SystemExit(f"cannot read {source}, which a setting of this environment names: {error.strerror}") from None
+        fresh = copy.with_suffix(".new")
+        fresh.write_bytes(data)
+        fresh.chmod(0o600)
+        self.hand_over(fresh)
+        os.replace(fresh, copy)
+        return copy
+
+    def env_file(self, part: Part, env: dict[str, str]) -> Path:
+        """The container's settings as a file only root reads (podman reads it as the container is made), so that no
+        value is ever on a command line, where any local user reads it (/proc/<pid>/cmdline)."""
+        folder = self.var / "containers"
+        folder.mkdir(exist_ok=True, mode=0o700)
+        folder.chmod(0o700)
+        path = folder / f"{part.name}.env"
+        if any("\n" in value for value in env.values()):
+            raise RuntimeError(f"{part.name}: a setting with a line break cannot go in an env file")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.writelines(f"{name}={value}\n" for name, value in sorted(env.items()))
+        return path
 
     @staticmethod
     def container_name(part: Part) -> str:
@@ -490,12 +589,8 @@ class Stack:
                 # As soon as the model function answers, while the parts after it get ready.
                 self.warming = threading.Thread(target=self.warm_engine, name="warm-engine", daemon=True)
                 self.warming.start()
-        if self.warming is not None:
-            # Up once it is done: a turn sent before would wait for it (the gateway already answers).
-            with self.console.status("warming the engine's prompt cache: it reads each agent's system prompt once"):
-                while self.warming.is_alive():
-                    self.warming.join(0.2)
-            self.console.print(self.warmed, highlight=False, soft_wrap=True)
+        # Up once the doors answer: the warming goes on behind the banner (a turn meanwhile waits for its agent's
+        # prompt to be read, and is told so); `wait` says how it went once it is done.
         self.banner()
 
     def warm_engine(self) -> None:
@@ -505,16 +600,24 @@ class Stack:
         cores). An engine of one's own is sent nothing unasked."""
         started = time.monotonic()
         subject, groups = TOUR
+        issuer = f"http://{HOST}:{PORTS['issuer']}"
         try:
-            token = requests.post(
-                f"http://{HOST}:{PORTS['issuer']}/v1/tokens",
-                json={"subject": subject, "groups": groups.split(","), "ttl": 900},
+            # The door is the platform's own: the model function's account asks (a token of its service audience,
+            # as a projected token would be), naming the person whose turns to warm by their token.
+            service = requests.post(
+                f"{issuer}/v1/service-tokens",
+                json={"account": SERVICE_ACCOUNT, "audience": MODEL_SERVICE_AUDIENCE},
                 timeout=5,
             )
-            token.raise_for_status()
+            service.raise_for_status()
+            person = requests.post(
+                f"{issuer}/v1/tokens", json={"subject": subject, "groups": groups.split(","), "ttl": 900}, timeout=5
+            )
+            person.raise_for_status()
             answer = requests.post(
                 f"http://{HOST}:{PORTS['model']}/internal/v1/engines/warm",
-                headers={"Authorization": f"Bearer {token.json()['token']}"},
+                headers={"Authorization": f"Bearer {service.json()['token']}"},
+                json={"caller": person.json()["token"]},
                 timeout=900,
             )
             answer.raise_for_status()
@@ -562,6 +665,11 @@ class Stack:
             (
                 "engine",
                 f"{self.model.alias} offline on llama.cpp (AGENTFN_ENGINE_MODEL={self.model.name})"
+                + (
+                    "; reading each agent's system prompt once (a turn meanwhile waits for it, and is told so)"
+                    if self.warming is not None and self.warming.is_alive()
+                    else ""
+                )
                 if self.model
                 else f"{os.environ.get('AGENTFN_TIER_FAST_MODEL', 'default')} at {os.environ['AGENTFN_TIER_FAST_URL']}",
             ),
@@ -600,6 +708,9 @@ class Stack:
         rotated = time.monotonic()
         try:
             while True:
+                if self.warming is not None and not self.warming.is_alive():
+                    self.console.print(self.warmed, highlight=False, soft_wrap=True)
+                    self.warming = None
                 for part in self.parts:
                     if part.process.poll() is not None:
                         self.console.print(

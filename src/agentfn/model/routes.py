@@ -7,6 +7,7 @@ whatever ends the turn early is an `error` event.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 
@@ -15,7 +16,7 @@ from flask import Blueprint, Response, current_app, g, jsonify, stream_with_cont
 from agentfn.shared import app as http
 from agentfn.shared import clock
 from agentfn.shared.contract import ALONE
-from agentfn.shared.identity import caller_required
+from agentfn.shared.identity import caller_required, platform_required, verify_caller
 from agentfn.shared.problems import ProblemError, not_found, problem_type, unprocessable
 from agentfn.shared.tools import LazySchema
 
@@ -24,13 +25,13 @@ from .episodes import end_session
 from .loop import begin
 from .registry import Agent
 from .services import Services
-from .warm import warm as warm_engine
+from .warm import warm_agents
 
 bp = Blueprint("model", __name__)
 
 # Compiled on first use or by the warm-up (importing jsonschema costs a cold start ~0.1 s).
-TURN, SESSION_END, CALL, ANY_OBJECT = (
-    LazySchema(s) for s in (schemas.TURN, schemas.SESSION_END, schemas.CALL, schemas.ANY_OBJECT)
+TURN, SESSION_END, CALL, WARM, ANY_OBJECT = (
+    LazySchema(s) for s in (schemas.TURN, schemas.SESSION_END, schemas.CALL, schemas.WARM, schemas.ANY_OBJECT)
 )
 
 
@@ -41,12 +42,13 @@ def json_body(schema: LazySchema) -> dict:
 
 
 def warm() -> None:
-    for schema in (TURN, SESSION_END, CALL, ANY_OBJECT):
+    for schema in (TURN, SESSION_END, CALL, WARM, ANY_OBJECT):
         schema.get()
 
 
 NO_AGENT = "no such agent"
 NO_TOOL = "no such tool"
+STILL_READING = "the engine is still reading the agent's prompt"
 
 
 def services() -> Services:
@@ -131,7 +133,11 @@ def take_turn(name: str):
         response.headers["Retry-After"] = str(clock.seconds_until(clock.next_midnight()))
         return response
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no", "X-Generation-Id": str(turn.generation.id)}
-    return Response(stream_with_context(sse(turn.events())), mimetype="text/event-stream", headers=headers)
+    events = turn.events()
+    if s.warming.busy(agent.name):
+        # The engine is reading this agent's prompt ahead of the turns: the turn waits for it, and the caller is told.
+        events = itertools.chain([("wait", {"reason": "warming", "detail": STILL_READING})], events)
+    return Response(stream_with_context(sse(events)), mimetype="text/event-stream", headers=headers)
 
 
 @bp.post("/v1/agents/<name>/sessions/end")
@@ -145,14 +151,20 @@ def end(name: str):
 
 
 @bp.post("/internal/v1/engines/warm")
-@caller_required
+@platform_required
 def warm_engines():
-    """Warm the engines' prompt caches with the system prompt of each agent the caller is granted, one agent after
-    the other; the local platform asks as it starts. Never routed by the gateway: it spends no caller's budget."""
+    """Warm the engines' prompt caches with the system prompt of each agent the person named by `caller` is granted,
+    one agent after the other. The platform's own door (a trusted service account; a caller's token gets 403), never
+    routed: each round is unmetered. The local platform asks as it starts."""
+    body = json_body(WARM)
+    try:
+        person = verify_caller(current_app.extensions["agentfn.identity"].caller, body["caller"])
+    except ProblemError as refused:
+        raise unprocessable(f"caller: {refused.detail}") from None
     s = services()
     table = s.registry.table()
-    agents = [agent for _, agent in sorted(table.agents.items()) if agent.granted_tools(g.caller)]
-    return jsonify(agents=[warm_engine(s, g.caller, agent) for agent in agents])
+    agents = [agent for _, agent in sorted(table.agents.items()) if agent.granted_tools(person)]
+    return jsonify(agents=warm_agents(s, person, agents))
 
 
 @bp.get("/v1/tools")

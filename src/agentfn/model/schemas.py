@@ -87,6 +87,19 @@ CALL = {
     "required": ["arguments"],
     "properties": {"arguments": {"type": "object"}},
 }
+WARM = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["caller"],
+    "properties": {
+        "caller": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 8192,
+            "description": "the token of the person whose turns to warm (a caller token, as the gateway's)",
+        }
+    },
+}
 ANY_OBJECT = {"type": "object"}
 
 ENTRY = {
@@ -206,13 +219,15 @@ person declined it), or `"repeat"` (`repeat_of`: the step that made the same cal
 `{text}` pieces of the answer as they arrive, and at the end `done` `{cited, steps, pending, usage, generation_id,
 timing}` (`pending`: the numbers of the steps awaiting approval, the turn ended for them; `timing`: `ms`, `engine_ms`,
 `tools_ms` of the turn),
-or instead `error` (a problem, with `generation_id`) when the turn cannot finish."""
+or instead `error` (a problem, with `generation_id`) when the turn cannot finish. First of all, `wait` `{reason:
+"warming", detail}` when the engine is still reading the agent's prompt ahead of the turns (the turn waits for it)."""
 
 FAILURES = {  # a door's problems by status
     400: "Bad request",
     401: "No valid caller token",
     403: "An approval forged, altered, expired, another caller's or another agent's, sent with another conversation "
-    "than the one that asked, or for a tool not granted; an admin door for a caller in no admin group",
+    "than the one that asked, or for a tool not granted; an admin door for a caller in no admin group; the platform's "
+    "own door for a caller or an untrusted service account",
     404: "No such agent or tool for this caller",
     409: "An approval already used",
     413: "Body too large",
@@ -243,7 +258,10 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
             "description": "The bounded, traced agent loop, ListTools/CallTool and MCP.",
         },
         "components": {
-            "securitySchemes": {"caller": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
+            "securitySchemes": {
+                "caller": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
+                "service": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
+            },
             "schemas": {
                 "Problem": spec.problem_schema(),
                 "Entry": ENTRY,
@@ -307,11 +325,16 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
             "/internal/v1/engines/warm": {
                 "post": {
                     "operationId": "warmEngines",
-                    "summary": "Warm the engines' prompt caches with the caller's agents' system prompts (never routed).",
-                    "description": "One round per agent the caller is granted, with the system prompt and tool listing "
-                    "of the caller's turns with it, one token written: the engine's prompt cache then holds them. Not a "
-                    "turn: nothing recorded, nothing of the caller's day spent; a turn with a prompt being read waits "
-                    "for the read to end. The local platform asks as it starts.",
+                    "summary": "Warm the engines' prompt caches with a person's agents' system prompts (the "
+                    "platform's own service account only; never routed).",
+                    "description": "One round per agent the person named by `caller` is granted, with the system prompt "
+                    "and tool listing of their turns with it, one token written: the engine's prompt cache then holds "
+                    "them. Not a turn: nothing recorded, nothing of the person's day spent; a turn with a prompt being "
+                    "read waits for the read to end. Only a trusted service account may ask (a caller's token: 403); "
+                    "at most one warm-up runs per agent at a time, a second joins the first (`joined`). The local "
+                    "platform asks as it starts.",
+                    "security": [{"service": []}],
+                    "requestBody": spec.json_body(WARM),
                     "responses": {
                         **ok(
                             "each agent warmed, or why not",
@@ -329,13 +352,14 @@ def openapi(version: str = "1.0.0") -> dict[str, Any]:
                                                 "ok": {"type": "boolean"},
                                                 "ms": {"type": "number"},
                                                 "failed": {"type": "string"},
+                                                "joined": {"type": "boolean"},
                                             },
                                         },
                                     }
                                 },
                             },
                         ),
-                        **problems(401),
+                        **problems(400, 401, 403, 413, 415, 422),
                     },
                 }
             },

@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentfn.shared.problems import ProblemError, problem_type
 
@@ -26,6 +27,14 @@ class Limits:
     min_completion: int = 16  # a round that could write fewer tokens than this is not worth running
 
 
+@dataclass
+class Flight:
+    """One agent's warm-up under way, and what came of it once done."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    outcome: dict[str, Any] | None = None
+
+
 class Warming:
     """The system prompts an engine is reading ahead of the turns (warm.py), by tier and prompt: a turn with the same
     prompt waits for that read to end, then reads only what is new, instead of reading the prompt again beside it."""
@@ -33,6 +42,32 @@ class Warming:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._reading: dict[tuple[str, str], threading.Event] = {}
+        self._agents: dict[str, Flight] = {}  # the warm-up running for each agent
+
+    def once(self, agent: str, run: Callable[[], dict[str, Any]], timeout: float) -> dict[str, Any]:
+        """At most one warm-up per agent at a time: a second asked meanwhile joins the first and answers with its
+        outcome (marked `joined`), rather than have the engine read the same prompt twice."""
+        with self._lock:
+            flight = self._agents.get(agent)
+            leading = flight is None
+            if leading:
+                flight = self._agents[agent] = Flight()
+        if not leading:
+            if not flight.done.wait(max(timeout, 0)):
+                return {"agent": agent, "ok": False, "failed": "deadline", "joined": True, "ms": 0.0}
+            return {**(flight.outcome or {"agent": agent, "ok": False, "failed": "failed", "ms": 0.0}), "joined": True}
+        try:
+            flight.outcome = run()
+            return flight.outcome
+        finally:
+            flight.done.set()
+            with self._lock:
+                del self._agents[agent]
+
+    def busy(self, agent: str) -> bool:
+        """Whether a warm-up for this agent is running (its turns are told they wait for it)."""
+        with self._lock:
+            return agent in self._agents
 
     @contextmanager
     def reading(self, tier: str, system: str) -> Iterator[None]:

@@ -1,8 +1,12 @@
 """Warming an engine's prompt cache with the system prompt of an agent's turns, before the first turn needs it.
 
-The local platform asks as it starts (`POST /internal/v1/engines/warm`), for each agent the caller is granted: the
-engine reads the prompt and tool listing the caller's turns with the agent open with, so the first turn reads only
-what is new.
+The door (`POST /internal/v1/engines/warm`) is the platform's own, never a caller's: each warm-up is an unmetered round
+of the engine, so only a service account the model function trusts (`AGENTFN_TRUSTED_SERVICE_ACCOUNTS`, with a token of
+its service audience) may ask; a caller's token is refused with 403. The local platform asks as it starts, naming the
+person whose turns to warm by their token in the body: for each agent that person is granted, the engine reads the
+prompt and tool listing their turns with the agent open with, so the first turn reads only what is new. At most one
+warm-up runs per agent at a time; a second asked meanwhile joins the first. The chart trusts no account here: in a
+cluster nothing warms, and no one may.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from .store import today
 log = logging.getLogger("agentfn.model.turn")
 
 WARM_SECONDS = 300  # the bound on warming an engine's prompt cache with one agent's system prompt
+
+
+def warm_agents(s: Services, caller: Caller, agents: list[Agent]) -> list[dict[str, Any]]:
+    """Each agent warmed for the caller, one after the other; an agent already being warmed is joined, not read again."""
+    return [s.warming.once(agent.name, lambda agent=agent: warm(s, caller, agent), WARM_SECONDS + 60) for agent in agents]
 
 
 def warm(s: Services, caller: Caller, agent: Agent) -> dict[str, Any]:

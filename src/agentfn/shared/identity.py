@@ -37,7 +37,7 @@ from typing import Any
 from flask import current_app, g, request
 
 from . import pseudonym
-from .problems import forbidden, unauthorized, unavailable
+from .problems import ProblemError, forbidden, unauthorized, unavailable
 from .settings import REQUIRED, Settings, setting
 
 # Asymmetric only: a symmetric algorithm would let anyone holding the public key sign.
@@ -374,7 +374,10 @@ class IdentitySettings(Settings):
         "bearer token sent when fetching the service JWKS (read on each fetch: it rotates)",
     )
     trusted_service_accounts: tuple[str, ...] = setting(
-        "AGENTFN_TRUSTED_SERVICE_ACCOUNTS", (), "comma-separated service accounts allowed at service doors"
+        "AGENTFN_TRUSTED_SERVICE_ACCOUNTS",
+        (),
+        "comma-separated service accounts allowed at service doors (memory's WriteEpisode; the model function's engine "
+        "warm-up, which the chart opens to none)",
     )
 
 
@@ -446,6 +449,29 @@ def service_required(view: Callable) -> Callable:
     def wrapped(*args, **kwargs):
         identity: Identity = current_app.extensions["agentfn.identity"]
         g.service = verify_service(identity.service, bearer_token(), identity.trusted_services)
+        return view(*args, **kwargs)
+
+    return wrapped
+
+
+def platform_required(view: Callable) -> Callable:
+    """A door of the platform's own (a trusted service account's token, as `service_required`) that tells a caller
+    apart: a valid caller token is refused with 403 (known, and not allowed here), not 401."""
+
+    @wraps(view)
+    def wrapped(*args, **kwargs):
+        identity: Identity = current_app.extensions["agentfn.identity"]
+        token = bearer_token()
+        try:
+            g.service = verify_service(identity.service, token, identity.trusted_services)
+        except ProblemError as refused:
+            if refused.status != 401:
+                raise
+            try:
+                verify_caller(identity.caller, token)
+            except ProblemError:
+                raise refused from None
+            raise forbidden("this door is the platform's own: a caller's token is not accepted here") from None
         return view(*args, **kwargs)
 
     return wrapped
