@@ -221,7 +221,7 @@ def test_the_examples_give_the_seed_agents_their_tools(tools):
         "mcp": ["platform_status"],
     }
     reviewer, guide = outcome.registry["agents"]["code-reviewer"], outcome.registry["agents"]["site-guide"]
-    assert reviewer["memory"] == "preferences" and guide["memory"] == "none"
+    assert reviewer["memory"] == "facts" and guide["memory"] == "none"
     assert reviewer["tools"]["run_code"] == {
         "subjects": [],
         "groups": ["developers"],
