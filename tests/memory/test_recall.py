@@ -145,3 +145,33 @@ def test_recall_shows_at_most_the_requests_limit(caller, limit, count):
     entries = caller.post("/v1/recall", json=body).json()["entries"]
     assert len(entries) == count
     assert all("birthday" in e["text"] for e in entries)
+
+
+PREFERENCES = ["Always call me Captain.", "Answer me in one short sentence.", "Odgovaraj mi na hrvatskom."]
+
+
+@pytest.mark.parametrize(
+    "body, preferences",
+    [
+        pytest.param({}, [], id="not asked: only what is near the question"),
+        pytest.param({"preferences": 2}, PREFERENCES[:0:-1], id="the newest two, after the nearest"),
+        pytest.param({"preferences": 5, "limit": 3}, PREFERENCES[::-1][:2], id="within the limit: the nearest keeps one"),
+        pytest.param({"preferences": 2, "kinds": ["fact"]}, [], id="not when the request's kinds leave them out"),
+    ],
+)
+def test_recall_shows_the_newest_preferences_however_far_from_the_question(caller, body, preferences):
+    for text in [*MARKO, *PREFERENCES]:
+        keep(caller, text, kind="preference" if text in PREFERENCES else "fact")
+    entries = caller.post("/v1/recall", json={"query": "where does Marko live?", **body}).json()["entries"]
+    assert entries[0]["text"] == "Marko lives in Zagreb." and "standing" not in entries[0]["matched"]
+    standing = [e for e in entries if e["matched"] == ["standing"]]
+    assert [e["text"] for e in standing] == preferences
+    assert all(e["kind"] == "preference" and -1 <= e["similarity"] <= 1 for e in standing)
+    assert len(entries) <= body.get("limit", MAX_RECALL)
+    assert len({e["id"] for e in entries}) == len(entries)
+
+
+def test_recall_refuses_a_count_of_preferences_it_cannot_show(caller):
+    for count in (-1, MAX_RECALL + 1, "2", 1.5):
+        answer = caller.post("/v1/recall", json={"query": "where does Marko live?", "preferences": count})
+        assert answer.status_code == 422 and "preferences" in answer.json()["detail"]

@@ -180,14 +180,29 @@ class Memory:
             "stays": [dict(item) for item in STAYS],
         }
 
-    def recall(self, subject: str, query: str, kinds: list[str] | None, limit: int | None, max_tokens: int | None) -> dict:
+    def recall(
+        self,
+        subject: str,
+        query: str,
+        kinds: list[str] | None,
+        limit: int | None,
+        max_tokens: int | None,
+        preferences: int = 0,
+    ) -> dict:
+        """The nearest entries (and, with `preferences`, the newest preferences however near), within the caps."""
         config = self.embedder.config
         limit = int(min(limit or MAX_RECALL, MAX_RECALL, config.cap))  # JSON may say 3.0
         budget = min(max_tokens or self.max_tokens, self.max_tokens)
+        embedded: list[np.ndarray] = []
+
+        def embed() -> np.ndarray:
+            embedded.append(self.embedder.embed_queries([query])[0])
+            return embedded[0]
+
         rows = self.store.recall(
             subject,
             query,
-            lambda: self.embedder.embed_queries([query])[0],  # the store begins its work meanwhile
+            embed,  # the store begins its work meanwhile
             self.model,
             self.threshold,
             limit,
@@ -197,6 +212,18 @@ class Memory:
             vector_alone=config.vector_alone,
             lift=config.lift,
         )
+        # At most all places but one: the entry nearest what the person said keeps the first.
+        wanted = min(int(preferences), limit - 1) if kinds is None or "preference" in kinds else 0
+        if wanted:
+            standing = [
+                row
+                for row in self.store.standing(subject, self.model, embedded[0], wanted)
+                if row["id"] not in {r["id"] for r in rows}
+            ]
+            # The nearest first, then the standing preferences not among them, as many as the limit leaves room for
+            # once the nearest have given up their last places to them.
+            nearest = rows[: max(limit - len(standing), limit - wanted)]
+            rows = nearest + standing[: limit - len(nearest)]
         entries, spent = [], 0
         for row in rows:
             tokens = self._count_tokens(row["text"])

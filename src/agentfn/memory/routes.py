@@ -160,7 +160,12 @@ def recall():
     began = time.perf_counter()
     with telemetry.span("search_memory", {"gen_ai.operation.name": "search_memory"}) as span:
         found = memory().recall(
-            g.caller.subject, body["query"], body.get("kinds"), body.get("limit"), body.get("max_tokens")
+            g.caller.subject,
+            body["query"],
+            body.get("kinds"),
+            body.get("limit"),
+            body.get("max_tokens"),
+            body.get("preferences", 0),
         )
         span.attrs({"agentfn.memory.entries": len(found["entries"])})
     telemetry.record("agentfn.recall.duration", time.perf_counter() - began, {})

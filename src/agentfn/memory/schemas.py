@@ -41,6 +41,13 @@ RECALL = {
         "kinds": {"type": "array", "items": {"type": "string", "enum": KINDS}, "minItems": 1, "uniqueItems": True},
         "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RECALL},
         "max_tokens": {"type": "integer", "minimum": 1, "maximum": 100000},
+        "preferences": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": MAX_RECALL,
+            "description": "also the caller's newest preferences, up to this many, however near the query (how a "
+            "person wants to be answered holds for every question), within `limit` and `max_tokens`; default 0",
+        },
     },
 }
 FORGET_EVERYTHING = "forget everything"  # the phrase a person types to forget every entry they have
@@ -100,8 +107,9 @@ RECALLED = {
         "similarity": {"type": "number", "description": "cosine similarity of the entry to the query"},
         "matched": {
             "type": "array",
-            "items": {"type": "string", "enum": ["vector", "text"]},
-            "description": "which ranking found it: the vector (above the threshold) and/or the text terms",
+            "items": {"type": "string", "enum": ["vector", "text", "standing"]},
+            "description": "which ranking found it: the vector (above the threshold) and/or the text terms; "
+            "`standing`: a preference shown whatever its similarity (the request's `preferences`)",
         },
         "date": {"type": "string", "format": "date", "description": "the day an episode happened"},
         "tokens": {"type": "integer"},

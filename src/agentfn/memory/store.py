@@ -127,6 +127,16 @@ SELECT id, similarity, rank FROM (
 WHERE drops = 0
 """
 
+# The subject's newest preferences, whatever their similarity: how a person wants to be answered holds for every
+# question, and a preference seldom resembles one ("Always call me Captain." / "What is a closure?").
+STANDING = f"""
+SELECT {COLUMNS}, 1 - (embedding <=> %(query)s::halfvec) AS similarity, ARRAY['standing'] AS matched
+FROM entries
+WHERE subject = %(subject)s AND model = %(model)s AND kind = 'preference'
+ORDER BY updated_at DESC, id
+LIMIT %(n)s
+"""
+
 # Similarity alone: nearest first, as NEAREST cuts them.
 RECALL_VECTOR = f"""
 WITH q AS (SELECT %(query)s::halfvec AS v), by_vector AS ({NEAREST})
@@ -461,6 +471,11 @@ class Store(db.SchemaStore):
             raise
         self._aside.submit(self._end_recall, conn)  # the transaction only read: ending it need not delay the answer
         return rows
+
+    def standing(self, subject: str, model: str, query: np.ndarray, n: int) -> list[dict]:
+        """The subject's `n` newest preferences embedded with `model`, each with its similarity to the query."""
+        with self.subject(subject) as cur:
+            return cur.execute(STANDING, {"subject": subject, "model": model, "query": query, "n": n}).fetchall()
 
     def _begin_recall(
         self, subject: str, model: str, text_params: dict | None

@@ -22,6 +22,9 @@ from .clients import Http, Unreachable
 RECALLED_FIELDS = ("id", "kind", "text", "source", "created_at", "updated_at", "similarity", "date")
 
 
+STANDING_PREFERENCES = 2  # of a turn's few recalled entries: most stay the nearest to what the person said
+
+
 class MemoryClient:
     def __init__(
         self,
@@ -43,8 +46,11 @@ class MemoryClient:
     def recall(
         self, caller: Caller, query: str, kinds: list[str], limit: int, max_tokens: int, timeout: float
     ) -> list[dict[str, Any]] | None:
-        """The caller's recalled entries, or None when memory could not answer (the turn goes on without)."""
+        """The caller's recalled entries, or None when memory could not answer (the turn goes on without). Their
+        newest preferences come whatever their similarity: how a person wants to be answered holds for every turn."""
         body = {"query": query[:4000], "kinds": kinds, "limit": limit, "max_tokens": max_tokens}
+        if "preference" in kinds:
+            body["preferences"] = min(STANDING_PREFERENCES, limit)
         try:
             token = self.tokens.token_for(caller, self.audience, timeout)
             answer = self.http.request("POST", self.base + "/v1/recall", token=token, timeout=timeout, body=body)
