@@ -32,12 +32,14 @@ LAB = ROOT / "tests" / "page" / "lab.py"
 UV = shutil.which("uv", path=str(BIN))
 
 # Each installed distribution of the image's venv: its name, its version, and the hashes its RECORD lists (every file
-# the wheel installed), as one sha256.
+# the wheel installed), as one sha256. Left out: uv_cache.json, uv's note of when it read a local wheel (the project's),
+# which is its cache's bookkeeping, not the package.
 MANIFEST = """
 import hashlib, importlib.metadata, json
 found = {}
 for dist in importlib.metadata.distributions():
-    record = sorted(line for line in (dist.read_text("RECORD") or "").splitlines() if ",sha256=" in line)
+    lines = (dist.read_text("RECORD") or "").splitlines()
+    record = sorted(line for line in lines if ",sha256=" in line and "/uv_cache.json," not in line)
     found[dist.metadata["Name"]] = [dist.version, hashlib.sha256("\\n".join(record).encode()).hexdigest()]
 print(json.dumps(found, sort_keys=True))
 """
@@ -121,7 +123,7 @@ def test_every_requirement_in_each_image_is_met_as_a_current_resolver_reads_it(p
         timeout=120,
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert "Would install" not in ran.stderr and "Audited" in ran.stderr, ran.stderr
+    assert "Would make no changes" in ran.stderr, ran.stderr
 
 
 def test_a_second_build_of_the_same_commit_holds_the_same_packages_with_the_same_hashes(tmp_path):
