@@ -106,3 +106,8 @@ def test_a_lock_that_no_longer_matches_pyproject_stops_dev_in_one_line(checkout,
         assert checked.returncode != 0 and checked.stdout == "", command
         assert checked.stderr.splitlines() == [f"{said}: refresh it with ./dev lock"], checked.stderr
     assert not (checkout / ".venv").exists()  # nothing was installed
+
+
+def test_ci_checks_the_locks_before_it_installs_anything():
+    commands = [line.strip() for line in (ROOT / ".ci/run").read_text().splitlines()]
+    assert commands.index("./dev lock --check") < commands.index("./dev lint") < commands.index("./dev test")
