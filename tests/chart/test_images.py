@@ -291,3 +291,32 @@ def test_no_image_ships_a_stand_in(shipped, module):
     assert any(name.startswith("agentfn/shared/") for name in shipped)  # the wheel holds the project
     assert not [name for name in shipped if name.startswith("agentfn/devstack/")]
     assert (STAND_INS / module).read_bytes() not in shipped.values()
+
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def images_of(sets: tuple[str, ...]) -> dict[str, str]:
+    """Each part's image as rendered: the Knative Services' by function, the operator's Deployment's, and the model
+    image's `helm test` pod's (by the name of the pod)."""
+    found = {}
+    for d in objects("default", sets=sets):
+        spec = d["spec"]["template"]["spec"] if d["kind"] in ("Service", "Deployment") and "template" in d["spec"] else None
+        spec = spec or (d["spec"] if d["kind"] == "Pod" else None)
+        if spec:
+            found[f"{d['kind']}/{d['metadata']['name']}"] = spec["containers"][0]["image"]
+    return found
+
+
+@pytest.mark.parametrize("part", ["page", "operator", "model"])
+def test_a_digest_in_the_values_pins_that_image_and_no_other(part):
+    plain, pinned = images_of(()), images_of((f"images.digests.{part}={DIGEST}",))
+    changed = {name: (plain[name], pinned[name]) for name in plain if plain[name] != pinned[name]}
+    assert changed and all(after == f"{before}@{DIGEST}" for before, after in changed.values()), changed
+    assert all(f"/{part.replace('_', '-')}:" in before for before, _ in changed.values()), changed
+
+
+def test_a_digest_follows_an_override():
+    override = "registry.example/agentfn/page:built"
+    rendered = images_of((f"images.overrides.page={override}", f"images.digests.page={DIGEST}"))
+    assert f"{override}@{DIGEST}" in rendered.values()

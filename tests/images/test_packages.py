@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -86,6 +87,21 @@ def test_each_image_holds_exactly_its_lock(part):
     held = manifest(images.image(part))
     held.pop("agentfn")
     assert {name: version for name, (version, _) in held.items()} == pins(ROOT / "locks" / f"{part}.txt")
+
+
+@pytest.mark.parametrize("part", images.IMAGES)
+def test_each_image_records_its_base_by_digest(part):
+    """The build named the base by its digest, and the image says which: the base here has those bytes still."""
+    answer = subprocess.run(
+        [*images.podman(), "image", "inspect", "--format", "{{json .Config.Labels}}", images.image(part)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    labels = json.loads(answer.stdout) or {}
+    base, digest = labels.get("org.opencontainers.image.base.name"), labels.get("org.opencontainers.image.base.digest")
+    assert base and digest, labels
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest) and images.digest_of(base) == digest
 
 
 # Every distribution the venv holds, pinned to what it holds, given to uv as requirements with the network off and no
