@@ -92,7 +92,7 @@ def base_image(wanted: str, console: Console) -> str:
 
 def stand_in_base(reference: str, console: Console) -> None:
     """Debian bookworm (minbase) with Python 3.11 as `python`, venv, `useradd` and CA certificates, imported as
-    `reference`. It trusts what this machine trusts (its CA bundle, for pip too), so a build reaches the package
+    `reference`. It trusts what this machine trusts (its CA bundle, which pip and uv read), so a build reaches the package
     index the way this machine does."""
     if shutil.which("mmdebstrap") is None:
         raise SystemExit(
