@@ -69,8 +69,8 @@ def dev(where: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def checkout(tmp_path):
-    """What `./dev lock --check` reads, copied: ./dev, scripts/lock.py, pyproject.toml and locks/."""
-    for name in ("dev", "pyproject.toml", "scripts/lock.py"):
+    """What `./dev lock --check` reads, copied: ./dev, scripts/lock.py, both pyproject.toml files and locks/."""
+    for name in ("dev", "pyproject.toml", "devstack/pyproject.toml", "scripts/lock.py"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(LOCKS, tmp_path / "locks")
@@ -92,19 +92,28 @@ STALE = "no longer matches pyproject.toml (its requirements changed since it was
         (lambda t: t.replace("study = [", 'extra = ["rich>=13"]\nstudy = ['), f"locks/core.txt {STALE}"),
         (lambda t: t.replace('requires-python = ">=3.11"', 'requires-python = ">=3.12"'), f"locks/core.txt {STALE}"),
         (None, "locks/page.txt is missing"),
+        (
+            "devstack",
+            "devstack/pyproject.toml names dependencies, which ./dev never installs (it installs devstack without "
+            "them): put them in pyproject.toml's dev group",
+        ),
     ],
-    ids=["a floor raised", "a new group", "another Python", "a lock removed"],
+    ids=["a floor raised", "a new group", "another Python", "a lock removed", "a dependency of devstack"],
 )
 def test_a_lock_that_no_longer_matches_pyproject_stops_dev_in_one_line(checkout, change, said):
     pyproject = checkout / "pyproject.toml"
-    if change:
-        pyproject.write_text(change(pyproject.read_text()))
-    else:
+    if change is None:
         (checkout / "locks" / "page.txt").unlink()
+    elif change == "devstack":
+        devstack = checkout / "devstack" / "pyproject.toml"
+        devstack.write_text(devstack.read_text().replace("dependencies = []", 'dependencies = ["rich>=13"]'))
+    else:
+        pyproject.write_text(change(pyproject.read_text()))
     for command in (["lock", "--check"], ["lint"], ["up"], ["test"], ["images"]):
         checked = dev(checkout, *command)
         assert checked.returncode != 0 and checked.stdout == "", command
-        assert checked.stderr.splitlines() == [f"{said}: refresh it with ./dev lock"], checked.stderr
+        expected = said if change == "devstack" else f"{said}: refresh it with ./dev lock"
+        assert checked.stderr.splitlines() == [expected], checked.stderr
     assert not (checkout / ".venv").exists()  # nothing was installed
 
 
