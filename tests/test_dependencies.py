@@ -5,15 +5,15 @@ its way to serving (read from the source, lazy imports included) must be install
 
 from __future__ import annotations
 
-import ast
 import importlib.metadata
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
+
+from agentfn.shared.imports import entries, third_party
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -52,53 +52,14 @@ def test_the_floor_excludes_every_release_before_the_fix(package, fixed, advisor
     assert Version(importlib.metadata.version(package)) >= Version(fixed), advisory
 
 
-# What each image serves (functions/Dockerfile: the app AGENTFN_FUNCTION names, under gunicorn; the model
-# function's image also runs the chart's `helm test` probe) and the operator's image (kopf runs its package).
+# What each image serves, and what that imports (agentfn.shared.imports: each image's build imports all of it).
 FUNCTIONS = sorted(p.parent.name for p in (ROOT / "functions").glob("*/func.yaml"))
-GUNICORN = ["agentfn.shared.gunicorn_conf"]
-ENTRIES = {fn: [f"agentfn.{fn}.app", *GUNICORN] for fn in FUNCTIONS} | {
-    "model": ["agentfn.model.app", "agentfn.cli.probe", *GUNICORN],
-    "operator": [f"agentfn.operator.{p.stem}" for p in (ROOT / "src/agentfn/operator").glob("*.py")],
-}
-
-
-def source_of(module: str) -> Path | None:
-    """The file of one of the project's modules (its import path is its folder under src/); None for anything else."""
-    base = ROOT / "src" / module.replace(".", "/")
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
+ENTRIES = {part: entries(part) for part in (*FUNCTIONS, "operator")}
 
 
 def third_party_imports(entries: list[str]) -> set[str]:
     """Top-level names of what the entries import, following the project's own modules wherever they import."""
-    seen, found, todo = set(), set(), list(entries)
-    while todo:
-        module = todo.pop()
-        path = source_of(module)
-        if module in seen or path is None:
-            continue
-        seen.add(module)
-        todo += [module.rsplit(".", i)[0] for i in range(1, module.count(".") + 1)]  # its packages' __init__
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                    base = f"{parent}.{base}" if base else parent
-                names = [base] + [f"{base}.{a.name}" for a in node.names]
-            else:
-                continue
-            for name in names:
-                if source_of(name) is not None or name.startswith("agentfn."):
-                    todo.append(name)
-                elif name.split(".")[0] not in sys.stdlib_module_names:
-                    found.add(name.split(".")[0])
-    return found
+    return third_party(entries)
 
 
 def installed_by(requirements: list[str]) -> set[str]:

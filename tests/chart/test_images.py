@@ -120,16 +120,25 @@ def test_without_a_function_gunicorn_serves_the_app_it_is_given(monkeypatch):
     assert "wsgi_app" not in runpy.run_module("agentfn.shared.gunicorn_conf")
 
 
-def test_each_image_installs_only_its_functions_group():
-    project, build = stages(FUNCTION_DOCKERFILE.read_text())[:2]
-    # The stage every image shares installs the project's own dependencies; the next, the function's group, named as
-    # the wheel spells it (run_code -> run-code).
-    shared = [args for name, args in project if name == "RUN" and "pip install" in args]
-    assert len(shared) == 1 and shared[0].endswith('pip install "$(ls /wheels/agentfn-*.whl)"')
-    install = [args for name, args in build if name == "RUN" and "pip install" in args]
-    assert len(install) == 1 and install[0].endswith('[$(echo "$FUNCTION" | tr _ -)]"')
-    operator = [args for name, args in stages(DOCKERFILES["operator"].read_text())[0] if name == "RUN"]
-    assert any(args.endswith('[operator]"') for args in operator)
+def test_each_image_installs_only_its_functions_lock_with_the_hashes_checked():
+    named = {name: args for name, args in ((s[0][1].split()[-1], s) for s in stages(FUNCTION_DOCKERFILE.read_text()))}
+    # The function's stage: a venv of exactly its group's lock (the project's dependencies and its own group), every
+    # hash checked, then the project's wheel without resolving anything more.
+    runs = [" ".join(args.split()) for name, args in named["build"] if name == "RUN"]
+    assert any(
+        'uv pip sync --python /opt/venv/bin/python --require-hashes --compile-bytecode "locks/${FUNCTION}.txt"' in a
+        for a in runs
+    ), runs
+    assert runs[-1].endswith(
+        "uv pip install --python /opt/venv/bin/python --no-deps --compile-bytecode /wheels/agentfn-*.whl"
+    )
+    # The installer and the build backend from their own lock, with pip checking the hashes; nothing else is installed.
+    tools = [" ".join(args.split()) for name, args in named["tools"] if name == "RUN"]
+    assert len(tools) == 1
+    assert tools[0].endswith("&& /opt/tools/bin/pip install --require-hashes --no-deps -r locks/tools.txt"), tools
+    assert all((ROOT / "locks" / f"{fn}.txt").is_file() for fn in FUNCTIONS)
+    operator = [args for name, args in stages(DOCKERFILES["operator"].read_text())[2] if name == "RUN"]
+    assert any("--require-hashes --compile-bytecode locks/operator.txt" in args for args in operator), operator
 
 
 def test_the_operator_image_runs_kopf_on_the_operator():
@@ -240,15 +249,16 @@ def test_dockerignore_keeps_what_the_images_copy():
         for line in (ROOT / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    copied = {"pyproject.toml", "README.md", "src"}
+    copied = {"pyproject.toml", "README.md", "src", "locks"}
     assert not copied & set(ignored)
     assert Path(".venv").name in ignored
     assert "devstack" in ignored  # the dev issuer and the test doubles never reach a build context
 
 
 def build_sources(text: str) -> list[str]:
-    """What a Dockerfile's build stage copies from the repository (the tree its wheel is built from)."""
-    copies = [shlex.split(args) for name, args in stages(text)[0] if name == "COPY"]
+    """What a Dockerfile's first two stages (the tools, then the wheel built on them) copy from the repository: the
+    tree its wheel is built from."""
+    copies = [shlex.split(args) for stage in stages(text)[:2] for name, args in stage if name == "COPY"]
     return [source for words in copies if not any(w.startswith("--from=") for w in words) for source in words[:-1]]
 
 
@@ -261,6 +271,7 @@ def shipped(tmp_path_factory) -> dict[str, bytes]:
         if (ROOT / source).is_dir():
             shutil.copytree(ROOT / source, tree / source, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         else:
+            (tree / source).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(ROOT / source, tree / source)
     # uv beside the interpreter (./dev installs it); its cache holds the build backend ./dev installed with.
     uv = Path(sys.executable).with_name("uv")
@@ -280,3 +291,32 @@ def test_no_image_ships_a_stand_in(shipped, module):
     assert any(name.startswith("agentfn/shared/") for name in shipped)  # the wheel holds the project
     assert not [name for name in shipped if name.startswith("agentfn/devstack/")]
     assert (STAND_INS / module).read_bytes() not in shipped.values()
+
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def images_of(sets: tuple[str, ...]) -> dict[str, str]:
+    """Each part's image as rendered: the Knative Services' by function, the operator's Deployment's, and the model
+    image's `helm test` pod's (by the name of the pod)."""
+    found = {}
+    for d in objects("default", sets=sets):
+        spec = d["spec"]["template"]["spec"] if d["kind"] in ("Service", "Deployment") and "template" in d["spec"] else None
+        spec = spec or (d["spec"] if d["kind"] == "Pod" else None)
+        if spec:
+            found[f"{d['kind']}/{d['metadata']['name']}"] = spec["containers"][0]["image"]
+    return found
+
+
+@pytest.mark.parametrize("part", ["page", "operator", "model"])
+def test_a_digest_in_the_values_pins_that_image_and_no_other(part):
+    plain, pinned = images_of(()), images_of((f"images.digests.{part}={DIGEST}",))
+    changed = {name: (plain[name], pinned[name]) for name in plain if plain[name] != pinned[name]}
+    assert changed and all(after == f"{before}@{DIGEST}" for before, after in changed.values()), changed
+    assert all(f"/{part.replace('_', '-')}:" in before for before, _ in changed.values()), changed
+
+
+def test_a_digest_follows_an_override():
+    override = "registry.example/agentfn/page:built"
+    rendered = images_of((f"images.overrides.page={override}", f"images.digests.page={DIGEST}"))
+    assert f"{override}@{DIGEST}" in rendered.values()

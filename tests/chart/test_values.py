@@ -63,6 +63,10 @@ ROWS = [
     ("a registry with a port and a path", {"images": {"registry": "registry.example.com:5000/team/agentfn"}}, None),
     # Refused at once: the pattern's path segments cannot overlap (a backtracking engine once took hours here).
     ("a registry of forty slashed segments and a space", {"images": {"registry": "a/" * 40 + " "}}, r"does not match"),
+    ("an image pinned by digest", {"images": {"digests": {"page": "sha256:" + "ab" * 32}}}, None),
+    ("a digest without its algorithm", {"images": {"digests": {"page": "ab" * 32}}}, r"does not match"),
+    ("a digest one digit short", {"images": {"digests": {"memory": "sha256:" + "a" * 63}}}, r"does not match"),
+    ("a digest of no image", {"images": {"digests": {"billing": "sha256:" + "a" * 64}}}, r"'billing' was unexpected"),
 ]
 
 

@@ -44,14 +44,18 @@ run_code: {public: false, db: true, tool: true}
 {{- printf "http://%s.%s.svc.cluster.local" (include "agentfn.service" .) .root.Release.Namespace -}}
 {{- end -}}
 
-{{/* An image reference: (dict "root" $ "name" "memory"). */}}
+{{/* An image reference: (dict "root" $ "name" "memory"), by digest when images.digests has the part's. */}}
 {{- define "agentfn.image" -}}
 {{- $images := .root.Values.images -}}
 {{- $override := get $images.overrides .name -}}
+{{- $digest := get (default dict $images.digests) .name -}}
 {{- if $override -}}
 {{- $override -}}
 {{- else -}}
 {{- printf "%s/%s:%s" $images.registry (.name | replace "_" "-") (default .root.Chart.AppVersion $images.tag) -}}
+{{- end -}}
+{{- if $digest -}}
+{{- printf "@%s" $digest -}}
 {{- end -}}
 {{- end -}}
 

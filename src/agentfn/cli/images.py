@@ -92,7 +92,7 @@ def base_image(wanted: str, console: Console) -> str:
 
 def stand_in_base(reference: str, console: Console) -> None:
     """Debian bookworm (minbase) with Python 3.11 as `python`, venv, `useradd` and CA certificates, imported as
-    `reference`. It trusts what this machine trusts (its CA bundle, for pip too), so a build reaches the package
+    `reference`. It trusts what this machine trusts (its CA bundle, which pip and uv read), so a build reaches the package
     index the way this machine does."""
     if shutil.which("mmdebstrap") is None:
         raise SystemExit(
@@ -123,7 +123,9 @@ def stand_in_base(reference: str, console: Console) -> None:
         subprocess.run(
             [*podman(), "import", *(f"--change={c}" for c in changes), str(tar), reference], check=True, capture_output=True
         )
-    console.print(f"[green]✓[/] the stand-in base {reference} (Debian bookworm, Python 3.11)")
+    # Its digest, recorded: each image built on it carries it (org.opencontainers.image.base.digest), and the builds
+    # name the base by it.
+    console.print(f"[green]✓[/] the stand-in base {reference} (Debian bookworm, Python 3.11): {digest_of(reference)}")
 
 
 # --- the builds ---
@@ -137,16 +139,24 @@ class Built:
     added: int  # bytes of the layers over the base
 
 
-def build(base: str | None, embedding_model: str, logs: Path, console: Console, parts=IMAGES) -> list[Built]:
+def build(
+    base: str | None, embedding_model: str, logs: Path, console: Console, parts=IMAGES, cache: bool = True
+) -> list[Built]:
     """The images of `parts`, one after the other (they share the Dockerfiles' first stages, made once); the first
-    that fails stops the build with its last words and its log."""
+    that fails stops the build with its last words and its log. The base is passed by its digest, so every image of
+    one build, and every build until the base is made again, starts from the same bytes; each image records it
+    (the OCI labels org.opencontainers.image.base.name and .digest). `cache=False` builds every layer anew (the
+    installers' caches still serve the locked files, whose hashes are checked)."""
     base = base_image(base or PUBLIC_BASE, console)
     base_size = size(base)
+    pinned = by_digest(base)
+    labels = {"org.opencontainers.image.base.name": base, "org.opencontainers.image.base.digest": pinned.split("@")[1]}
+    console.print(f"[green]✓[/] the base {base} is {pinned}")
     logs.mkdir(parents=True, exist_ok=True)
     built = []
     for part in parts:
         dockerfile = "operator/Dockerfile" if part == "operator" else "functions/Dockerfile"
-        args = {"BASE": base} | ({} if part == "operator" else {"FUNCTION": part, "EMBEDDING_MODEL": embedding_model})
+        args = {"BASE": pinned} | ({} if part == "operator" else {"FUNCTION": part, "EMBEDDING_MODEL": embedding_model})
         log = logs / f"{part}.log"
         started = time.monotonic()
         with console.status(f"building {image(part)}"), open(log, "wb") as out:
@@ -157,9 +167,11 @@ def build(base: str | None, embedding_model: str, logs: Path, console: Console, 
                     "--network",
                     "host",
                     *ulimits(),
+                    *([] if cache else ["--no-cache"]),
                     "-f",
                     dockerfile,
-                    *(f"--build-arg={name}={value}" for name, value in args.items()),
+                    *(f"--build-arg={key}={value}" for key, value in args.items()),
+                    *(f"--label={key}={value}" for key, value in labels.items()),
                     "-t",
                     image(part),
                     ".",
@@ -176,6 +188,22 @@ def build(base: str | None, embedding_model: str, logs: Path, console: Console, 
             f"[green]✓[/] {image(part)} in {built[-1].seconds:.0f} s ({mib(whole)}, {mib(whole - base_size)} over the base)"
         )
     return built
+
+
+def digest_of(reference: str) -> str:
+    """The digest of a local image's manifest (sha256:...), the name a registry would serve those bytes by."""
+    answer = subprocess.run(
+        [*podman(), "image", "inspect", "--format", "{{.Digest}}", reference], capture_output=True, text=True, check=True
+    )
+    return answer.stdout.strip()
+
+
+def by_digest(reference: str) -> str:
+    """A local image's reference by digest: repository@sha256:..."""
+    repository = reference.split("@")[0]
+    if ":" in repository.rsplit("/", 1)[-1]:
+        repository = repository.rsplit(":", 1)[0]  # its tag
+    return f"{repository}@{digest_of(reference)}"
 
 
 def size(reference: str) -> int:

@@ -109,8 +109,10 @@ def images(
         help="memory's embedder, baked into its image (qwen3-embedding-0.6b is fetched from the hub at build time)",
     ),
     logs: Path = typer.Option(Path("var/logs/images"), help="where each image's build log is kept"),
+    cache: bool = typer.Option(True, help="reuse layers built before (--no-cache builds every layer anew)"),
 ):
-    """Build every function's image and the operator's with podman, from the repository's Dockerfiles."""
+    """Build every function's image and the operator's with podman, from the repository's Dockerfiles, each
+    installing its group's lock (locks/) with the hashes checked."""
     started = time.monotonic()
     unknown = sorted(set(parts or ()) - set(containers.IMAGES))
     if unknown:
@@ -118,7 +120,7 @@ def images(
             Text.assemble((f"no such image: {', '.join(unknown)}", "red"), f" (the images: {', '.join(containers.IMAGES)})")
         )
         raise typer.Exit(2)
-    built = containers.build(base, embedding_model, logs, console, parts or containers.IMAGES)
+    built = containers.build(base, embedding_model, logs, console, parts or containers.IMAGES, cache=cache)
     table = Table("image", "built in", "size", "over the base", box=None)
     for one in built:
         table.add_row(
