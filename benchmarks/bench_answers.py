@@ -63,11 +63,11 @@ from agentfn.model.episodes import CITATION, SAME_LANGUAGE  # noqa: E402
 
 AGENT = "code-reviewer"
 GATEWAY = f"http://127.0.0.1:{PORTS['gateway']}"
-TODAY = {"turn_s": 3.6, "end_s": 14.3}  # the p50s before this benchmark (first_turn.md, episodes.md)
+TODAY = {"turn_s": 3.6, "end_s": 14.3}  # the p50s measured before the answers were worked on
 UNNOTED = {
     "en": re.compile(
-        r"\b(?:don'?t|do not|dont)\s+have\s+(?:that|this|it|any\w*|such \w+|a note\w*)(?:\s+\w+){0,3}\s+noted|"
-        r"\bnot\s+(?:been\s+)?noted|\bno\s+(?:such\s+)?note|\bhave\s+no\s+(?:such\s+)?notes?\b",
+        r"\b(?:don['’]?t|do not)\s+have\s+(?:[\w'’]+\s+){0,4}noted|\bnot\s+(?:been\s+)?noted|"
+        r"\bno\s+(?:such\s+)?note|\bhave\s+no\s+(?:such\s+)?notes?\b",
         re.I,
     ),
     "hr": re.compile(
