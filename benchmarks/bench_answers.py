@@ -4,7 +4,7 @@ Not a test; run by hand (2 cores, loopback only; about an hour for the whole set
 `./dev up`):
 
     nice -n 5 .venv/bin/python benchmarks/bench_answers.py [--cases benchmarks/answer_cases.yaml] [--only N]
-        [--no-sessions]
+        [--no-sessions] [--rejudge benchmarks/results/answers.json]
 
 It starts the local platform (`agentfn up` as a library, on its own ports, the default offline engine,
 Qwen2.5-Coder-1.5B on llama.cpp), then:
@@ -43,6 +43,7 @@ Writes benchmarks/results/answers.json and answers.md, prints the table, and sto
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import tempfile
@@ -320,30 +321,32 @@ def figures(rows: list[dict], ends: list[dict], scripted: list[dict]) -> list[tu
     return out
 
 
+def what_failed(r: dict) -> list[str]:
+    """A case's failures, briefly."""
+    v, what = r["verdict"], []
+    if r["error"]:
+        what.append(f"error {r['error'][:80]}")
+    if v["fact"] is False:
+        what.append("fact missing")
+    if v["note_recalled"] is False:
+        what.append("note not recalled")
+    if v["note_cited"] is False:
+        what.append("note not cited")
+    if v["unused_cited"]:
+        what.append(f"{v['unused_cited']} unused cited")
+    if v["invented"]:
+        what.append(f"invented ({', '.join(v['invented'][:4])})")
+    if v["preference"]:
+        what.append(f"preference ({'; '.join(v['preference'])})")
+    if v["language"] is False:
+        what.append(f"language {r['written_in']}")
+    if r["tools"]:
+        what.append(f"called {', '.join(r['tools'])}")
+    return what
+
+
 def failures(rows: list[dict], ends: list[dict]) -> list[str]:
-    lines = []
-    for r in rows:
-        v, what = r["verdict"], []
-        if r["error"]:
-            what.append(f"error {r['error'][:80]}")
-        if v["fact"] is False:
-            what.append("fact missing")
-        if v["note_recalled"] is False:
-            what.append("note not recalled")
-        if v["note_cited"] is False:
-            what.append("note not cited")
-        if v["unused_cited"]:
-            what.append(f"{v['unused_cited']} unused cited")
-        if v["invented"]:
-            what.append(f"invented ({', '.join(v['invented'][:4])})")
-        if v["preference"]:
-            what.append(f"preference ({'; '.join(v['preference'])})")
-        if v["language"] is False:
-            what.append(f"language {r['written_in']}")
-        if v["tool_called"]:
-            what.append(f"called {', '.join(r['tools'])}")
-        if what:
-            lines.append(f"- {r['id']}: {', '.join(what)}: {plain(r['answer'])[:140]!r}")
+    lines = [f"- {r['id']}: {', '.join(what_failed(r))}: {plain(r['answer'])[:140]!r}" for r in rows if what_failed(r)]
     for e in ends:
         if e["status"] != 201 and e.get("did_something", True):
             lines.append(f"- {e['id']}: no episode ({e['status']}: {e.get('problem', {}).get('detail', '')[:100]})")
@@ -395,8 +398,16 @@ def main() -> None:
     parser.add_argument("--cases", type=Path, default=ROOT / "benchmarks" / "answer_cases.yaml")
     parser.add_argument("--only", type=int, default=None, help="the first N cases")
     parser.add_argument("--no-sessions", action="store_true", help="the single-turn cases only")
+    parser.add_argument("--rejudge", type=Path, help="judge a results JSON's answers again (no run), into its files")
     args = parser.parse_args()
     cases = yaml.safe_load(args.cases.read_text())[: args.only]
+    if args.rejudge:
+        results = json.loads(args.rejudge.read_text())
+        by_id = {c["id"]: c for c in cases}
+        for row in results["cases"]:
+            row["written_in"] = language(plain(row["answer"]))
+            row["verdict"] = judge(by_id[row["id"]], row)
+        return report(args.rejudge.stem, results)
     scripts = [] if args.no_sessions else yaml.safe_load((ROOT / "benchmarks" / "episode_sessions.yaml").read_text())
     load = [os.getloadavg()[0]]
     rows, sessions, scripted = [], [], []
@@ -408,11 +419,7 @@ def main() -> None:
             for case in cases:
                 rows.append(run_case(case))
                 r = rows[-1]
-                bad = [k for k, v in r["verdict"].items() if v is False or (k in ("invented", "preference") and v)]
-                print(
-                    f"{r['id']}: {r['s']:.1f} s, {r['tools'] or ''} {'ok' if not bad else bad} {plain(r['answer'])[:90]!r}",
-                    flush=True,
-                )
+                print(f"{r['id']}: {r['s']:.1f} s, {what_failed(r) or 'ok'}: {plain(r['answer'])[:90]!r}", flush=True)
             for session in [] if args.no_sessions else SESSIONS:
                 sessions.append(play(session))
                 print(f"{session[0]}: ran {sessions[-1]['ran']}, /end {sessions[-1]['status']}", flush=True)
@@ -432,11 +439,16 @@ def main() -> None:
         "sessions": sessions,
         "scripted": scripted,
     }
+    report("answers", results)
+
+
+def report(name: str, results: dict) -> None:
+    rows, sessions, scripted = results["cases"], results["sessions"], results["scripted"]
     results["figures"] = {
         label: {"value": value, "goal": goal, "met": met}
         for label, value, goal, met in figures(rows, sessions + scripted, scripted)
     }
-    write("answers", results, markdown(results))
+    write(name, results, markdown(results))
     print(markdown(results))
 
 
