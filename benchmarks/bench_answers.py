@@ -141,7 +141,7 @@ def preference_faults(text: str, checks: dict) -> list[str]:
     if "address" in checks and not any(a.casefold() in text.casefold() for a in checks["address"]):
         found.append(f"no {checks['address'][0]!r}")
     if "language" in checks and language(text) != checks["language"]:
-        found.append(f"language {language(text)}")
+        found.append(f"in {language(text)}, not {checks['language']}")
     return found
 
 
@@ -339,7 +339,7 @@ def what_failed(r: dict) -> list[str]:
     if v["preference"]:
         what.append(f"preference ({'; '.join(v['preference'])})")
     if v["language"] is False:
-        what.append(f"language {r['written_in']}")
+        what.append(f"wrong language ({r['written_in']})")
     if r["tools"]:
         what.append(f"called {', '.join(r['tools'])}")
     return what
@@ -378,8 +378,8 @@ def markdown(results: dict) -> str:
     lines = [
         "# The answer a person gets, through the default offline model",
         "",
-        f"{results['when']}, {results['machine']} (load {results['load'][0]:.1f} before, {results['load'][1]:.1f} "
-        f"after); `{results['command']}`; engine {results['engine']}. {len(rows)} single-turn cases ({hr} Croatian), "
+        f"{results['when']}, {results['machine']} at the end ({results['load'][0]:.1f} at the start); "
+        f"`{results['command']}`; engine {results['engine']}. {len(rows)} single-turn cases ({hr} Croatian), "
         f"{len(results['sessions'])} short sessions played live, {len(results['scripted'])} scripted sessions at "
         "/end. Figures as defined in benchmarks/bench_answers.py; en/hr: the question's (session's) language.",
         "",
