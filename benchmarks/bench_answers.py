@@ -1,7 +1,7 @@
 """Benchmark: the answer a person gets from the code reviewer, through the real default offline model.
 
-Not a test; run by hand (2 cores, loopback only; about an hour for the whole set, the offline model installed by
-`./dev up`):
+Not a test; run by hand (2 cores, loopback only; about 25 minutes for the whole set on 2 shared cores, the offline
+model installed by `./dev up`):
 
     nice -n 5 .venv/bin/python benchmarks/bench_answers.py [--cases benchmarks/answer_cases.yaml] [--only N]
         [--no-sessions] [--rejudge benchmarks/results/answers.json]
@@ -35,9 +35,12 @@ The figures, each beside its goal, for all cases and per the question's (a sessi
   conversation, those whose turn asked for any tool;
 - episodes kept: of the sessions that did something (a scripted one, by its script; a live one, when a tool ran),
   those whose `/end` kept an episode; its faults and language are listed;
+- reported beside them, without a goal: the cases whose expected note memory recalled at all (what the model could
+  cite), and the live sessions in which a tool ran;
 - a turn's p50 (the single-turn cases, request to `done`) and `/end`'s p50 (the 20 scripted sessions, comparable
   with benchmarks/results/episodes.md); goals: 10% over 3.6 s and 14.3 s.
 Writes benchmarks/results/answers.json and answers.md, prints the table, and stops everything it started.
+`--rejudge FILE` judges the answers of a results file again with these checks (no run) and writes it anew.
 """
 
 from __future__ import annotations
