@@ -63,7 +63,8 @@ from py3langid.langid import MODEL_FILE, LanguageIdentifier  # noqa: E402
 
 from agentfn.cli.client import events  # noqa: E402
 from agentfn.cli.stack import PORTS  # noqa: E402
-from agentfn.model.episodes import CITATION, SAME_LANGUAGE  # noqa: E402
+from agentfn.model.episodes import CITATION  # noqa: E402
+from agentfn.model.language import SAME_LANGUAGE  # noqa: E402
 
 AGENT = "code-reviewer"
 GATEWAY = f"http://127.0.0.1:{PORTS['gateway']}"
