@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 import requests
-from support.model import AGENTFN, Person, agentfn, registry_document
+from support.model import AGENTFN, Person, agentfn, persons_words, registry_document
 
 from agentfn.operator.audit import records, rows
 
@@ -313,7 +313,7 @@ def test_chat_keeps_the_conversation_and_sends_it_whole(cli, engine):
     done = cli("chat", "guide", stdin=f"Pick a colour. script:{sid}\nWhat did you pick?\n")  # EOF leaves
     assert done.returncode == 0 and "agent> Blue." in done.stdout and "agent> You said blue." in done.stdout
     second = [m for m in engine.requests(sid)[1]["messages"] if m["role"] in ("user", "assistant")]
-    assert [(m["role"], m["content"]) for m in second] == [
+    assert [(m["role"], persons_words(m["content"])) for m in second] == [
         ("user", f"Pick a colour. script:{sid}"),
         ("assistant", "Blue."),
         ("user", "What did you pick?"),
@@ -403,7 +403,9 @@ def test_chat_shows_the_approval_card_and_asks_before_a_call_that_changes_state(
     assert ("started -> ok" in out) is kept and ("status declined" in out) is not kept
     # The approving request was the same conversation: the person's message, then the answer to it.
     second = engine.requests(sid)[1]["messages"]
-    assert [m["content"] for m in second if m["role"] == "user"] == [f"Keep that I work on the ledger team. script:{sid}"]
+    assert [persons_words(m["content"]) for m in second if m["role"] == "user"] == [
+        f"Keep that I work on the ledger team. script:{sid}"
+    ]
 
 
 def test_a_command_typed_at_the_approval_prompt_declines_the_call_then_runs(cli, gateway, engine, person):

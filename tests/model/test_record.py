@@ -6,6 +6,7 @@ result and the answer; afterwards every table of the database and every log of t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import time
@@ -23,6 +24,7 @@ def test_the_record_keeps_counts_and_never_the_conversation(model, engine, memor
         {"call": {"name": "list_models", "arguments": {}}},
         {"text": f"The answer is {answered}."},
     )
+    sid_of_turn = sid
     _, events = take_turn(model.url, person, "reviewer", f"Tell me about {said}. script:{sid}")
     assert events[-1][0] == "done"
     assert argument in str(events)  # the caller sees the step's arguments and result ("No service named ...")
@@ -58,7 +60,11 @@ def test_the_record_keeps_counts_and_never_the_conversation(model, engine, memor
         "started_at",
         "hold_until",
         "duration_ms",
+        "conversation",
     }
+    # The conversation a turn belonged to is named by a keyed digest: neither the message nor its plain hash.
+    first = f"Tell me about {said}. script:{sid_of_turn}"
+    assert len(row["conversation"]) == 32 and row["conversation"] != hashlib.sha256(first.encode()).hexdigest()[:32]
     assert (row["kind"], row["channel"], row["subject"], row["agent"], row["tier"], row["status"]) == (
         "turn",
         "step",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import time
@@ -19,7 +20,7 @@ EVERYONE = "system:authenticated"
 SERVED_READS = ("platform_status", "list_models")  # the read tools the model function's tests serve and name
 TOOL_TIMEOUT = 1.5  # the model function's bound on one tool call (the tool's own upstream timeout is longer)
 AGENTFN = BIN / "agentfn"  # the CLI
-SMALL_DAILY = 5000  # a round of an agent with six tools holds about 3,500 (the listings' bytes)
+SMALL_DAILY = 9000  # a round of an agent with six tools holds about 7,000 (the listings and worked replies, in bytes)
 
 
 class Engine(Served):
@@ -229,3 +230,13 @@ def agentfn(
         {"COLUMNS": str(columns), **({"AGENTFN_URL": url} if url else {}), **({"AGENTFN_TOKEN": token} if token else {})}
     )
     return subprocess.run([str(AGENTFN), *args], input=stdin, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+# What the platform says before the person's last message: the recalled notes (a block and its line of use) and the
+# language to answer in, then a blank line.
+FRAME = re.compile(r"\A(?:<notes>\n.*?\n</notes>\n[^\n]*\n?)?(?:Answer in [A-Z][a-z]+\.)?\n\n", re.S)
+
+
+def persons_words(content: str) -> str:
+    """A message the engine read as the person's, without what the platform said before it."""
+    return FRAME.sub("", content, count=1)

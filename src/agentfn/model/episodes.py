@@ -228,7 +228,8 @@ def end_session(
         raise ProblemError(503, "Service Unavailable", "memory is not configured", type=problem_type("memory"))
     tier = services.tier(services.limits.episode_tier)
     deadline = time.monotonic() + tier.deadline
-    person = likely_language(" ".join(m["content"] for m in messages if m["role"] == "user"))
+    said = " ".join(m["content"] for m in messages if m["role"] == "user")
+    person = language(said)
     conversation = conversation_hash(agent.name, messages)
     steps = services.store.session_steps(caller.subject, agent.name, conversation)
     try:
@@ -247,7 +248,8 @@ def end_session(
             try:
                 summary = summarise(services, generation, tier, messages, person, deadline)
             except Unkept as unkept:
-                summary = recorded(steps, person)
+                # A short session is seldom told apart with confidence: its likeliest language chooses the record's words.
+                summary = recorded(steps, person, person or likely_language(said))
                 if summary is None:
                     raise ProblemError(
                         422,
@@ -344,10 +346,11 @@ TOLD = {
 }
 
 
-def recorded(steps: list[dict], person: str | None) -> str | None:
-    """The session's episode from its record (the steps of its turns), in the person's language; None when its turns
-    ran, kept or forgot nothing, or the person's language is one the record cannot be told in."""
-    told = TOLD.get(person or "en")
+def recorded(steps: list[dict], person: str | None, words: str | None) -> str | None:
+    """The session's episode from its record (the steps of its turns), told in the language `words` (English when
+    unknown) and kept to the rules in the person's language (`person`, when known); None when its turns ran, kept or
+    forgot nothing, or the language is one the record cannot be told in."""
+    told = TOLD.get(words or "en")
     if told is None:
         return None
     said: list[str] = []
