@@ -57,11 +57,17 @@ def test_done_cites_the_shown_notes_the_answer_used_and_no_other(loop, person, a
     assert loop.engine.requests[0]["notes"] == [EDITOR["id"], CAT["id"], SHORT["id"]]
 
 
-def test_a_constrained_reply_may_cite_only_the_ids_shown():
-    schema = constrained_schema([], [EDITOR["id"], CAT["id"]])
+def test_a_constrained_reply_may_cite_only_the_ids_shown_each_by_its_shortest_unique_head():
+    other = "7c1d9e20-5a4b-4c3d-8e2f-1a0b9c8d7e6f"
+    schema = constrained_schema([], [EDITOR["id"], CAT["id"], other])
     (answer,) = schema["anyOf"]
     assert answer["required"] == ["answer", "cited"]
-    assert answer["properties"]["cited"] == {"type": "array", "items": {"enum": [EDITOR["id"], CAT["id"]]}, "maxItems": 2}
+    # EDITOR's and CAT's ids differ only in their last character: each is cited whole; the other by its first group.
+    assert answer["properties"]["cited"] == {
+        "type": "array",
+        "items": {"enum": [EDITOR["id"], CAT["id"], "7c1d9e20"]},
+        "maxItems": 3,
+    }
     # No notes shown: nothing to cite, and the reply has no `cited` at all.
     assert constrained_schema([], None)["anyOf"][0]["required"] == ["answer"]
 

@@ -103,3 +103,22 @@ def test_fit_keeps_the_newest_messages_and_starts_with_the_person():
     assert prompt.fit(messages, 10_000) == messages
     assert prompt.fit(messages, 150) == messages[2:]
     assert prompt.fit(messages, 1) == messages[2:]  # the last message always
+
+
+NOTES = ["5f0c2a91-3b7e-4d16-9a2c-7e1f04b8d2a6", "c83e61d4-0f25-4a9b-8d47-2b6a9e13f5c0"]
+CITED = {
+    # the reply as the engine streamed it, the shown ids its `cited` names (None: it has no `cited`)
+    "by_short_ids": ('{"answer": "Yes.", "cited": ["c83e61d4", "5f0c2a91", "c83e61d4"]}', [NOTES[1], NOTES[0]]),
+    "none": ('{"answer": "Yes.", "cited": []}', []),
+    "a_head_not_shown_is_dropped": ('{"answer": "Yes.", "cited": ["deadbeef"]}', []),
+    "no_cited_at_all": ('{"answer": "Yes."}', None),
+    "cut_short_by_the_bound": ('{"answer": "Yes.", "cited": ["c83e', []),
+}
+
+
+@pytest.mark.parametrize(("reply", "ids"), CITED.values(), ids=CITED.keys())
+def test_a_constrained_answer_names_the_notes_it_used_by_their_short_ids(reply, ids):
+    decoder = AnswerStream()
+    streamed = "".join(decoder.feed(reply[i : i + 5]) for i in range(0, len(reply), 5))
+    assert streamed == "Yes."
+    assert decoder.cited(NOTES) == ids

@@ -163,11 +163,12 @@ def neutral_messages(messages: list[dict]) -> list[dict]:
 def constrained_schema(tools: list, notes: list[str] | None = None) -> dict[str, Any]:
     """The reply's schema: an answer, or one call of one of the tools with arguments of its own shape.
 
-    With notes shown, the answer is followed by the ids of those it used, `cited`: an enum of the ids shown, so the
-    engine can write no other (a small model copies an id where its JSON asks for one, not inside prose)."""
+    With notes shown, the answer is followed by the ids of those it used, `cited`: an enum of the shown ids' short
+    forms (`short_ids`), so the engine can write no other (a small model copies an id where its JSON asks for one, not
+    inside prose), and writes 8 characters where a whole id costs a CPU engine a second and a half."""
     answer: dict[str, Any] = {"answer": {"type": "string"}}
     if notes:
-        answer["cited"] = {"type": "array", "items": {"enum": list(notes)}, "maxItems": len(notes)}
+        answer["cited"] = {"type": "array", "items": {"enum": list(short_ids(notes))}, "maxItems": len(notes)}
     branches = [{"type": "object", "properties": answer, "required": list(answer), "additionalProperties": False}]
     for tool in tools:
         branches.append(
@@ -179,6 +180,20 @@ def constrained_schema(tools: list, notes: list[str] | None = None) -> dict[str,
             }
         )
     return {"anyOf": branches}
+
+
+SHORT = 8  # an id's first characters a reply cites it by: a UUID's first group
+
+
+def short_ids(ids: list[str]) -> dict[str, str]:
+    """Each id by its shortest head of at least SHORT characters that no other of `ids` begins with."""
+    out = {}
+    for i in ids:
+        n = SHORT
+        while n < len(i) and any(o != i and o.startswith(i[:n]) for o in ids):
+            n += 1
+        out[i[:n]] = i
+    return out
 
 
 def grammar_safe(schema: Any) -> Any:
@@ -266,18 +281,19 @@ class AnswerStream:
         self.answer.append(piece)
         return piece
 
-    def cited(self) -> list[str] | None:
-        """At the end of an answer: the ids its `cited` names, in order and once each ([] when the reply is not whole
-        JSON: one cut short by the token bound cites nothing); None when the reply has no `cited` at all (an engine
-        that ignored the schema: its answer may name ids in brackets)."""
+    def cited(self, notes: list[str]) -> list[str] | None:
+        """At the end of an answer: the shown ids its `cited` names (by their short forms), in order and once each ([]
+        when the reply is not whole JSON: one cut short by the token bound cites nothing); None when the reply has no
+        `cited` at all (an engine that ignored the schema: its answer may name ids in brackets)."""
         try:
             reply = json.loads("".join(self.raw))
         except ValueError:
             return []
-        ids = reply.get("cited") if isinstance(reply, dict) else None
-        if ids is None:
+        said = reply.get("cited") if isinstance(reply, dict) else None
+        if said is None:
             return None
-        return list(dict.fromkeys(i for i in ids if isinstance(i, str))) if isinstance(ids, list) else []
+        shown = short_ids(notes)
+        return list(dict.fromkeys(shown[i] for i in said if i in shown)) if isinstance(said, list) else []
 
     def call(self, tool_names: set[str]) -> ToolRequest | None:
         """At the end of the reply: the tool call it made, if it made one."""
@@ -394,7 +410,7 @@ class Engine:
                 yield Text(decoder.answer[-1])
             if request is not None:
                 yield request
-            elif notes and (said := decoder.cited()) is not None:
+            elif notes and (said := decoder.cited(notes)) is not None:
                 yield Cited(said)
         elif tools:
             for index in sorted(calls):

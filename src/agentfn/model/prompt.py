@@ -89,7 +89,7 @@ def note_line(entry: dict[str, Any]) -> str:
 def memory_block(recalled: list[dict[str, Any]], constrained: bool = True) -> str:
     """The recalled notes as data, with their ids, then how to use and cite them (the platform's words, outside)."""
     cite = (
-        'put the ids of the notes your answer uses in "cited"'
+        'put the ids of the notes your answer uses in "cited", each by its first 8 characters'
         if constrained
         else f"cite each note your answer uses by writing its id in square brackets, like [{recalled[0]['id']}]"
     )
@@ -171,7 +171,8 @@ WHEN = {
 # more reliably than it follows a rule. None of them is a message of the tool-choice benchmark's set. Notes are
 # written as `with_notes` writes them (a small model uses notes, cites them and forgets by an id only when it has
 # seen that shape); their ids are made up, and the reply's grammar holds "cited" to the ids a turn shows.
-NOTE_A, NOTE_B = "0a1b2c3d-0000-4000-8000-00000000000a", "0a1b2c3d-0000-4000-8000-00000000000b"
+NOTE_A, NOTE_B = "5f0c2a91-3b7e-4d16-9a2c-7e1f04b8d2a6", "c83e61d4-0f25-4a9b-8d47-2b6a9e13f5c0"
+A, B = NOTE_A[:8], NOTE_B[:8]  # as a reply cites them (engines.short_ids)
 
 
 def _noted(say: str, *notes: tuple[str, str, str]) -> str:
@@ -184,7 +185,7 @@ EXAMPLES = [
     (
         "memory",
         _noted("Which editor do I use?", (NOTE_A, "preference", "Keep answers short."), (NOTE_B, "fact", "I use Helix.")),
-        {"answer": "You use Helix.", "cited": [NOTE_B]},
+        {"answer": "You use Helix.", "cited": [B]},
     ),
     ("platform_status", "Any outages today?", {"tool": "platform_status", "arguments": {}}),
     (
@@ -197,7 +198,7 @@ EXAMPLES = [
     (
         "memory",
         _noted("What is a lambda?", (NOTE_A, "preference", "Always call me Doc."), (NOTE_B, "fact", "I use Linux.")),
-        {"answer": "Doc, a lambda is a small function without a name.", "cited": [NOTE_A]},
+        {"answer": "Doc, a lambda is a small function without a name.", "cited": [A]},
     ),
     (
         "remember",
@@ -210,7 +211,7 @@ EXAMPLES = [
     (
         "memory",
         _noted("Kako se zove moja mačka?", (NOTE_A, "fact", "My cat is called Mica."), (NOTE_B, "fact", "I use Vim.")),
-        {"answer": "Tvoja mačka se zove Mica.", "cited": [NOTE_A]},
+        {"answer": "Tvoja mačka se zove Mica.", "cited": [A]},
     ),
     (
         "remember",
