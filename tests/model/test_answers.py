@@ -38,6 +38,7 @@ CITATIONS = {
     "never_a_fact_the_answer_does_not_carry": ("You use Helix.", [EDITOR["id"], CAT["id"]], [EDITOR["id"]]),
     "a_fact_the_answer_carries_though_unsaid": ("Your cat is called Mica.", [], [CAT["id"]]),
     "a_preference_it_says_it_followed": ("A list is ordered.", [SHORT["id"]], [SHORT["id"]]),
+    "not_a_preference_the_answer_does_not_show": (" ".join(["word"] * 40) + ".", [SHORT["id"]], []),
     "not_a_preference_it_does_not_name": ("A list is ordered.", [], []),
     "nothing_when_nothing_is_noted": ("I don't have that noted.", [EDITOR["id"], SHORT["id"]], []),
     "nothing_when_nothing_is_noted_in_croatian": ("Nemam to zabilježeno.", [CAT["id"]], []),
@@ -50,7 +51,7 @@ CITATIONS = {
 def test_done_cites_the_shown_notes_the_answer_used_and_no_other(loop, person, answer, said, cited):
     loop.memory.notes = [EDITOR, CAT, SHORT]
     loop.engine.script({"text": answer, **({"cited": said} if said is not None else {})})
-    response, events = turn(loop.client, person.token, "keeper", "Which editor do I use, and what is my cat called?")
+    response, events = turn(loop.client, person.token, "keeper", "Tell me about the editor and the cat.")
     assert response.status_code == 200
     assert done(events)["cited"] == cited
     # The engine was shown exactly the recalled notes' ids to cite from: a constrained reply's grammar holds no other.
@@ -70,6 +71,77 @@ def test_a_constrained_reply_may_cite_only_the_ids_shown_each_by_its_shortest_un
     }
     # No notes shown: nothing to cite, and the reply has no `cited` at all.
     assert constrained_schema([], None)["anyOf"][0]["required"] == ["answer"]
+
+
+# --- no invented facts about the person ---------------------------------------------------------------------------
+
+GUARDED = {
+    # question, notes recalled, the engine's answer and the ids it said it used, what the person reads, done.cited
+    "an_invented_date": (
+        "When is my birthday?",
+        [EDITOR],
+        ("It is on 7 December 2026.", []),
+        "I don't have that noted.",
+        [],
+    ),
+    "an_invented_name_citing_another_note": (
+        "What is my cat called?",
+        [EDITOR],
+        ("Your cat is called Whiskers.", [EDITOR["id"]]),
+        "I don't have that noted.",
+        [],
+    ),
+    "nothing_recalled_in_croatian": (
+        "Kad mi je rođendan?",
+        [],
+        ("Rođendan ti je 7. prosinca.", None),
+        "Nemam to zabilježeno.",
+        [],
+    ),
+    "the_note_it_used": (
+        "What is my cat called?",
+        [CAT],
+        ("Your cat is called Mica.", [CAT["id"]]),
+        "Your cat is called Mica.",
+        [CAT["id"]],
+    ),
+    "a_name_of_the_note_in_another_case": (
+        "Kako se zove moja mačka?",
+        [EDITOR, CAT],
+        ("Tvoja mačka se zove Mici.", [CAT["id"]]),
+        "Tvoja mačka se zove Mici.",
+        [CAT["id"]],
+    ),
+}
+
+
+@pytest.mark.parametrize(("question", "notes", "engine", "read", "cited"), GUARDED.values(), ids=GUARDED.keys())
+def test_an_answer_about_the_person_reaches_them_only_when_it_stands_on_what_the_turn_showed(
+    loop, person, question, notes, engine, read, cited
+):
+    loop.memory.notes = notes
+    text, said = engine
+    loop.engine.script({"text": text, **({"cited": said} if said is not None else {})})
+    _, events = turn(loop.client, person.token, "keeper", question)
+    deltas = [d["text"] for name, d in events if name == "delta"]
+    assert deltas == [read]  # held back until checked, then whole: the invented one never reaches the person
+    assert done(events)["cited"] == cited
+
+
+def test_an_answer_about_the_person_may_stand_on_the_conversation_before(loop, person):
+    history = [{"role": "user", "content": "Run print(6 * 7)"}, {"role": "assistant", "content": "The program printed 42."}]
+    loop.engine.script({"text": "It printed 42."}, {"text": "It printed 43."})
+    _, events = turn(loop.client, person.token, "keeper", "What did my program print?", history=history)
+    assert [d["text"] for name, d in events if name == "delta"] == ["It printed 42."]
+    _, events = turn(loop.client, person.token, "keeper", "What did my program print?", history=history)
+    assert [d["text"] for name, d in events if name == "delta"] == ["I don't have that noted."]
+
+
+def test_any_other_answer_streams_as_it_is_written(loop, person):
+    loop.engine.script({"text": "A closure keeps the variables of the scope it was made in."})
+    _, events = turn(loop.client, person.token, "keeper", "What is a closure?")
+    deltas = [d["text"] for name, d in events if name == "delta"]
+    assert len(deltas) > 1 and "".join(deltas) == "A closure keeps the variables of the scope it was made in."
 
 
 # --- the notes as data, and the language of the answer ----------------------------------------------------------
@@ -123,6 +195,26 @@ def test_the_engine_is_told_the_language_of_the_answer_before_the_persons_messag
     said = told(loop)
     assert said.endswith(f"{line}\n\n{message}"), said
     assert said.count("Answer in ") == 1
+
+
+ADDRESSES = {
+    "english": ("Always call me Captain.", "Captain"),
+    "a_title_and_a_name": ("Address me as Dr. Horvat.", "Dr. Horvat"),
+    "croatian": ("Oslovljavaj me s kapetane.", "Kapetane"),
+    "not_a_name": ("Call me when the build is done.", None),
+    "no_form_of_address": ("Answer me in one short sentence.", None),
+}
+
+
+@pytest.mark.parametrize(("text", "address"), ADDRESSES.values(), ids=ADDRESSES.keys())
+def test_what_the_person_asked_to_be_called_begins_the_answer(loop, person, text, address):
+    loop.memory.notes = [{"id": SHORT["id"], "kind": "preference", "text": text}]
+    turn(loop.client, person.token, "keeper", "What is a closure?")
+    assert loop.engine.requests[0]["address"] == address  # a constrained reply's grammar begins the answer with it
+    assert (f"Address the person as {address}." in told(loop)) is (address is not None)
+    if address:
+        (answer,) = [b for b in constrained_schema([], [SHORT["id"]], address)["anyOf"] if "answer" in b["properties"]]
+        assert answer["properties"]["answer"]["pattern"] == "^" + address.replace(".", "\\.") + ", .*$"
 
 
 # --- the episode of a session that did something ----------------------------------------------------------------

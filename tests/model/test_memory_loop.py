@@ -123,8 +123,9 @@ def test_remember_and_forget_act_on_the_callers_own_entries(model, engine, memor
 
 def test_forget_takes_only_an_id_shown_in_this_turn(model, engine, memory, person, notes, issuer):
     session, note, _ = notes
+    # A fact: this reviewer recalls preferences, and shows a person's newest ones whatever the question.
     unrelated = session.post(
-        memory.url + "/v1/entries", json={"kind": "preference", "text": "Drinks green tea at noon.", "source": "test"}
+        memory.url + "/v1/entries", json={"kind": "fact", "text": "Drinks green tea at noon.", "source": "test"}
     ).json()
     sid = engine.script({"call": {"name": "forget", "arguments": {"id": unrelated["id"]}}}, {"text": "ok"})
     _, events = take_turn(model.url, person, "reviewer", f"{QUESTION} script:{sid}")

@@ -75,7 +75,7 @@ class EngineDouble:
             self._rounds = deque(rounds)
             self.requests = []
 
-    def round(self, messages: list[dict], tools: list | None, max_tokens: int, deadline: float, notes=None):
+    def round(self, messages: list[dict], tools: list | None, max_tokens: int, deadline: float, notes=None, address=None):
         with self._lock:
             self.requests.append(
                 {
@@ -83,6 +83,7 @@ class EngineDouble:
                     "tools": [t.name for t in tools] if tools else None,
                     "max_tokens": max_tokens,
                     "notes": notes,
+                    "address": address,
                 }
             )
             step = self._rounds.popleft() if self._rounds else {"text": "Scripted answer."}

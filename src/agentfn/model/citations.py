@@ -12,13 +12,12 @@ turn), or the ids a native engine writes in square brackets. Then the answer is 
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Any
 
-from .language import UNNOTED
+from .grounding import fold, kin
+from .language import UNNOTED, answer_language, form_of_address, likely_language
 
 WORD = re.compile(r"[^\W_]+", re.UNICODE)
-STEM = 5  # letters that tell a word's forms apart from other words: "Splitu" is "Split", "zabilježeno" "zabil"
 # Words that say nothing of what a note holds, in English and Croatian (folded, as `words` folds).
 COMMON = set(
     """the and for you your yours are was were has have had that this with what which who whom where when how does
@@ -27,7 +26,7 @@ COMMON = set(
     person answer answers always never please
     ali ako ili koji koja koje sto što sta kako gdje kada kad tko moj moja moje moji tvoj tvoja tvoje vas vaš
     vaša nas naš naša ima imam imas imaš jesam nisam nije biti bio bila bilo sam smo ste su jer još samo
-    uvijek nikad molim""".split()
+    uvijek nikad molim zove zovem zoves zovu called named name ime""".split()
 )
 
 
@@ -39,19 +38,36 @@ def cited(
         return []
     said = declared if declared is not None else bracketed(answer, [e["id"] for e in recalled])
     question = words(next((m["content"] for m in reversed(messages) if m["role"] == "user"), ""))
-    used = words(answer) - question
+    used = {w for w in words(answer) if not shares({w}, question)}
     out = []
     for entry in recalled:
         text = entry.get("text", "")
         if entry.get("kind") == "preference":
-            carried = entry["id"] in said
+            carried = entry["id"] in said and shows(answer, entry, used)
         elif entry["id"] in said:
-            carried = bool((words(text) - question) & used)
+            carried = shares(words(text) - question, used)
         else:
-            carried = bool((words(text, names_only=True) - question) & used)
+            carried = shares(words(text, names_only=True) - question, used)
         if carried:
             out.append(entry["id"])
     return out
+
+
+SHORT = re.compile(r"\b(?:short|brief|concise|sentence|words|kratk|sažet|sazet|rečenic|recenic|riječ|rijec)", re.I)
+SHORT_WORDS = 30  # what a short answer has at most
+
+
+def shows(answer: str, preference: dict[str, Any], used: set[str]) -> bool:
+    """The answer shows it followed the preference: the checks the platform can make of one, in the module's order."""
+    address = form_of_address([preference])
+    if address:
+        return answer.lstrip().lower().startswith(address.lower())
+    named = answer_language([], [preference])
+    if named:
+        return likely_language(answer) == named
+    if SHORT.search(str(preference.get("text", ""))):
+        return len(answer.split()) <= SHORT_WORDS
+    return shares(words(preference.get("text", "")), used)
 
 
 def bracketed(answer: str, ids: list[str]) -> list[str]:
@@ -61,21 +77,20 @@ def bracketed(answer: str, ids: list[str]) -> list[str]:
 
 
 def unnoted(answer: str) -> bool:
-    """The answer says only that the person's question is not noted."""
-    folded = " ".join(sorted(words(answer)))
-    return bool(folded) and any(folded == " ".join(sorted(words(said))) for said in UNNOTED.values())
+    """The answer says only that the person's question is not noted (after what it calls the person, if anything)."""
+    said = words(answer)
+    return any(words(phrase) <= said and len(said) <= len(words(phrase)) + 2 for phrase in UNNOTED.values())
 
 
 def words(text: Any, names_only: bool = False) -> set[str]:
-    """The text's content words as stems (lowercased, without accents, first letters), numbers too; `names_only`: only
-    its numbers and the words it capitalises after its first (a name: "Rust", "Zagreb", "GitHub")."""
+    """The text's content words, folded (lowercased, without accents), numbers too; `names_only`: only its numbers and
+    the words it capitalises after its first (a name: "Rust", "Zagreb", "GitHub")."""
     found = WORD.findall(str(text))
     if names_only:
         found = [w for i, w in enumerate(found) if w.isdigit() or (i > 0 and not w.islower())]
-    out = set()
-    for word in found:
-        plain = "".join(c for c in unicodedata.normalize("NFKD", word.lower()) if not unicodedata.combining(c))
-        plain = plain.replace("đ", "d")
-        if (len(plain) >= 3 or plain.isdigit()) and plain not in COMMON:
-            out.add(plain[:STEM])
-    return out
+    return {w for w in map(fold, found) if (len(w) >= 3 or w.isdigit()) and w not in COMMON}
+
+
+def shares(these: set[str], those: set[str]) -> bool:
+    """Some word of `these` is a form of some word of `those` (grounding.kin)."""
+    return any(kin(a, b) for a in these for b in those)

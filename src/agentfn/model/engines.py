@@ -160,13 +160,17 @@ def neutral_messages(messages: list[dict]) -> list[dict]:
 # --- constrained mode ----------------------------------------------------------------------------------
 
 
-def constrained_schema(tools: list, notes: list[str] | None = None) -> dict[str, Any]:
+def constrained_schema(tools: list, notes: list[str] | None = None, address: str | None = None) -> dict[str, Any]:
     """The reply's schema: an answer, or one call of one of the tools with arguments of its own shape.
 
     With notes shown, the answer is followed by the ids of those it used, `cited`: an enum of the shown ids' short
     forms (`short_ids`), so the engine can write no other (a small model copies an id where its JSON asks for one, not
-    inside prose), and writes 8 characters where a whole id costs a CPU engine a second and a half."""
+    inside prose), and writes 8 characters where a whole id costs a CPU engine a second and a half. With an `address`
+    (what the person asked to be called: letters, spaces, dots, hyphens), the answer begins with it: a small model
+    told so in words forgets it."""
     answer: dict[str, Any] = {"answer": {"type": "string"}}
+    if address:
+        answer["answer"]["pattern"] = "^" + address.replace(".", "\\.") + ", .*$"
     if notes:
         answer["cited"] = {"type": "array", "items": {"enum": list(short_ids(notes))}, "maxItems": len(notes)}
     branches = [{"type": "object", "properties": answer, "required": list(answer), "additionalProperties": False}]
@@ -327,7 +331,12 @@ class Engine:
         self.client = openai.OpenAI(base_url=tier.url, api_key=tier.api_key, max_retries=0, timeout=tier.deadline)
 
     def request(
-        self, messages: list[dict], tools: list | None, max_tokens: int, notes: list[str] | None = None
+        self,
+        messages: list[dict],
+        tools: list | None,
+        max_tokens: int,
+        notes: list[str] | None = None,
+        address: str | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.tier.model,
@@ -351,16 +360,22 @@ class Engine:
             # them; held to {"answer": ...} its answer is read out of the JSON all the same.
             body["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": "reply", "strict": True, "schema": constrained_schema(tools or [], notes)},
+                "json_schema": {"name": "reply", "strict": True, "schema": constrained_schema(tools or [], notes, address)},
             }
         return body
 
     def round(
-        self, messages: list[dict], tools: list | None, max_tokens: int, deadline: float, notes: list[str] | None = None
+        self,
+        messages: list[dict],
+        tools: list | None,
+        max_tokens: int,
+        deadline: float,
+        notes: list[str] | None = None,
+        address: str | None = None,
     ) -> Iterator[Any]:
         """Text pieces as they arrive, then the tool requests (if tools were offered), the notes an answer says it
-        used (constrained mode, with `notes` shown) and the usage."""
-        body = self.request(messages, tools, max_tokens, notes)
+        used (constrained mode, with `notes` shown) and the usage. `address`: what an answer begins with."""
+        body = self.request(messages, tools, max_tokens, notes, address)
         events: queue.Queue = queue.Queue()
         stop = threading.Event()
         threading.Thread(target=self._pump, args=(body, deadline, events, stop), name="engine-pump", daemon=True).start()

@@ -149,11 +149,12 @@ class Generation:
         completion: int,
         traced: bool = False,
         notes: list[str] | None = None,
+        address: str | None = None,
     ) -> Round:
         """One round of `engine` over `convo` (offering the tools `offer`, showing the notes of ids `notes`), whose
         prompt may cost `cost` tokens and whose reply may run to `completion`; `traced`: its `chat` span and metrics
         recorded (a turn's rounds)."""
-        return Round(self, engine, convo, offer, deadline, cost, completion, traced, notes)
+        return Round(self, engine, convo, offer, deadline, cost, completion, traced, notes, address)
 
     def spent(self, usage: Usage) -> None:
         """One round's tokens, as the engine counted them (or as estimated when it could not say)."""
@@ -217,10 +218,11 @@ class Round:
         completion: int,
         traced: bool,
         notes: list[str] | None = None,
+        address: str | None = None,
     ):
         self.generation, self.engine, self.convo, self.offer = generation, engine, convo, offer
         self.deadline, self.cost, self.completion, self.traced = deadline, cost, completion, traced
-        self.notes = notes
+        self.notes, self.address = notes, address
         self.pieces: list[str] = []
         self.requests: list[ToolRequest] = []
         self.cited: list[str] | None = None  # what the engine said its answer used (constrained mode), if it said
@@ -234,7 +236,9 @@ class Round:
         self.max_tokens = max(g.min_completion, min(self.completion, held - cost))
         self.began = time.perf_counter()
         self.chat = Chat(self.engine.tier, self.max_tokens) if self.traced else None
-        self.stream = self.engine.round(self.convo, self.offer, self.max_tokens, self.deadline, notes=self.notes)
+        self.stream = self.engine.round(
+            self.convo, self.offer, self.max_tokens, self.deadline, notes=self.notes, address=self.address
+        )
         return self
 
     def __iter__(self) -> Iterator[str]:

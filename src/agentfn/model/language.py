@@ -1,5 +1,5 @@
-"""The person's language: which one a text is written in (py3langid), which one an answer is to be in, and the
-few words the platform has an agent say in each."""
+"""How the person is spoken to: which language a text is written in (py3langid), which one an answer is to be in,
+what the person asked to be called, and the few words the platform has an agent say in each language."""
 
 from __future__ import annotations
 
@@ -89,3 +89,31 @@ def answer_language(messages: list[dict[str, Any]], recalled: list[dict[str, Any
                 return named.pop()
     last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     return likely_language(last) if isinstance(last, str) and last.strip() else None
+
+
+# A form of address as a preference asks for it, in English or in Croatian: "Always call me Captain.", "Address me as
+# Dr. Horvat.", "Oslovljavaj me s kapetane.", "Zovi me Šefe." The name: a word or two, letters only.
+ADDRESSED = re.compile(
+    r"\b(?:call|address|oslovljavaj|oslovi|zovi|nazivaj)\s+me(?:\s+(?:as|s|sa|kao))?\s+[\"'“‘]?"
+    r"((?-i:[^\W\d_][^\W\d_.'-]*\.?(?:\s+[A-ZČĆŠŽĐ][^\W\d_'-]*)?))",
+    re.I,
+)
+# What follows "call me" without being a name: "Call me when it is done.", "Zovi me sutra."
+NOT_NAMES = set(
+    "when if back later tomorrow today at on in after before once now please kad kada ako sutra danas poslije".split()
+)
+
+
+def form_of_address(recalled: list[dict[str, Any]]) -> str | None:
+    """What a recalled preference asks the person be called, as an answer begins with it ("Captain"), or None."""
+    for entry in recalled:
+        if entry.get("kind") != "preference":
+            continue
+        found = ADDRESSED.search(str(entry.get("text", "")))
+        if found and found.group(1).split()[0].lower() not in NOT_NAMES:
+            name = found.group(1).rstrip(".")
+            if name.endswith(" Dr") or name == "Dr":  # "Dr." is an abbreviation, not a sentence's end
+                name += "."
+            if 1 < len(name) <= 30:
+                return name[0].upper() + name[1:]
+    return None

@@ -29,7 +29,8 @@ from .approvals import Approval, refused
 from .citations import cited
 from .engines import DeadlinePassed, Tier
 from .generation import Generation, as_problem, budget_problem
-from .language import answer_language
+from .grounding import about_the_person, stands
+from .language import UNNOTED, answer_language, form_of_address
 from .offered import Offered, written
 from .registry import Agent
 from .services import Services
@@ -203,16 +204,16 @@ class Turn:
         constrained = tier.tool_mode == "constrained"
         # The answer's language, told to the model before the person's message with the notes: a small model answers a
         # Croatian question in English, or ignores a preference for a language, unless it is told in so many words.
-        speak = answer_language(self.messages, recalled)
+        speak, address = answer_language(self.messages, recalled), form_of_address(recalled)
         room = (
             tier.context_tokens
             - tier.max_tokens
-            - prompt.likely(system + prompt.frame(recalled, speak, constrained))
+            - prompt.likely(system + prompt.frame(recalled, speak, constrained, address))
             - prompt.likely([t.listing() for t, _ in tools.values()])
         )
         convo: list[dict[str, Any]] = [
             {"role": "system", "content": system},
-            *prompt.with_notes(prompt.fit(self.messages, max(room, 64)), recalled, speak, constrained),
+            *prompt.with_notes(prompt.fit(self.messages, max(room, 64)), recalled, speak, constrained, address),
         ]
         notes = {e["id"]: e for e in recalled}
         steps = Steps(self, tools, notes, convo, constrained, Offered(written(self.messages)))
@@ -223,6 +224,9 @@ class Turn:
             calls_left = max(0, calls_left - len(self.approvals))
         answer: list[str] = []
         declared: list[str] | None = None
+        # An answer to a question about the person is held back until it is checked (grounding.py); others stream.
+        question = self.messages[-1]["content"]
+        guarded = agent.memory != "none" and about_the_person(question)
         while True:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed()
@@ -240,9 +244,11 @@ class Turn:
                 completion=completion,
                 traced=True,
                 notes=list(notes) or None,
+                address=address,
             ) as r:
                 for text in r:
-                    yield "delta", {"text": text}
+                    if not guarded:
+                        yield "delta", {"text": text}
             answer.append(r.text)
             declared = r.cited if r.cited is not None else declared
             if not offer or not r.requests:
@@ -255,11 +261,20 @@ class Turn:
             if steps.repeated:
                 # A model that repeats a call is stuck: it has the earlier result; from here it answers.
                 calls_left = 0
+        said = "".join(answer)
+        used_notes = cited(said, recalled, declared, self.messages)
+        if guarded:
+            # What the turn showed besides the notes: the conversation before, and what its tools answered.
+            earlier = [*self.messages[:-1], *(m for m in convo if m["role"] == "tool")]
+            if said.strip() and not stands(said, question, recalled, used_notes, earlier):
+                said, used_notes = UNNOTED.get(speak or "", UNNOTED["en"]), []
+            if said:
+                yield "delta", {"text": said}
         used = self.generation.used
         yield (
             "done",
             {
-                "cited": cited("".join(answer), recalled, declared, self.messages),
+                "cited": used_notes,
                 "steps": len(self.step_log),
                 "pending": steps.pending,
                 "usage": {"tokens_in": used.tokens_in, "tokens_out": used.tokens_out, "rounds": self.generation.rounds},

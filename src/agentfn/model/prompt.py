@@ -99,11 +99,14 @@ def memory_block(recalled: list[dict[str, Any]], constrained: bool = True) -> st
     )
 
 
-def frame(recalled: list[dict[str, Any]], language: str | None, constrained: bool = True) -> str:
-    """What the platform says before the person's message: the notes recalled for it, and the language to answer in."""
+def frame(recalled: list[dict[str, Any]], language: str | None, constrained: bool = True, address: str | None = None) -> str:
+    """What the platform says before the person's message: the notes recalled for it, the language to answer in and
+    what to call the person (what their preferences ask, `language.answer_language` and `language.form_of_address`)."""
     parts = [memory_block(recalled, constrained)] if recalled else []
     if language in NAMES:
         parts.append(f"Answer in {NAMES[language]}.")
+    if address:
+        parts.append(f"Address the person as {address}.")
     return "\n".join(parts)
 
 
@@ -112,6 +115,7 @@ def with_notes(
     recalled: list[dict[str, Any]],
     language: str | None = None,
     constrained: bool = True,
+    address: str | None = None,
 ) -> list[dict[str, Any]]:
     """The conversation with the recalled notes (and the language to answer in) in the person's last message, before
     what they said (a small model follows the last words it reads: they must be the person's).
@@ -120,7 +124,7 @@ def with_notes(
     the first token that differs. Here, the system prompt and everything said before stay a stable prefix,
     and every template takes them (some engines refuse a system message that is not the first).
     """
-    said = frame(recalled, language, constrained)
+    said = frame(recalled, language, constrained, address)
     if not said:
         return messages
     last = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
@@ -195,11 +199,6 @@ EXAMPLES = [
     ),
     (None, "Bok, tko si ti?", {"answer": "Ja sam tvoj recenzent koda."}),
     ("open_page", "Read https://example.org/news", {"tool": "open_page", "arguments": {"url": "https://example.org/news"}}),
-    (
-        "memory",
-        _noted("What is a lambda?", (NOTE_A, "preference", "Always call me Doc."), (NOTE_B, "fact", "I use Linux.")),
-        {"answer": "Doc, a lambda is a small function without a name.", "cited": [A]},
-    ),
     (
         "remember",
         "Remember that I work on Linux.",

@@ -217,8 +217,9 @@ a call not run is one `step`: `status: "needs_approval"` with its `approval` tok
 turn request's `approvals`; a `forget`'s also has `note` `{id, kind, text}`, the note it deletes), `"declined"` (the
 person declined it), or `"repeat"` (`repeat_of`: the step that made the same call; `result`: that step's); `delta`
 `{text}` pieces of the answer as they arrive, and at the end `done` `{cited, steps, pending, usage, generation_id,
-timing}` (`pending`: the numbers of the steps awaiting approval, the turn ended for them; `timing`: `ms`, `engine_ms`,
-`tools_ms` of the turn),
+timing}` (`cited`: the ids of the recalled entries the answer used, never one not recalled in the turn; `pending`: the
+numbers of the steps awaiting approval, the turn ended for them; `timing`: `ms`, `engine_ms`, `tools_ms` of the
+turn),
 or instead `error` (a problem, with `generation_id`) when the turn cannot finish. First of all, `wait` `{reason:
 "warming", detail}` when the engine is still reading the agent's prompt ahead of the turns (the turn waits for it)."""
 
