@@ -217,6 +217,32 @@ def test_what_the_person_asked_to_be_called_begins_the_answer(loop, person, text
         assert answer["properties"]["answer"]["pattern"] == "^" + address.replace(".", "\\.") + ", .*$"
 
 
+CAPTAIN = {"id": SHORT["id"], "kind": "preference", "text": "Always call me Captain."}
+CROATIAN = {"id": EDITOR["id"], "kind": "preference", "text": "Always answer me in Croatian."}
+FOLLOWED = {
+    # the engine's answer, what the person asked, the preference, cited
+    "the_name_it_begins_with": ("Captain, a closure keeps its scope.", "What is a closure?", CAPTAIN, True),
+    "not_without_it": ("A closure keeps its scope.", "What is a closure?", CAPTAIN, False),
+    "the_language_named_when_asked_in_another": (
+        "Zatvaranje je funkcija koja pamti varijable svog opsega.",
+        "What is a closure?",
+        CROATIAN,
+        True,
+    ),
+    "not_in_another_language": ("A closure is a function that keeps its scope.", "What is a closure?", CROATIAN, False),
+}
+
+
+@pytest.mark.parametrize(("text", "question", "preference", "used"), FOLLOWED.values(), ids=FOLLOWED.keys())
+def test_a_preference_the_platform_holds_the_answer_to_is_cited_when_the_answer_shows_it(
+    loop, person, text, question, preference, used
+):
+    loop.memory.notes = [preference]
+    loop.engine.script({"text": text, "cited": []})  # the engine does not say so: the answer shows it
+    _, events = turn(loop.client, person.token, "keeper", question)
+    assert done(events)["cited"] == ([preference["id"]] if used else [])
+
+
 # --- the episode of a session that did something ----------------------------------------------------------------
 
 BROKEN = "I kept `x = 1` for you at https://example.com."  # first person, code and an address: every attempt refused

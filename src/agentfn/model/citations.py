@@ -37,13 +37,14 @@ def cited(
     if not recalled or unnoted(answer):
         return []
     said = declared if declared is not None else bracketed(answer, [e["id"] for e in recalled])
-    question = words(next((m["content"] for m in reversed(messages) if m["role"] == "user"), ""))
+    asked = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    question = words(asked)
     used = {w for w in words(answer) if not shares({w}, question)}
     out = []
     for entry in recalled:
         text = entry.get("text", "")
         if entry.get("kind") == "preference":
-            carried = entry["id"] in said and shows(answer, entry, used)
+            carried = shows(answer, entry, entry["id"] in said, used, asked)
         elif entry["id"] in said:
             carried = shares(words(text) - question, used)
         else:
@@ -57,14 +58,18 @@ SHORT = re.compile(r"\b(?:short|brief|concise|sentence|words|kratk|sažet|sazet|
 SHORT_WORDS = 30  # what a short answer has at most
 
 
-def shows(answer: str, preference: dict[str, Any], used: set[str]) -> bool:
-    """The answer shows it followed the preference: the checks the platform can make of one, in the module's order."""
+def shows(answer: str, preference: dict[str, Any], said: bool, used: set[str], question: str) -> bool:
+    """The answer shows it followed the preference (`said`: the engine says it did). What the platform itself holds
+    the answer to needs no word of the engine's: the name a preference asks to be called, and the language it names
+    when the question is in another."""
     address = form_of_address([preference])
     if address:
         return answer.lstrip().lower().startswith(address.lower())
     named = answer_language([], [preference])
     if named:
-        return likely_language(answer) == named
+        return likely_language(answer) == named and (said or likely_language(question) != named)
+    if not said:
+        return False
     if SHORT.search(str(preference.get("text", ""))):
         return len(answer.split()) <= SHORT_WORDS
     return shares(words(preference.get("text", "")), used)

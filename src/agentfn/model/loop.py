@@ -202,8 +202,9 @@ class Turn:
         # The engine may be reading this very prompt ahead of the turns: then it is read once, not twice side by side.
         s.warming.wait(tier.name, system, self.deadline - time.monotonic())
         constrained = tier.tool_mode == "constrained"
-        # The answer's language, told to the model before the person's message with the notes: a small model answers a
-        # Croatian question in English, or ignores a preference for a language, unless it is told in so many words.
+        # The answer's language and what to call the person, told to the model before the person's message with the notes
+        # (and the name held by the reply's grammar): a small model answers a Croatian question in English, or ignores a
+        # preference, unless it is told in so many words.
         speak, address = answer_language(self.messages, recalled), form_of_address(recalled)
         room = (
             tier.context_tokens
