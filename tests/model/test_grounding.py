@@ -23,6 +23,7 @@ QUESTIONS = {
     "Kad mi je rođendan?": True,
     "Koji jezik uglavnom pišem?": True,
     "U koliko sati imamo sastanak?": True,
+    "Kako se zove voditeljica mog tima?": True,
     # anyone may answer: knowledge, advice, how-to, code, the agent's view
     "What is a closure?": False,
     "How do I reverse a list in Python?": False,
@@ -47,6 +48,7 @@ def test_a_question_is_about_the_person_when_it_asks_for_their_own_facts(questio
 
 CAT = {"id": "n-cat", "kind": "fact", "text": "Moja mačka se zove Mica."}
 SHORT = {"id": "n-short", "kind": "preference", "text": "Answer me in one short sentence."}
+GITLAB = {"id": "n-ci", "kind": "fact", "text": "The project's CI runs on GitLab CI."}
 RAN = [{"role": "user", "content": "Run print(6 * 7)"}, {"role": "assistant", "content": "The program printed 42."}]
 ANSWERS = {
     # answer, question, notes shown, cited, earlier messages -> stands
@@ -63,6 +65,7 @@ ANSWERS = {
     "nothing_cited": ("Your cat is called Whiskers.", "What is my cat called?", [CAT], [], [], False),
     "only_a_preference_cited": ("It is on 7 December.", "When is my birthday?", [SHORT], ["n-short"], [], False),
     "no_note_at_all": ("I work for a shipyard.", "Where do I work?", [], [], [], False),
+    "a_short_name": ("Your project uses GitLab CI.", "Which CI does my project use?", [GITLAB], [GITLAB["id"]], [], True),
     "from_the_conversation": ("It printed 42.", "What did my program print?", [], [], RAN, True),
     "a_number_the_conversation_never_said": ("It printed 43.", "What did my program print?", [], [], RAN, False),
 }

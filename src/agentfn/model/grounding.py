@@ -33,7 +33,8 @@ ASKS = {
     ),
     "hr": re.compile(
         r"\b(?:što|sto|šta|sta|koji|koja|koje|kojeg|kojem|kojim|gdje|kada|kad|tko|koga|čiji|čija|čije|koliko|kako se "
-        rf"zove|kako se zovu)\b(?![^?]*\b(?:{ADVICE_HR})\b)[^?]*\b(?:moj\w*|mi|me|meni|naš\w*|nam|nas|(?:{VERBS_HR})mo?)\b",
+        rf"zove|kako se zovu)\b(?![^?]*\b(?:{ADVICE_HR})\b)[^?]*\b(?:moj\w*|mog|moga|mome|mom|mi|me|meni|naš\w*|nam|nas|"
+        rf"(?:{VERBS_HR})mo?)\b",
         re.I,
     ),
 }
@@ -82,7 +83,7 @@ def fold(word: str) -> str:
 def kin(a: str, b: str) -> bool:
     """Two folded words are forms of one: numbers equal, words sharing their first letters, all but the last of the
     shorter and at most five (a Croatian word's cases: "Mica", "Mici"; "Split", "Splitu"; "programski", "program")."""
-    if a.isdigit() or b.isdigit():
-        return a == b
+    if a.isdigit() or b.isdigit() or min(len(a), len(b)) < 4:
+        return a == b  # a number, or a word too short to have forms: "CI", "Go"
     n = min(5, max(3, min(len(a), len(b)) - 1))
     return len(a) >= n and len(b) >= n and a[:n] == b[:n]

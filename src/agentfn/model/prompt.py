@@ -188,8 +188,8 @@ EXAMPLES = [
     ("run_code", "Run print(sum(range(5))) for me", {"tool": "run_code", "arguments": {"code": "print(sum(range(5)))"}}),
     (
         "memory",
-        _noted("Which editor do I use?", (NOTE_A, "preference", "Keep answers short."), (NOTE_B, "fact", "I use Helix.")),
-        {"answer": "You use Helix.", "cited": [B]},
+        _noted("What tea do I drink?", (NOTE_A, "preference", "Keep answers short."), (NOTE_B, "fact", "I drink rooibos.")),
+        {"answer": "You drink rooibos.", "cited": [B]},
     ),
     ("platform_status", "Any outages today?", {"tool": "platform_status", "arguments": {}}),
     (
@@ -204,13 +204,13 @@ EXAMPLES = [
         "Remember that I work on Linux.",
         {"tool": "remember", "arguments": {"kind": "fact", "text": "I work on Linux."}},
     ),
-    ("memory", "What is my phone number?", {"answer": UNNOTED["en"]}),
+    ("memory", "What is my licence plate?", {"answer": UNNOTED["en"]}),
     (None, "What is the difference between == and is?", {"answer": "== compares values; is compares identity."}),
     ("platform_status", "Is the billing service up?", {"tool": "platform_status", "arguments": {"service": "billing"}}),
     (
         "memory",
-        _noted("Kako se zove moja mačka?", (NOTE_A, "fact", "My cat is called Mica."), (NOTE_B, "fact", "I use Vim.")),
-        {"answer": "Tvoja mačka se zove Mica.", "cited": [A]},
+        _noted("Koji broj cipela nosim?", (NOTE_A, "fact", "My shoe size is 44."), (NOTE_B, "fact", "I use Vim.")),
+        {"answer": "Nosiš broj 44.", "cited": [A]},
     ),
     (
         "remember",
