@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -157,7 +158,7 @@ def web(platform, tmp_path_factory):
     platform.stop()
     lab = subprocess.Popen(
         [
-            str(platform.clone / ".venv/bin/python"),
+            sys.executable,  # the tests' own: the lab needs what only they install (dnslib), never the clone's platform
             str(Path(__file__).with_name("web_lab.py")),
             "--dir",
             str(directory),

@@ -17,6 +17,7 @@ STARTS_PROCESSES = {
     "tests/page": {"lab"},
     "tests/workbench": {"stack"},
     "tests/images": {"platform"},
+    "tests/images/test_packages.py": {"lab"},
     "tests/chart/test_probe.py": {"stack"},
     "tests/chart/test_upgrade.py": {"kube"},
     "tests/e2e/test_newcomer.py": {"platform"},

@@ -135,15 +135,18 @@ class Registry:
         with self._lock:
             if now - self._checked < RECHECK:
                 return self._table
-            self._checked = now
             try:
                 stamp = self._identity()
             except OSError:
                 if self.loaded:
                     log.warning("registry file unreadable; keeping the last good table", extra={"event": "registry"})
+                self._checked = time.monotonic()
                 return self._table
             if stamp != self._stamp:
                 self._load(stamp)
+            # Only now: a turn that came in while the file was being read waited for it above, rather than taking
+            # the table from before (at a worker's first turns, none: "no such agent").
+            self._checked = time.monotonic()
             return self._table
 
     def _load(self, stamp) -> None:
