@@ -202,7 +202,8 @@ def page_container(lab, issuer, postgres, tmp_path_factory):
             os.chown(copy, images.UID, images.UID)
             env[name] = str(copy)
     readable = tuple(Path(v) for v in env.values() if v.startswith(str(folder)))
-    container = images.Container("page", f"agentfn-page-lab-{port}", env, readable=readable)
+    settings = images.env_file(folder / "page.env", env)
+    container = images.Container("page", f"agentfn-page-lab-{port}", settings, readable=readable)
     log = folder / "page.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(

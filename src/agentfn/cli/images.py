@@ -9,6 +9,7 @@ packages with the same layout (Python 3.11 as `python`, `groupadd`, `useradd`) a
 
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 import subprocess
@@ -311,6 +312,16 @@ class Container:
             image(self.part),
             *self.argv,
         ]
+
+
+def env_file(path: Path, env: dict[str, str]) -> Path:
+    """A container's settings written as podman's env file, readable by root alone."""
+    if any("\n" in value for value in env.values()):
+        raise RuntimeError(f"{path.name}: a setting with a line break cannot go in an env file")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.writelines(f"{name}={value}\n" for name, value in sorted(env.items()))
+    return path
 
 
 def check_built() -> None:

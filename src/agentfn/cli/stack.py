@@ -503,13 +503,7 @@ class Stack:
         folder = self.var / "containers"
         folder.mkdir(exist_ok=True, mode=0o700)
         folder.chmod(0o700)
-        path = folder / f"{part.name}.env"
-        if any("\n" in value for value in env.values()):
-            raise RuntimeError(f"{part.name}: a setting with a line break cannot go in an env file")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.writelines(f"{name}={value}\n" for name, value in sorted(env.items()))
-        return path
+        return containers.env_file(folder / f"{part.name}.env", env)
 
     @staticmethod
     def container_name(part: Part) -> str:
