@@ -6,7 +6,9 @@ turn), or the ids a native engine writes in square brackets. Then the answer is 
 - a fact (or an episode) is cited only when the answer carries something of it the question did not already say (a
   word of it); and when the engine forgot to say it used it, when what the answer carries is a name or a number of
   it ("Rust" of "Moj omiljeni programski jezik je Rust.");
-- a preference shapes an answer rather than being repeated in it: cited when the engine says it followed it.
+- a preference shapes an answer rather than being repeated in it: cited when the answer shows it (`shows`): it begins
+  with the name the preference asks to be called, or is in the language it names (the platform holds answers to
+  both); or, when the engine says it followed it, is short when it asks for short answers, or carries a word of it.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ COMMON = set(
     did not but from they them their there then than its into about also just like only very more most some any
     all can could would should will shall may might must been being use used uses using want wants note notes
     person answer answers always never please
-    ali ako ili koji koja koje sto što sta kako gdje kada kad tko moj moja moje moji tvoj tvoja tvoje vas vaš
-    vaša nas naš naša ima imam imas imaš jesam nisam nije biti bio bila bilo sam smo ste su jer još samo
-    uvijek nikad molim zove zovem zoves zovu called named name ime""".split()
+    ali ako ili koji koja koje sto sta kako gdje kada kad tko moj moja moje moji tvoj tvoja tvoje vas vasa nas
+    nasa ima imam imas jesam nisam nije biti bio bila bilo sam smo ste su jer jos samo uvijek nikad molim zove
+    zovem zoves zovu called named name ime""".split()
 )
 
 
