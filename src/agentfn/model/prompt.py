@@ -201,6 +201,11 @@ EXAMPLES = [
     (None, "Bok, tko si ti?", {"answer": "Ja sam tvoj recenzent koda."}),
     ("open_page", "Read https://example.org/news", {"tool": "open_page", "arguments": {"url": "https://example.org/news"}}),
     (
+        "memory",
+        _noted("What is a tuple?", (NOTE_A, "preference", "Always answer me in Croatian."), language="hr"),
+        {"answer": "Torka je nepromjenjiv niz vrijednosti.", "cited": [A]},
+    ),
+    (
         "remember",
         "Remember that I work on Linux.",
         {"tool": "remember", "arguments": {"kind": "fact", "text": "I work on Linux."}},
