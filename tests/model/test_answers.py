@@ -305,3 +305,22 @@ def test_a_session_ended_once_is_not_told_again(loop, person):
     again = loop.client.post("/v1/agents/keeper/sessions/end", headers=person.headers, json={"messages": longer})
     assert again.status_code == 422
     assert len(loop.memory.episodes) == 1
+
+
+@pytest.mark.parametrize(
+    ("given", "asked"),
+    [(EDITOR["id"][:8] + "-1d7e-4a51", None), ("7c1d9e20", "7c1d9e20-5a4b-4c3d-8e2f-1a0b9c8d7e6f"), ("7c1d", None)],
+    ids=["a_head_two_shown_ids_share", "the_first_characters_of_one", "too_short"],
+)
+def test_forget_takes_a_shown_note_by_the_first_characters_it_is_cited_by(loop, person, given, asked):
+    other = {"id": "7c1d9e20-5a4b-4c3d-8e2f-1a0b9c8d7e6f", "kind": "fact", "text": "My office is in Osijek."}
+    loop.memory.notes = [EDITOR, CAT, other]
+    loop.engine.script({"calls": [{"name": "forget", "arguments": {"id": given}}]}, {"text": "Not done."})
+    _, events = turn(loop.client, person.token, "keeper", "Forget my note about my office.")
+    (step,) = [d for name, d in events if name == "step" and d["status"] not in ("started",)]
+    if asked:
+        # The card the person approves names the whole id and shows the note's text.
+        assert step["status"] == "needs_approval" and step["arguments"] == {"id": asked}
+        assert step["note"] == {"id": asked, "kind": "fact", "text": "My office is in Osijek."}
+    else:
+        assert step["status"] == "error" and step["result"]["type"].endswith("/not-shown")

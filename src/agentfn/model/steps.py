@@ -119,6 +119,7 @@ class Steps:
             self._tell(request, n, turn.services.tools.for_model(earlier, already_done=earlier_n))
             return
         refusal, run_with = self._rules(request, approved)
+        arguments = request.arguments if request.parsed else request.raw  # as the rules read them: what would run
         if refusal is None and not approved and self._needs_approval(request):
             try:
                 token = turn.services.approvals.issue(
@@ -181,6 +182,11 @@ class Steps:
             if request.name in self.once:
                 return ONCE, None
             self.once.add(request.name)
+        if request.name == "forget" and not approved:
+            # A note is cited by its id's first characters: the model may forget it by them too.
+            heads = [i for i in self.shown if len(request.arguments["id"]) >= 8 and i.startswith(request.arguments["id"])]
+            if request.arguments["id"] not in self.shown and len(heads) == 1:
+                request.arguments = {**request.arguments, "id": heads[0]}
         if request.name == "forget" and not approved and request.arguments["id"] not in self.shown:
             return problem(404, "Not shown", "forget takes the id of a note shown in this turn", "not-shown"), None
         if request.name == "open_page":
