@@ -258,6 +258,8 @@ def test_the_calls_page_with_the_next_cursor(model, admin, audited):
         ({"since": "today"}, "since: must be an ISO 8601 date-time"),
         ({"limit": "0"}, "limit"),
         ({"subject": "x"}, "unknown query parameter subject"),
+        ({"agent": "\x00"}, "agent: at most 200 characters, and no NUL"),
+        ({"tool": "t" * 201}, "tool: at most 200 characters, and no NUL"),
     ],
 )
 def test_the_calls_query_is_checked(model, admin, params, detail):

@@ -82,6 +82,10 @@ def calls():
     channel = request.args.get("channel")
     if channel is not None and channel not in CHANNELS:
         raise bad_request("channel: must be one of step, alone, mcp")
+    for name in ("agent", "tool", "outcome"):
+        # A name is matched as text in Postgres, which holds no NUL: refused here rather than failing there.
+        if "\x00" in request.args.get(name, "") or len(request.args.get(name, "")) > 200:
+            raise bad_request(f"{name}: at most 200 characters, and no NUL")
     limit = _limit(request.args.get("limit"))
     after = _cursor(request.args["cursor"]) if "cursor" in request.args else None
     before = _before(request.args.get("before"))
