@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 import requests
+from support.format_characters import FORMAT_CHARACTERS, HIDDEN
 from support.model import AGENTFN, Person, agentfn, persons_words, registry_document
 
 from agentfn.operator.audit import records, rows
@@ -514,27 +515,6 @@ def test_a_forget_card_shows_the_notes_text_beside_its_id(cli, gateway, engine, 
     assert note["id"] in card and "note fact: I work on the ledger team." in card
     assert out.index("needs your approval") < out.index("approve? [y/N]")
     assert [e["id"] for e in door(gateway, person, "/v1/entries").json()["entries"]] == [note["id"]]
-
-
-# Format characters (Unicode category Cf), each shown on a card as its escape: drawn as they are, they reorder or hide
-# what follows them, so the call a person approves could read as another.
-FORMAT_CHARACTERS = {
-    "U+202E right-to-left override": "\u202e",
-    "U+202A left-to-right embedding": "\u202a",
-    "U+2066 left-to-right isolate": "\u2066",
-    "U+2067 right-to-left isolate": "\u2067",
-    "U+2068 first strong isolate": "\u2068",
-    "U+2069 pop directional isolate": "\u2069",
-    "U+200E left-to-right mark": "\u200e",
-    "U+061C Arabic letter mark": "\u061c",
-    "U+200B zero width space": "\u200b",
-    "U+200D zero width joiner": "\u200d",
-    "U+2060 word joiner": "\u2060",
-    "U+FEFF zero width no-break space": "\ufeff",
-    "U+00AD soft hyphen": "\u00ad",
-    "U+E0001 language tag": "\U000e0001",
-}
-HIDDEN = "".join(FORMAT_CHARACTERS.values())
 
 
 def formats(text: str) -> list[str]:
