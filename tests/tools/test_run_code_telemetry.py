@@ -63,8 +63,12 @@ def test_runs_are_counted_by_the_limit_that_stopped_them_and_a_spent_day_as_a_re
     )
     assert latest(receiver, "agentfn.runs", **{"agentfn.limit": "none"}) == 1
     assert latest(receiver, "agentfn.budget.refusals", **{"agentfn.limit": "daily-runs"}) == 1
-    spans = receiver.wait_for(
-        lambda: [s for s in receiver.spans() if s.service == "agentfn-run_code" and s.name == "POST /v1/call"] or None
-    )
+
+    def calls():
+        found = [s for s in receiver.spans() if s.service == "agentfn-run_code" and s.name == "POST /v1/call"]
+        # The refused call's span may be exported a batch after the others: wait for both statuses, or time out.
+        return found if {s.attributes.get("http.response.status_code") for s in found} >= {200, 429} else None
+
+    spans = receiver.wait_for(calls)
     assert {s.attributes.get("http.response.status_code") for s in spans} >= {200, 429}
     assert marker.encode() not in receiver.raw() and b"while True" not in receiver.raw()
