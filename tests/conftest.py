@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import select
 import shutil
+import subprocess
+import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from support import (
     CHROMIUM,
+    MCP_RESOURCE,
+    MODEL_SERVICE,
     READ_TOOLS,
     Client,
     Gunicorn,
@@ -20,11 +27,17 @@ from support import (
     postgres_dir,
     web_clients,
 )
+from support.model import SERVED_READS, SMALL_DAILY, TOOL_TIMEOUT, Engine, GatewayServer, Person, registry_document, tier_env
+from support.page import Lab, die_with_parent
+from support.scripted_engine import create_app as engine_app
 from support.slow import starts_processes
-from support.tools import dev_upstream
+from support.tools import CANARY, RUN_LIMITS, dev_upstream, tool_env
 
 from agentfn.cli.postgres import free_port
+from agentfn.devstack import weights
 from agentfn.devstack.issuer import create_app as issuer_app
+
+LAB = Path(__file__).resolve().parent / "page" / "lab.py"
 
 
 def pytest_addoption(parser):
@@ -158,3 +171,291 @@ def workbench(issuer, tmp_path_factory):
     server.start()
     yield server
     server.stop()
+
+
+# --- the tool functions under gunicorn -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def read_tools(upstreams, issuer, tmp_path_factory):
+    """Each read tool under gunicorn, as in a cluster; `.started_in` is its start-to-ready time."""
+    logs = tmp_path_factory.mktemp("tool-logs")
+    servers = {}
+    try:
+        for tool in READ_TOOLS:
+            server = Gunicorn(
+                f"agentfn.{tool}.app:create_app()", tool_env(issuer, tool, upstreams[tool].url), logs / f"{tool}.log"
+            )
+            server.started_in = server.start()
+            servers[tool] = server
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def run_code_env(postgres, issuer):
+    return {
+        **issuer.env(),
+        "AGENTFN_DATABASE_URL": postgres.provision("run_code", "agentfn_run_code"),
+        **RUN_LIMITS,
+        "AGENTFN_WORKERS": "2",
+        "AGENTFN_THREADS": "4",
+        "AGENTFN_TEST_CANARY": CANARY,
+    }
+
+
+@pytest.fixture(scope="session")
+def run_code(run_code_env, tmp_path_factory):
+    server = Gunicorn(
+        "agentfn.run_code.app:create_app()", run_code_env, tmp_path_factory.mktemp("run-code-logs") / "run_code.log"
+    )
+    server.started_in = server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def every_tool(read_tools, run_code):
+    return {**read_tools, "run_code": run_code}
+
+
+@pytest.fixture
+def coder(run_code, issuer):
+    """A fresh caller of run_code each test, so daily runs never carry over."""
+    return Client(run_code.url, issuer.tool_headers("run_code", f"coder-{secrets.token_hex(4)}"))
+
+
+@pytest.fixture
+def fragile(issuer):
+    """A read tool (built by its factory) before a dev upstream that the test may stop."""
+    made = []
+
+    def make(tool: str, upstream_tool: str | None = None):
+        upstream = dev_upstream(upstream_tool or tool, issuer.upstream_env(tool))
+        from importlib import import_module
+
+        served = Served(import_module(f"agentfn.{tool}.app").create_app(tool_env(issuer, tool, upstream.url)))
+        made.extend([upstream, served])
+        return upstream, served
+
+    yield make
+    for served in made:
+        served.stop()
+
+
+# --- the model function under gunicorn, and the parts it calls ------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def scripted_engine():
+    served = Engine(engine_app())
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="session")
+def logs(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("model-logs")
+
+
+@pytest.fixture(scope="session")
+def model_read_tools(upstreams, issuer, logs):
+    servers = {}
+    try:
+        for tool in SERVED_READS:
+            server = Gunicorn(
+                f"agentfn.{tool}.app:create_app()",
+                {
+                    **issuer.env(),
+                    READ_TOOLS[tool]: upstreams[tool].url,
+                    "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": "5",
+                    "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(logs, tool)),
+                },
+                logs / f"{tool}.log",
+            )
+            server.start()
+            servers[tool] = server
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def page_fetcher(postgres, issuer, logs):
+    server = Gunicorn(
+        "agentfn.page.app:create_app()",
+        {**issuer.env(), "AGENTFN_DATABASE_URL": postgres.provision("page", "agentfn_page")},
+        logs / "page.log",
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def registry_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("registry") / "registry.json"
+    path.write_text(json.dumps(registry_document()))
+    return path
+
+
+@pytest.fixture(scope="session")
+def service_token_file(issuer, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("secrets") / "memory-token"
+    path.write_text(issuer.service_token(MODEL_SERVICE))
+    return path
+
+
+@pytest.fixture(scope="session")
+def approval_key_file(tmp_path_factory) -> Path:
+    """The key approval tokens are signed with, as the chart's Secret or the dev stack's file holds it."""
+    path = tmp_path_factory.mktemp("approval") / "approval-key"
+    path.write_text(secrets.token_urlsafe(48))
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture(scope="session")
+def exchange_token_file(issuer, tmp_path_factory) -> Path:
+    """The model function's workload token for the issuer (client authentication of its token exchanges)."""
+    return issuer.assertion_file(tmp_path_factory.mktemp("secrets"), "model")
+
+
+@pytest.fixture(scope="session")
+def offline_port() -> int:
+    """Where the real offline engine listens when test_offline_engine.py starts it (the tier is configured ahead)."""
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def model_env(
+    model_dsn,
+    issuer,
+    scripted_engine,
+    model_read_tools,
+    memory,
+    page_fetcher,
+    registry_file,
+    service_token_file,
+    offline_port,
+    approval_key_file,
+    exchange_token_file,
+):
+    return {
+        **issuer.env(),
+        "AGENTFN_DATABASE_URL": model_dsn,
+        "AGENTFN_REGISTRY_FILE": str(registry_file),
+        "AGENTFN_MEMORY_URL": memory.url,
+        "AGENTFN_PAGE_URL": page_fetcher.url,
+        "AGENTFN_TOOL_PLATFORM_STATUS_URL": model_read_tools["platform_status"].url,
+        "AGENTFN_TOOL_LIST_MODELS_URL": model_read_tools["list_models"].url,
+        "AGENTFN_SERVICE_TOKEN_FILE": str(service_token_file),
+        "AGENTFN_TIERS": "fast,small,offline",
+        "AGENTFN_APPROVAL_KEY_FILE": str(approval_key_file),
+        "AGENTFN_EXCHANGE_TOKEN_FILE": str(exchange_token_file),
+        "AGENTFN_MCP_RESOURCE": MCP_RESOURCE,
+        **tier_env("fast", scripted_engine.url + "/v1", "native"),
+        **tier_env("small", scripted_engine.url + "/v1", "constrained"),
+        **tier_env(
+            "offline",
+            f"http://127.0.0.1:{offline_port}/v1",
+            "constrained",
+            MODEL=weights.chosen().alias,
+            DEADLINE_SECONDS="240",
+            MAX_TOKENS="40",
+            CONTEXT_TOKENS="2048",
+            TEMPERATURE="0",
+        ),
+        "AGENTFN_TOOL_TIMEOUT_SECONDS": str(TOOL_TIMEOUT),
+        "AGENTFN_THREADS": "8",
+        "AGENTFN_LOG_LEVEL": "INFO",
+    }
+
+
+@pytest.fixture(scope="session")
+def model(model_env, logs):
+    server = Gunicorn("agentfn.model.app:create_app()", model_env, logs / "model.log")
+    server.started_in = server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def frugal_model(model_env, logs):
+    """The model function with a small daily budget, in two processes, for the budget cases."""
+    env = {
+        **model_env,
+        "AGENTFN_DAILY_TOKENS": str(SMALL_DAILY),
+        "AGENTFN_WORKERS": "2",
+        "AGENTFN_THREADS": "12",
+        **tier_env("fast", model_env["AGENTFN_TIER_FAST_URL"], "native", MAX_TOKENS="100"),
+        **tier_env("small", model_env["AGENTFN_TIER_SMALL_URL"], "constrained", MAX_TOKENS="100"),
+    }
+    server = Gunicorn("agentfn.model.app:create_app()", env, logs / "model-frugal.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def person(issuer):
+    return Person(issuer)
+
+
+@pytest.fixture
+def stranger(issuer):
+    """A caller in no group: the dev upstreams refuse it (a 403 behind the tool)."""
+    return Person(issuer, groups=())
+
+
+@pytest.fixture(scope="session")
+def gateway(memory, model, workbench, logs):
+    """The one public URL: the dev gateway in front of memory, the model function and the workbench."""
+    server = GatewayServer(
+        "agentfn.cli.gateway:create_app()",
+        {
+            "AGENTFN_GATEWAY_MEMORY_URL": memory.url,
+            "AGENTFN_GATEWAY_MODEL_URL": model.url,
+            "AGENTFN_GATEWAY_WORKBENCH_URL": workbench.url,
+        },
+        logs / "gateway.log",
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+# --- the page fetcher's lab ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def lab(postgres, issuer, tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("the lab is a network namespace of the tests' own: run as root")
+    directory = tmp_path_factory.mktemp("lab")
+    log = open(directory / "lab.log", "wb")
+    command = [
+        sys.executable,
+        str(LAB),
+        "--dir",
+        str(directory),
+        "--forward",
+        str(postgres.port),
+        "--forward",
+        str(urlsplit(issuer.url).port),
+    ]
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, preexec_fn=die_with_parent
+    )
+    ready, _, _ = select.select([process.stdout], [], [], 30)
+    line = process.stdout.readline() if ready else b""
+    if not line:
+        process.kill()
+        raise RuntimeError(f"the lab did not start; see {directory / 'lab.log'}")
+    lab = Lab(directory, process, json.loads(line)["pid"])
+    yield lab
+    lab.stop()
+    log.close()

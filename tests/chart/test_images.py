@@ -169,19 +169,26 @@ def test_memory_bakes_in_the_model_the_chart_points_at():
 
 
 @pytest.mark.parametrize(
-    ("values_set", "model", "dimensions", "threshold", "recall"),
+    ("values_set", "embedding_model", "dimensions", "threshold", "recall"),
     [
         ("default", "qwen3-embedding-0.6b", 1024, 0.40, "vector"),
         ("offline-embedder", "multilingual-e5-small-q4", 384, 0.82, "hybrid"),
     ],
 )
-def test_memory_runs_either_embedder_and_its_figures_follow_the_name(values_set, model, dimensions, threshold, recall):
+def test_memory_runs_either_embedder_and_its_figures_follow_the_name(
+    values_set, embedding_model, dimensions, threshold, recall
+):
     """The settings memory reads from the chart's environment give the model's own dimensions, floor and recall."""
     from agentfn.memory.embedder import config_from_env
 
     env = {k: str(v) for k, v in env_of(knative_services(values_set)["memory"]).items() if isinstance(v, str | int)}
     config = config_from_env(env)
-    assert (config.name, config.dimensions, config.threshold, config.recall) == (model, dimensions, threshold, recall)
+    assert (config.name, config.dimensions, config.threshold, config.recall) == (
+        embedding_model,
+        dimensions,
+        threshold,
+        recall,
+    )
 
 
 def test_the_user_is_the_one_the_chart_runs_as():

@@ -33,7 +33,7 @@ OWNED = {
 
 
 @pytest.fixture(scope="module")
-def kube():
+def upgrade_kube():
     from support.apiserver import KubeAPI, build
 
     api = KubeAPI()
@@ -76,85 +76,85 @@ def release(tmp_path: Path, version: str, change=lambda crd: None) -> Path:
     return target
 
 
-def specs(kube) -> dict[str, dict]:
+def specs(upgrade_kube) -> dict[str, dict]:
     """Every Agent's and ToolGrant's spec, by kind/name."""
-    items = json.loads(kube.kubectl("-n", NAMESPACE, "get", "agents,toolgrants", "-o", "json").stdout)["items"]
+    items = json.loads(upgrade_kube.kubectl("-n", NAMESPACE, "get", "agents,toolgrants", "-o", "json").stdout)["items"]
     return {f"{o['kind']}/{o['metadata']['name']}": o["spec"] for o in items}
 
 
-def crd_version(kube) -> str:
-    crd = json.loads(kube.kubectl("get", "crd", "agents.agentfn.dev", "-o", "json").stdout)
+def crd_version(upgrade_kube) -> str:
+    crd = json.loads(upgrade_kube.kubectl("get", "crd", "agents.agentfn.dev", "-o", "json").stdout)
     return crd["metadata"]["annotations"]["agentfn.dev/crd-version"]
 
 
-def published(kube, field: str, timeout: float = 30) -> None:
+def published(upgrade_kube, field: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
-    while kube.kubectl("explain", field, check=False).returncode != 0:
+    while upgrade_kube.kubectl("explain", field, check=False).returncode != 0:
         assert time.monotonic() < deadline, f"{field} not in the server's OpenAPI after {timeout} s"
         time.sleep(0.5)
 
 
-def table(kube) -> str:
-    shown = kube.kubectl("-n", NAMESPACE, "get", "agents").stdout
+def table(upgrade_kube) -> str:
+    shown = upgrade_kube.kubectl("-n", NAMESPACE, "get", "agents").stdout
     print(shown)  # what an operator sees (run with -s)
     return shown
 
 
-def keys(kube) -> dict[str, str]:
+def keys(upgrade_kube) -> dict[str, str]:
     """The keys the chart makes once: approval tokens' and subject_hash's (base64, as the Secrets hold them)."""
     return {
-        name: json.loads(kube.kubectl("-n", NAMESPACE, "get", "secret", name, "-o", "json").stdout)["data"]["key"]
+        name: json.loads(upgrade_kube.kubectl("-n", NAMESPACE, "get", "secret", name, "-o", "json").stdout)["data"]["key"]
         for name in ("agentfn-model-approval-key", "agentfn-subject-hash-key")
     }
 
 
-def test_crds_upgrade_and_roll_back_with_the_release_and_outlive_it(kube, tmp_path):
-    at = ("--kubeconfig", str(kube.kubeconfig), "-n", NAMESPACE)
+def test_crds_upgrade_and_roll_back_with_the_release_and_outlive_it(upgrade_kube, tmp_path):
+    at = ("--kubeconfig", str(upgrade_kube.kubeconfig), "-n", NAMESPACE)
     n, n1 = release(tmp_path, "0.1.0"), release(tmp_path, "0.1.1", add_owner)
     helm("install", "agentfn", str(n), *at, "--create-namespace")
-    assert crd_version(kube) == "0.1.0"
-    made = keys(kube)
-    kube.kubectl("apply", *[f"--filename={p}" for p in EXAMPLES])
-    before = specs(kube)
+    assert crd_version(upgrade_kube) == "0.1.0"
+    made = keys(upgrade_kube)
+    upgrade_kube.kubectl("apply", *[f"--filename={p}" for p in EXAMPLES])
+    before = specs(upgrade_kube)
     assert len(before) >= 4 and {k.split("/")[0] for k in before} == {"Agent", "ToolGrant"}
     # On N the server prunes what the CRD lacks: what a stale CRD does to every object using a new field.
-    kube.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps(OWNED))
-    assert "owner" not in specs(kube)["Agent/owned"]
-    assert "OWNER" not in table(kube)
+    upgrade_kube.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps(OWNED))
+    assert "owner" not in specs(upgrade_kube)["Agent/owned"]
+    assert "OWNER" not in table(upgrade_kube)
 
     helm("upgrade", "agentfn", str(n1), *at)
-    assert crd_version(kube) == "0.1.1"
-    assert keys(kube) == made  # kept (lookup): a new key would void approvals and name everyone anew
-    assert {k: v for k, v in specs(kube).items() if k != "Agent/owned"} == before
-    published(kube, "agents.spec.owner")  # kubectl validates against the OpenAPI the server republishes
-    kube.kubectl("apply", "-f", "-", input=json.dumps(OWNED))
-    assert specs(kube)["Agent/owned"]["owner"] == "platform-team"
-    shown = table(kube)
+    assert crd_version(upgrade_kube) == "0.1.1"
+    assert keys(upgrade_kube) == made  # kept (lookup): a new key would void approvals and name everyone anew
+    assert {k: v for k, v in specs(upgrade_kube).items() if k != "Agent/owned"} == before
+    published(upgrade_kube, "agents.spec.owner")  # kubectl validates against the OpenAPI the server republishes
+    upgrade_kube.kubectl("apply", "-f", "-", input=json.dumps(OWNED))
+    assert specs(upgrade_kube)["Agent/owned"]["owner"] == "platform-team"
+    shown = table(upgrade_kube)
     assert shown.splitlines()[0].split()[:3] == ["NAME", "TIER", "OWNER"]
     assert re.search(r"^owned\s+fast\s+platform-team\s", shown, re.M), shown
 
     helm("rollback", "agentfn", "1", *at)
-    assert crd_version(kube) == "0.1.0"
-    after = specs(kube)
+    assert crd_version(upgrade_kube) == "0.1.0"
+    after = specs(upgrade_kube)
     assert {k: v for k, v in after.items() if k != "Agent/owned"} == before
     assert after["Agent/owned"]["brief"] == OWNED["spec"]["brief"]  # kept; its owner is hidden by N's schema
-    assert "OWNER" not in table(kube)
+    assert "OWNER" not in table(upgrade_kube)
     helm("upgrade", "agentfn", str(n1), *at)  # forward again: the owner was hidden, not lost
-    assert specs(kube)["Agent/owned"]["owner"] == "platform-team"
-    assert {k: v for k, v in specs(kube).items() if k != "Agent/owned"} == before
+    assert specs(upgrade_kube)["Agent/owned"]["owner"] == "platform-team"
+    assert {k: v for k, v in specs(upgrade_kube).items() if k != "Agent/owned"} == before
 
     done = helm("uninstall", "agentfn", *at)
     assert re.search(r"kept due to the resource policy", done.stdout + done.stderr), done.stdout
-    assert kube.kubectl("get", "crd", "agents.agentfn.dev", "toolgrants.agentfn.dev").returncode == 0
-    kept = specs(kube)
+    assert upgrade_kube.kubectl("get", "crd", "agents.agentfn.dev", "toolgrants.agentfn.dev").returncode == 0
+    kept = specs(upgrade_kube)
     assert kept["Agent/owned"]["owner"] == "platform-team" and len(kept) == len(after)
 
     # Values that say otherwise: crds.keep false, and uninstalling takes the CRDs and every object with them.
     helm("install", "agentfn", str(n), *at, "--set", "crds.keep=false")
-    assert specs(kube).keys() == kept.keys()  # the kept CRDs are the release's again, objects untouched
+    assert specs(upgrade_kube).keys() == kept.keys()  # the kept CRDs are the release's again, objects untouched
     helm("uninstall", "agentfn", *at)
-    kube.kubectl("wait", "--for=delete", "--timeout=60s", "crd/agents.agentfn.dev", "crd/toolgrants.agentfn.dev")
-    assert kube.kubectl("get", "crd", "agents.agentfn.dev", check=False).returncode != 0
+    upgrade_kube.kubectl("wait", "--for=delete", "--timeout=60s", "crd/agents.agentfn.dev", "crd/toolgrants.agentfn.dev")
+    assert upgrade_kube.kubectl("get", "crd", "agents.agentfn.dev", check=False).returncode != 0
 
 
 @pytest.mark.parametrize(

@@ -279,14 +279,14 @@ def test_audit_renders_the_grants_of_a_registry(registry_file):
     assert broken.returncode == 1 and broken.stderr.splitlines()[0] == "the registry in standard input is not JSON"
 
 
-def test_chat_through_a_pipe_shows_steps_recall_citations_and_ends_as_an_episode(cli, gateway, engine, person):
+def test_chat_through_a_pipe_shows_steps_recall_citations_and_ends_as_an_episode(cli, gateway, scripted_engine, person):
     note = requests.post(
         gateway.url + "/v1/entries",
         headers=person.headers,
         timeout=30,
         json={"kind": "preference", "text": NOTE, "source": "test"},
     ).json()
-    sid = engine.script(
+    sid = scripted_engine.script(
         {"call": {"name": "platform_status", "arguments": {"service": "llm"}}},
         {"text": f"Use four spaces for each level [{note['id']}]."},
         {"text": SUMMARY},
@@ -303,17 +303,17 @@ def test_chat_through_a_pipe_shows_steps_recall_citations_and_ends_as_an_episode
     (episode,) = door(gateway, person, "/v1/entries", kind="episode").json()["entries"]
     assert episode["text"] == SUMMARY
     assert f"episode kept {episode['id']}" in shown and SUMMARY in shown
-    sent = engine.requests(sid)
+    sent = scripted_engine.requests(sid)
     assert len(sent) == 3 and "Thanks, four spaces it is." in sent[2]["messages"][-1]["content"]
     assert "Use four spaces for each level" in sent[2]["messages"][-1]["content"]  # the whole conversation
     assert shown.index("step 1") < shown.index("agent> ") < shown.index("✓") < shown.index("episode kept")
 
 
-def test_chat_keeps_the_conversation_and_sends_it_whole(cli, engine):
-    sid = engine.script({"text": "Blue."}, {"text": "You said blue."})
+def test_chat_keeps_the_conversation_and_sends_it_whole(cli, scripted_engine):
+    sid = scripted_engine.script({"text": "Blue."}, {"text": "You said blue."})
     done = cli("chat", "guide", stdin=f"Pick a colour. script:{sid}\nWhat did you pick?\n")  # EOF leaves
     assert done.returncode == 0 and "agent> Blue." in done.stdout and "agent> You said blue." in done.stdout
-    second = [m for m in engine.requests(sid)[1]["messages"] if m["role"] in ("user", "assistant")]
+    second = [m for m in scripted_engine.requests(sid)[1]["messages"] if m["role"] in ("user", "assistant")]
     assert [(m["role"], persons_words(m["content"])) for m in second] == [
         ("user", f"Pick a colour. script:{sid}"),
         ("assistant", "Blue."),
@@ -321,8 +321,8 @@ def test_chat_keeps_the_conversation_and_sends_it_whole(cli, engine):
     ]
 
 
-def test_chat_json_prints_the_events_as_json_lines(cli, engine):
-    sid = engine.script({"call": {"name": "platform_status", "arguments": {}}}, {"text": "All fine."})
+def test_chat_json_prints_the_events_as_json_lines(cli, scripted_engine):
+    sid = scripted_engine.script({"call": {"name": "platform_status", "arguments": {}}}, {"text": "All fine."})
     done = cli("chat", "reviewer", "--json", "-m", f"Is the platform up? script:{sid}")
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
@@ -331,24 +331,24 @@ def test_chat_json_prints_the_events_as_json_lines(cli, engine):
     assert "".join(e["data"]["text"] for e in events if e["event"] == "delta") == "All fine."
 
 
-def test_chat_shows_a_turn_that_fails_as_its_problem(cli, engine):
-    sid = engine.script({"status": 500}, {"status": 500}, {"status": 500})
+def test_chat_shows_a_turn_that_fails_as_its_problem(cli, scripted_engine):
+    sid = scripted_engine.script({"status": 500}, {"status": 500}, {"status": 500})
     done = cli("chat", "guide", "-m", f"Hello. script:{sid}")
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.splitlines() == ["Engine failed", "the engine answered HTTP 500"], done.stderr
 
 
-def test_a_turn_that_failed_is_still_part_of_the_session_it_ends(cli, gateway, engine, person):
-    sid = engine.script({"status": 500}, {"text": SUMMARY})
+def test_a_turn_that_failed_is_still_part_of_the_session_it_ends(cli, gateway, scripted_engine, person):
+    sid = scripted_engine.script({"status": 500}, {"text": SUMMARY})
     done = cli("chat", "reviewer", stdin=f"How should I indent Python? script:{sid}\n/end\n/quit\n")
     assert done.returncode == 0 and "Engine failed" in done.stderr and "episode kept" in done.stdout
     (episode,) = door(gateway, person, "/v1/entries", kind="episode").json()["entries"]
     assert episode["text"] == SUMMARY
-    assert "How should I indent Python?" in engine.requests(sid)[-1]["messages"][-1]["content"]
+    assert "How should I indent Python?" in scripted_engine.requests(sid)[-1]["messages"][-1]["content"]
 
 
-def test_ctrl_c_stops_a_streaming_answer_and_the_chat_goes_on(gateway, engine, person):
-    sid = engine.script({"text": "One two three four five six.", "chunks": 6, "chunk_delay": 1.5})
+def test_ctrl_c_stops_a_streaming_answer_and_the_chat_goes_on(gateway, scripted_engine, person):
+    sid = scripted_engine.script({"text": "One two three four five six.", "chunks": 6, "chunk_delay": 1.5})
     env = {**os.environ, "AGENTFN_URL": gateway.url, "AGENTFN_TOKEN": person.token, "COLUMNS": "200"}
     process = subprocess.Popen(
         [str(AGENTFN), "chat", "guide"],
@@ -389,9 +389,9 @@ KEEP = {"call": {"name": "remember", "arguments": {"kind": "fact", "text": "I wo
     ids=["y", "enter", "n"],
 )
 def test_chat_shows_the_approval_card_and_asks_before_a_call_that_changes_state(
-    cli, gateway, engine, person, typed, kept, shown
+    cli, gateway, scripted_engine, person, typed, kept, shown
 ):
-    sid = engine.script(KEEP, {"text": "Kept." if kept else "Kept nothing."})
+    sid = scripted_engine.script(KEEP, {"text": "Kept." if kept else "Kept nothing."})
     done = cli("chat", "asker", stdin=f"Keep that I work on the ledger team. script:{sid}\n{typed}\n")
     assert done.returncode == 0, done.stderr
     out = " ".join(done.stdout.split())
@@ -403,14 +403,14 @@ def test_chat_shows_the_approval_card_and_asks_before_a_call_that_changes_state(
     assert ("agent> Kept." if kept else "agent> Kept nothing.") in done.stdout
     assert ("started -> ok" in out) is kept and ("status declined" in out) is not kept
     # The approving request was the same conversation: the person's message, then the answer to it.
-    second = engine.requests(sid)[1]["messages"]
+    second = scripted_engine.requests(sid)[1]["messages"]
     assert [persons_words(m["content"]) for m in second if m["role"] == "user"] == [
         f"Keep that I work on the ledger team. script:{sid}"
     ]
 
 
-def test_a_command_typed_at_the_approval_prompt_declines_the_call_then_runs(cli, gateway, engine, person):
-    sid = engine.script(KEEP, {"text": "Kept nothing."})
+def test_a_command_typed_at_the_approval_prompt_declines_the_call_then_runs(cli, gateway, scripted_engine, person):
+    sid = scripted_engine.script(KEEP, {"text": "Kept nothing."})
     done = cli("chat", "asker", stdin=f"Keep that I work on the ledger team. script:{sid}\n/help\n/quit\n")
     assert done.returncode == 0, done.stderr
     out = " ".join(done.stdout.split())
@@ -419,16 +419,16 @@ def test_a_command_typed_at_the_approval_prompt_declines_the_call_then_runs(cli,
     assert door(gateway, person, "/v1/entries").json()["entries"] == []
 
 
-def test_chat_yes_runs_an_approved_call_to_completion_in_one_shot(cli, gateway, engine, person):
-    sid = engine.script(KEEP, {"text": "Kept."})
+def test_chat_yes_runs_an_approved_call_to_completion_in_one_shot(cli, gateway, scripted_engine, person):
+    sid = scripted_engine.script(KEEP, {"text": "Kept."})
     done = cli("chat", "asker", "--yes", "-m", f"Keep that I work on the ledger team. script:{sid}")
     assert done.returncode == 0, done.stderr
     assert "approved (--yes)" in done.stdout and "agent> Kept." in done.stdout and "approve?" not in done.stdout
     assert [e["text"] for e in door(gateway, person, "/v1/entries").json()["entries"]] == ["I work on the ledger team."]
 
 
-def test_chat_json_with_yes_prints_the_ask_the_answer_and_the_approving_turn(cli, engine):
-    sid = engine.script(KEEP, {"text": "Kept."})
+def test_chat_json_with_yes_prints_the_ask_the_answer_and_the_approving_turn(cli, scripted_engine):
+    sid = scripted_engine.script(KEEP, {"text": "Kept."})
     done = cli("chat", "asker", "--json", "--yes", "-m", f"Keep that I work on the ledger team. script:{sid}")
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
@@ -462,8 +462,8 @@ def controls(text: str) -> list[str]:
     return [c for c in text if (ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F]
 
 
-def test_chat_shows_a_tool_name_with_markup_and_strips_control_characters(cli, engine):
-    sid = engine.script(
+def test_chat_shows_a_tool_name_with_markup_and_strips_control_characters(cli, scripted_engine):
+    sid = scripted_engine.script(
         {"call": {"name": "x[/]", "arguments": {"code": "\x1b]52;c;aGk=\x07[bold]print(1)[/]\x9b2J"}}},
         {"text": HOSTILE, "chunks": 7},
     )
@@ -477,8 +477,8 @@ def test_chat_shows_a_tool_name_with_markup_and_strips_control_characters(cli, e
     assert "dcs, bell, backspace" in shown and "next" in shown and "line." in shown
 
 
-def test_chat_json_strips_control_characters_too(cli, engine):
-    sid = engine.script({"text": HOSTILE})
+def test_chat_json_strips_control_characters_too(cli, scripted_engine):
+    sid = scripted_engine.script({"text": HOSTILE})
     done = cli("chat", "guide", "--json", "-m", f"Hello. script:{sid}")
     assert done.returncode == 0, done.stderr
     text = "".join(json.loads(line)["data"]["text"] for line in done.stdout.splitlines() if '"delta"' in line)
@@ -486,7 +486,7 @@ def test_chat_json_strips_control_characters_too(cli, engine):
     assert text.startswith("Plain [2J[31mred[0m, ]52;c;") and text.endswith("backspace\nnext\tline.")
 
 
-def test_notes_with_markup_are_listed_and_recalled_as_written(cli, gateway, engine, person):
+def test_notes_with_markup_are_listed_and_recalled_as_written(cli, gateway, scripted_engine, person):
     text, source = "Write [/] as it is, and [red]this[/red] too.", "[bold]tour[/]"
     assert cli("memory", "add", text, "--kind", "preference", "--source", source).returncode == 0
     listed = cli("memory", "list")
@@ -494,20 +494,20 @@ def test_notes_with_markup_are_listed_and_recalled_as_written(cli, gateway, engi
     assert text in listed.stdout and source in listed.stdout
     found = cli("memory", "search", "How should I write brackets like [/]?")
     assert found.returncode == 0 and text in found.stdout, found.stderr
-    sid = engine.script({"text": "Noted."})
+    sid = scripted_engine.script({"text": "Noted."})
     said = cli("chat", "reviewer", stdin=f"How should I write [/]? script:{sid}\n")
     assert said.returncode == 0 and "Traceback" not in said.stderr, said.stderr
     assert text in said.stdout
 
 
-def test_a_forget_card_shows_the_notes_text_beside_its_id(cli, gateway, engine, person):
+def test_a_forget_card_shows_the_notes_text_beside_its_id(cli, gateway, scripted_engine, person):
     note = requests.post(
         gateway.url + "/v1/entries",
         headers=person.headers,
         timeout=30,
         json={"kind": "fact", "text": "I work on the ledger team.", "source": "test"},
     ).json()
-    sid = engine.script({"call": {"name": "forget", "arguments": {"id": note["id"]}}}, {"text": "Kept it."})
+    sid = scripted_engine.script({"call": {"name": "forget", "arguments": {"id": note["id"]}}}, {"text": "Kept it."})
     done = cli("chat", "asker", stdin=f"Forget that I work on the ledger team. script:{sid}\nn\n")
     assert done.returncode == 0, done.stderr
     out = " ".join(done.stdout.split())
@@ -525,8 +525,8 @@ def escape(c: str) -> str:
     return f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
 
 
-def test_chat_shows_format_characters_escaped_in_tool_names_arguments_and_the_prompt(cli, gateway, engine, person):
-    sid = engine.script(
+def test_chat_shows_format_characters_escaped_in_tool_names_arguments_and_the_prompt(cli, gateway, scripted_engine, person):
+    sid = scripted_engine.script(
         {"call": {"name": f"x{HIDDEN}y", "arguments": {"code": f"print(1){HIDDEN}"}}},
         {"call": {"name": "remember", "arguments": {"kind": "fact", "text": f"I work on{HIDDEN}the ledger team."}}},
         {"text": "Kept nothing."},
@@ -550,12 +550,12 @@ def test_chat_shows_format_characters_escaped_in_tool_names_arguments_and_the_pr
     assert door(gateway, person, "/v1/entries").json()["entries"] == []
 
 
-def test_a_forget_card_shows_format_characters_in_the_note_escaped(cli, gateway, engine, person):
+def test_a_forget_card_shows_format_characters_in_the_note_escaped(cli, gateway, scripted_engine, person):
     text = f"I work on the ledger team.{HIDDEN} Ask me about it."
     note = requests.post(
         gateway.url + "/v1/entries", headers=person.headers, timeout=30, json={"kind": "fact", "text": text, "source": "t"}
     ).json()
-    sid = engine.script({"call": {"name": "forget", "arguments": {"id": note["id"]}}}, {"text": "Kept it."})
+    sid = scripted_engine.script({"call": {"name": "forget", "arguments": {"id": note["id"]}}}, {"text": "Kept it."})
     done = cli("chat", "asker", stdin=f"Forget that I work on the ledger team. script:{sid}\nn\n")
     assert done.returncode == 0, done.stderr
     out = " ".join(done.stdout.split())

@@ -158,8 +158,8 @@ def test_forget_all_and_the_admin_doors_answer_through_the_gateway(gateway, issu
         assert requests.get(gateway.url + path, headers=admin, timeout=30).status_code == 200
 
 
-def test_a_turn_streams_through_event_by_event(gateway, engine, person):
-    sid = engine.script({"text": "One, two, three.", "chunks": 3, "chunk_delay": 0.8})
+def test_a_turn_streams_through_event_by_event(gateway, scripted_engine, person):
+    sid = scripted_engine.script({"text": "One, two, three.", "chunks": 3, "chunk_delay": 0.8})
     started = time.monotonic()
     seen: list[tuple[str, float]] = []
     with requests.post(

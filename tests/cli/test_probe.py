@@ -61,7 +61,7 @@ def test_the_probe_pod_is_a_test_hook_of_the_model_image_that_checks_every_funct
 
 
 @pytest.mark.parametrize(
-    "sets, gateway",
+    "sets, gateway_host",
     [
         ((), None),
         (("tests.tokenSecret=probe-token",), None),  # no gateway address known: no /v1/agents check
@@ -69,9 +69,9 @@ def test_the_probe_pod_is_a_test_hook_of_the_model_image_that_checks_every_funct
     ],
     ids=["no token", "token without an address", "disabled"],
 )
-def test_the_probe_leaves_out_what_the_values_do_not_name(sets, gateway):
+def test_the_probe_leaves_out_what_the_values_do_not_name(sets, gateway_host):
     found = probe_objects(sets)
-    if gateway == "absent":
+    if gateway_host == "absent":
         assert found == {}
         return
     env = {e["name"] for e in found["Pod"]["spec"]["containers"][0]["env"]}
@@ -98,7 +98,7 @@ class AnyAnswer(Gunicorn):
 
 
 @pytest.fixture(scope="module")
-def stack(postgres, model_dsn, issuer, tmp_path_factory):
+def probed_stack(postgres, model_dsn, issuer, tmp_path_factory):
     """The model function behind the dev gateway, and platform_status with its dev upstream, on loopback."""
     var = tmp_path_factory.mktemp("probe")
     registry = var / "registry.json"
@@ -182,14 +182,14 @@ def healthy(s: dict) -> dict[str, str]:
     }
 
 
-def test_the_probe_passes_on_a_healthy_release(stack):
-    done = probe(healthy(stack))
+def test_the_probe_passes_on_a_healthy_release(probed_stack):
+    done = probe(healthy(probed_stack))
     print(done.stdout)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["ok"] * 3
-    assert f"GET {stack['gateway']}/v1/agents: 200, " in lines[0] and "agents" in lines[0]
-    assert stack["token"].read_text() not in done.stdout + done.stderr
+    assert f"GET {probed_stack['gateway']}/v1/agents: 200, " in lines[0] and "agents" in lines[0]
+    assert probed_stack["token"].read_text() not in done.stdout + done.stderr
 
 
 def other_token(s: dict) -> str:
@@ -219,8 +219,8 @@ BROKEN = [
 
 
 @pytest.mark.parametrize("breaks, pattern", [r[1:] for r in BROKEN], ids=[r[0] for r in BROKEN])
-def test_each_check_fails_when_what_it_guards_is_broken(stack, breaks, pattern):
-    done = probe({**healthy(stack), **breaks(stack)})
+def test_each_check_fails_when_what_it_guards_is_broken(probed_stack, breaks, pattern):
+    done = probe({**healthy(probed_stack), **breaks(probed_stack)})
     assert done.returncode == 1
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAIL")]
     assert len(failed) == 1 and re.search(pattern, failed[0]), done.stdout

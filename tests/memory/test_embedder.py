@@ -32,11 +32,6 @@ def minilm():
     return open_embedder(model_config("all-minilm-l6-v2-int8"))
 
 
-@pytest.fixture(scope="module")
-def e5():
-    return open_embedder(model_config("multilingual-e5-small-q4"))
-
-
 # --- configuration ---------------------------------------------------------------------------
 
 
@@ -193,9 +188,9 @@ def test_e5_vectors_and_prefix_choice(e5):
     assert e5.ready()
 
 
-@pytest.mark.parametrize("model", ["minilm", "e5"])
-def test_concurrent_calls_give_the_same_vectors_as_serial_calls(model, request):
-    embedder = request.getfixturevalue(model)
+@pytest.mark.parametrize("embedder_fixture", ["minilm", "e5"])
+def test_concurrent_calls_give_the_same_vectors_as_serial_calls(embedder_fixture, request):
+    embedder = request.getfixturevalue(embedder_fixture)
     texts = [
         f"Note number {i}: the meeting moved to {day}."
         for i, day in enumerate(["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"] * 2)

@@ -180,13 +180,6 @@ def test_a_model_that_fails_to_load_fails_every_call_and_is_never_ready(monkeypa
 # --- the real model -----------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def e5():
-    embedder = open_embedder(model_config("multilingual-e5-small-q4"))
-    assert embedder.wait_loaded(60)
-    return embedder
-
-
 @pytest.mark.slow  # embeds with the real multilingual model
 def test_e5_texts_that_share_a_run_get_their_lone_vectors(e5):
     texts = [f"Note {n}: the {day} meeting moved to room {n * 7}." for n, day in enumerate(["Monday", "Friday"] * 6)]

@@ -15,7 +15,7 @@ QUESTION = "what is my dog called?"
 
 
 @pytest.fixture
-def subject(memory, issuer):
+def held_subject(memory, issuer):
     subject = f"user-{secrets.token_hex(4)}"
     caller = Client(memory.url, issuer.headers(subject))
     for text in ("My dog is called Biscuit.", "The ledger service listens on port 8443.", "I live in Zagreb."):
@@ -30,10 +30,10 @@ def recalled(caller, by: str = "vector") -> list[str]:
     return [entry["text"] for entry in response.json()["entries"] if by in entry["matched"]]
 
 
-def test_recall_sees_what_another_process_changed_at_once(subject, postgres):
+def test_recall_sees_what_another_process_changed_at_once(held_subject, postgres):
     """Changed behind this memory's back (as another replica would, here with the database's admin role): a new
     entry, a changed vector and a changed text are recalled at the next recall, not the entries held since the last."""
-    name, caller = subject
+    name, caller = held_subject
     assert recalled(caller) == ["My dog is called Biscuit."]  # Postgres ranked it, and memory loads the entries
     time.sleep(0.5)  # to hold them: loading three takes milliseconds
     assert recalled(caller) == ["My dog is called Biscuit."]  # ranked by memory

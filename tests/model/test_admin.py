@@ -39,9 +39,11 @@ def call_alone(model, who: Person) -> None:
     assert answer.status_code == 200, answer.text
 
 
-def test_an_admin_sees_a_turn_as_counts_names_and_timings_with_the_subject_hashed(model, engine, issuer, person, admin):
+def test_an_admin_sees_a_turn_as_counts_names_and_timings_with_the_subject_hashed(
+    model, scripted_engine, issuer, person, admin
+):
     said, argument, answered = (f"canary{secrets.token_hex(6)}" for _ in range(3))
-    sid = engine.script(
+    sid = scripted_engine.script(
         {"call": {"name": "platform_status", "arguments": {"service": argument}}}, {"text": f"The answer is {answered}."}
     )
     _, events = take_turn(model.url, person, "reviewer", f"Tell me about {said}. script:{sid}")
@@ -172,11 +174,11 @@ def calls(base: str, who: Person, **params) -> requests.Response:
 
 
 @pytest.fixture
-def audited(model, engine, upstreams, person, admin):
+def audited(model, scripted_engine, upstreams, person, admin):
     """A turn whose round calls platform_status (ok) and list_models (its platform service fails), then a call alone."""
     since = datetime.datetime.now(datetime.UTC).isoformat()
     said, argument, answered = (f"canary{secrets.token_hex(6)}" for _ in range(3))
-    sid = engine.script(
+    sid = scripted_engine.script(
         {
             "calls": [
                 {"name": "platform_status", "arguments": {"service": argument}},
@@ -292,11 +294,11 @@ def test_agentfn_audit_calls_prints_a_table_json_lines_and_csv_through_the_gatew
 
 
 def test_an_open_page_call_shows_the_page_fetchers_audit_of_it_by_host_and_never_the_path(
-    model, gateway, engine, person, admin
+    model, gateway, scripted_engine, person, admin
 ):
     since = datetime.datetime.now(datetime.UTC).isoformat()
     url = f"http://127.0.0.1/pathcanary{secrets.token_hex(4)}?q=querycanary"
-    sid = engine.script(
+    sid = scripted_engine.script(
         {
             "calls": [
                 {"name": "open_page", "arguments": {"url": url}},

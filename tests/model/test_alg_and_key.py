@@ -93,9 +93,9 @@ DOORS = {
 @pytest.mark.parametrize("forge", MISFITS.values(), ids=MISFITS.keys())
 @pytest.mark.parametrize(("method", "part", "path", "audience", "body"), DOORS.values(), ids=DOORS.keys())
 def test_an_alg_that_does_not_fit_its_key_is_401_at_every_door(
-    memory, page, tools, model, issuer, forge, method, part, path, audience, body
+    memory, page_fetcher, model_read_tools, model, issuer, forge, method, part, path, audience, body
 ):
-    base = {"memory": memory, "page": page, "model": model, **tools}[part].url
+    base = {"memory": memory, "page": page_fetcher, "model": model, **model_read_tools}[part].url
     if audience is None:  # memory's service door: a service token's claims
         body_claims = {**claims(issuer, "agentfn-memory"), "sub": MODEL_SERVICE, "groups": None}
     else:
@@ -113,10 +113,10 @@ def test_an_alg_that_does_not_fit_its_key_is_401_at_every_door(
 
 @pytest.mark.parametrize(("method", "part", "path", "audience", "body"), DOORS.values(), ids=DOORS.keys())
 def test_the_same_token_with_a_fitting_alg_passes_the_door(
-    memory, page, tools, model, issuer, method, part, path, audience, body
+    memory, page_fetcher, model_read_tools, model, issuer, method, part, path, audience, body
 ):
     """The control: signed with the key its kid names, the same claims are not refused as a token (not 401)."""
-    base = {"memory": memory, "page": page, "model": model, **tools}[part].url
+    base = {"memory": memory, "page": page_fetcher, "model": model, **model_read_tools}[part].url
     if audience is None:
         token = issuer.service_token(MODEL_SERVICE)
     else:

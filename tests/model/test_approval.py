@@ -46,9 +46,9 @@ def spent(model_env, subject: str) -> int:
     return row[0]
 
 
-def ask(model, engine, person, agent="asker", rounds=(KEEP, ANSWER)):
+def ask(model, scripted_engine, person, agent="asker", rounds=(KEEP, ANSWER)):
     """A turn that asks for approval: (its message, its events, the script id)."""
-    sid = engine.script(*rounds)
+    sid = scripted_engine.script(*rounds)
     message = f"Please keep that I work on the ledger team. script:{sid}"
     response, events = take_turn(model.url, person, agent, message)
     assert response.status_code == 200, response.text
@@ -57,9 +57,9 @@ def ask(model, engine, person, agent="asker", rounds=(KEEP, ANSWER)):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_the_next_turn(
-    model, engine, memory, person, model_env, logs, mode
+    model, scripted_engine, memory, person, model_env, logs, mode
 ):
-    message, events, sid = ask(model, engine, person, "asker" + MODES[mode])
+    message, events, sid = ask(model, scripted_engine, person, "asker" + MODES[mode])
     asked = [d for name, d in events if name == "step"]
     assert [(d["n"], d["tool"], d["status"], d["arguments"]) for d in asked] == [(1, "remember", "needs_approval", NOTE)]
     done = events[-1][1]
@@ -79,7 +79,7 @@ def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_th
     assert claims["args_sha256"] == hashlib.sha256(canonical).hexdigest() and claims["exp"] - claims["iat"] == 300
     assert claims["jti"] and claims["aud"] == "agentfn-approval"
     assert events[-1][0] == "done" and done["pending"] == [1] and done["steps"] == 1
-    assert len(engine.requests(sid)) == 1  # the turn ended at the ask: no round after it
+    assert len(scripted_engine.requests(sid)) == 1  # the turn ended at the ask: no round after it
     assert mine(memory, person) == []  # nothing kept yet
     assert record(model_env, done["generation_id"]) == (
         "ok",
@@ -95,7 +95,7 @@ def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_th
     assert "".join(d["text"] for name, d in events if name == "delta") == "Kept."
     assert [e["text"] for e in mine(memory, person)] == [NOTE["text"]]
     # The model was shown its call and the result, in the tool role, in the round after the approved step.
-    told = engine.requests(sid)[1]["messages"]
+    told = scripted_engine.requests(sid)[1]["messages"]
     assert told[-1]["role"] == "tool" and '"ok": true' in told[-1]["content"]
     # Neither the token nor the person's words reach the log.
     log = (logs / "model.log").read_text()
@@ -108,8 +108,8 @@ def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_th
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_declined_call_is_a_declined_step_and_the_model_is_told(model, engine, memory, person, model_env, mode):
-    message, events, sid = ask(model, engine, person, "asker" + MODES[mode], (KEEP, {"text": "I kept nothing."}))
+def test_a_declined_call_is_a_declined_step_and_the_model_is_told(model, scripted_engine, memory, person, model_env, mode):
+    message, events, sid = ask(model, scripted_engine, person, "asker" + MODES[mode], (KEEP, {"text": "I kept nothing."}))
     token = next(d["approval"] for name, d in events if name == "step")
     response, events = take_turn(
         model.url, person, "asker" + MODES[mode], message, approvals=[{"token": token, "approve": False}]
@@ -117,21 +117,21 @@ def test_a_declined_call_is_a_declined_step_and_the_model_is_told(model, engine,
     assert response.status_code == 200, response.text
     assert steps(events) == [(1, "remember", "declined")]
     assert mine(memory, person) == []
-    told = engine.requests(sid)[1]["messages"][-1]
+    told = scripted_engine.requests(sid)[1]["messages"][-1]
     assert told["role"] == "tool" and "/declined" in told["content"] and "declined" in told["content"]
     assert record(model_env, events[-1][1]["generation_id"])[1] == [
         {"tool": "remember", "status": "declined", "ms": 0.0, "grant": "agentfn/test"}
     ]
 
 
-def test_a_waived_grant_runs_the_call_without_asking(model, engine, memory, person):
+def test_a_waived_grant_runs_the_call_without_asking(model, scripted_engine, memory, person):
     # The keeper's grant of remember waives approval; the asker's does not (tests/support/model.py).
-    _, events, _ = ask(model, engine, person, "keeper")
+    _, events, _ = ask(model, scripted_engine, person, "keeper")
     assert steps(events) == [(1, "remember", "started"), (1, "remember", "ok")]
     assert [e["text"] for e in mine(memory, person)] == [NOTE["text"]]
 
 
-def test_a_call_that_breaks_a_rule_is_refused_without_asking(model, engine, memory, person):
+def test_a_call_that_breaks_a_rule_is_refused_without_asking(model, scripted_engine, memory, person):
     # A forget of an id never shown, and a remember with arguments outside its schema: nothing to approve.
     rounds = (
         {
@@ -142,7 +142,7 @@ def test_a_call_that_breaks_a_rule_is_refused_without_asking(model, engine, memo
         },
         {"text": "No."},
     )
-    _, events, _ = ask(model, engine, person, "asker", rounds)
+    _, events, _ = ask(model, scripted_engine, person, "asker", rounds)
     ended = [d for name, d in events if name == "step" and d["status"] != "started"]
     assert [(d["tool"], d["status"], d["result"]["status"]) for d in ended] == [
         ("forget", "error", 404),
@@ -180,16 +180,16 @@ BAD_TOKENS = [  # (case, how the token is made, whose request, which agent, stat
 
 @pytest.mark.parametrize(("case", "make", "who", "agent", "status", "kind"), BAD_TOKENS, ids=[c[0] for c in BAD_TOKENS])
 def test_a_bad_approval_refuses_the_whole_request_and_nothing_runs(
-    model, engine, memory, person, issuer, model_env, approval_key_file, case, make, who, agent, status, kind
+    model, scripted_engine, memory, person, issuer, model_env, approval_key_file, case, make, who, agent, status, kind
 ):
     # The conversation that asked comes back with the token: only the token is bad.
-    message, events, sid = ask(model, engine, person, rounds=(KEEP, ANSWER, ANSWER))
+    message, events, sid = ask(model, scripted_engine, person, rounds=(KEEP, ANSWER, ANSWER))
     genuine = next(d["approval"] for name, d in events if name == "step")
     if case == "replayed":
         response, _ = take_turn(model.url, person, "asker", message, approvals=[{"token": genuine, "approve": False}])
         assert response.status_code == 200
     caller = person if who == "person" else Person(issuer)
-    before, engine_rounds = spent(model_env, caller.subject), len(engine.requests(sid))
+    before, engine_rounds = spent(model_env, caller.subject), len(scripted_engine.requests(sid))
     token = make(genuine, approval_key_file.read_bytes().strip())
     response, events = take_turn(model.url, caller, agent, message, approvals=[{"token": token, "approve": True}])
     assert response.status_code == status, response.text
@@ -197,7 +197,7 @@ def test_a_bad_approval_refuses_the_whole_request_and_nothing_runs(
     assert response.headers["Content-Type"] == "application/problem+json"
     assert problem["status"] == status and problem["type"].endswith("/" + kind)
     assert token not in response.text
-    assert len(engine.requests(sid)) == engine_rounds and mine(memory, person) == [] and mine(memory, caller) == []
+    assert len(scripted_engine.requests(sid)) == engine_rounds and mine(memory, person) == [] and mine(memory, caller) == []
     assert spent(model_env, caller.subject) == before
 
 
@@ -215,11 +215,15 @@ ELSEWHERE = {  # another conversation than the one that asked: (the history, the
 
 
 @pytest.mark.parametrize("case", ELSEWHERE)
-def test_an_approval_runs_only_in_the_conversation_that_asked_for_it(model, engine, memory, person, model_env, case):
-    message, events, asked = ask(model, engine, person)
+def test_an_approval_runs_only_in_the_conversation_that_asked_for_it(
+    model, scripted_engine, memory, person, model_env, case
+):
+    message, events, asked = ask(model, scripted_engine, person)
     token = next(d["approval"] for name, d in events if name == "step")
     before = spent(model_env, person.subject)
-    sid = engine.script({"call": {"name": "remember", "arguments": {"kind": "fact", "text": "Works on payments."}}}, ANSWER)
+    sid = scripted_engine.script(
+        {"call": {"name": "remember", "arguments": {"kind": "fact", "text": "Works on payments."}}}, ANSWER
+    )
     history, content = ELSEWHERE[case](message, sid)
     response, _ = take_turn(
         model.url, person, "asker", content, history=history, approvals=[{"token": token, "approve": True}]
@@ -230,7 +234,7 @@ def test_an_approval_runs_only_in_the_conversation_that_asked_for_it(model, engi
     assert problem["type"].endswith("/approval-other-conversation") and "conversation" in problem["detail"]
     assert token not in response.text
     # Nothing ran, nothing was spent and nothing used up: the token still runs its call in its own conversation.
-    assert engine.requests(sid) == [] and len(engine.requests(asked)) == 1
+    assert scripted_engine.requests(sid) == [] and len(scripted_engine.requests(asked)) == 1
     assert mine(memory, person) == [] and spent(model_env, person.subject) == before
     response, events = take_turn(model.url, person, "asker", message, approvals=[{"token": token, "approve": True}])
     assert response.status_code == 200, response.text
@@ -238,8 +242,8 @@ def test_an_approval_runs_only_in_the_conversation_that_asked_for_it(model, engi
     assert [e["text"] for e in mine(memory, person)] == [NOTE["text"]]
 
 
-def test_an_approval_used_by_two_requests_at_once_runs_once(model, engine, memory, person):
-    message, events, _ = ask(model, engine, person, rounds=(KEEP, ANSWER, ANSWER))
+def test_an_approval_used_by_two_requests_at_once_runs_once(model, scripted_engine, memory, person):
+    message, events, _ = ask(model, scripted_engine, person, rounds=(KEEP, ANSWER, ANSWER))
     token = next(d["approval"] for name, d in events if name == "step")
     answers: list[int] = []
 
@@ -256,8 +260,8 @@ def test_an_approval_used_by_two_requests_at_once_runs_once(model, engine, memor
     assert [e["text"] for e in mine(memory, person)] == [NOTE["text"]]
 
 
-def test_the_same_approval_twice_in_one_request_is_refused(model, engine, memory, person):
-    message, events, _ = ask(model, engine, person)
+def test_the_same_approval_twice_in_one_request_is_refused(model, scripted_engine, memory, person):
+    message, events, _ = ask(model, scripted_engine, person)
     token = next(d["approval"] for name, d in events if name == "step")
     response, _ = take_turn(
         model.url, person, "asker", message, approvals=[{"token": token, "approve": True}, {"token": token, "approve": True}]
@@ -266,9 +270,9 @@ def test_the_same_approval_twice_in_one_request_is_refused(model, engine, memory
     assert mine(memory, person) == []
 
 
-def test_an_approved_call_is_not_repeated_when_the_model_asks_for_it_again(model, engine, memory, person):
+def test_an_approved_call_is_not_repeated_when_the_model_asks_for_it_again(model, scripted_engine, memory, person):
     # The approving turn's model asks for the same remember again: a repeat, given step 1's result, not a second ask.
-    message, events, sid = ask(model, engine, person, rounds=(KEEP, KEEP, ANSWER))
+    message, events, sid = ask(model, scripted_engine, person, rounds=(KEEP, KEEP, ANSWER))
     token = next(d["approval"] for name, d in events if name == "step")
     _, events = take_turn(model.url, person, "asker", message, approvals=[{"token": token, "approve": True}])
     assert steps(events) == [(1, "remember", "started"), (1, "remember", "ok"), (2, "remember", "repeat")]
@@ -277,19 +281,19 @@ def test_an_approved_call_is_not_repeated_when_the_model_asks_for_it_again(model
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_second_remember_in_a_turn_is_refused_as_the_tools_problem(model, engine, memory, person, mode):
+def test_a_second_remember_in_a_turn_is_refused_as_the_tools_problem(model, scripted_engine, memory, person, mode):
     rounds = (KEEP, {"call": {"name": "remember", "arguments": {"kind": "fact", "text": "I also like tea."}}}, ANSWER)
-    _, events, sid = ask(model, engine, person, "keeper" + MODES[mode], rounds)
+    _, events, sid = ask(model, scripted_engine, person, "keeper" + MODES[mode], rounds)
     ended = [d for name, d in events if name == "step" and d["status"] != "started"]
     assert [(d["status"], (d["result"] or {}).get("type", "").rsplit("/", 1)[-1]) for d in ended] == [
         ("ok", ""),
         ("error", "once-per-turn"),
     ]
     assert [e["text"] for e in mine(memory, person)] == [NOTE["text"]]
-    assert "once-per-turn" in engine.requests(sid)[2]["messages"][-1]["content"]
+    assert "once-per-turn" in scripted_engine.requests(sid)[2]["messages"][-1]["content"]
 
 
-def test_a_second_forget_in_a_turn_is_refused_as_the_tools_problem(model, engine, memory, person):
+def test_a_second_forget_in_a_turn_is_refused_as_the_tools_problem(model, scripted_engine, memory, person):
     session = requests.Session()
     session.headers.update(person.headers)
     kept = [
@@ -301,7 +305,7 @@ def test_a_second_forget_in_a_turn_is_refused_as_the_tools_problem(model, engine
         {"call": {"name": "forget", "arguments": {"id": kept[1]["id"]}}},
         ANSWER,
     )
-    sid = engine.script(*rounds)
+    sid = scripted_engine.script(*rounds)
     _, events = take_turn(model.url, person, "keeper", f"Forget my code style notes (tabs, spaces). script:{sid}")
     assert {kept[0]["id"], kept[1]["id"]} <= {e["id"] for e in events[0][1]["entries"]}
     ended = [d for name, d in events if name == "step" and d["status"] != "started"]
@@ -325,42 +329,42 @@ def keyless_model(model_env, logs):
 
 
 def test_without_an_approval_key_a_call_that_needs_approval_fails_and_nothing_runs(
-    keyless_model, model, engine, memory, person
+    keyless_model, model, scripted_engine, memory, person
 ):
-    message, events, _ = ask(keyless_model, engine, person, rounds=(KEEP, {"text": "Could not ask."}))
+    message, events, _ = ask(keyless_model, scripted_engine, person, rounds=(KEEP, {"text": "Could not ask."}))
     ended = [d for name, d in events if name == "step" and d["status"] != "started"]
     assert [(d["status"], d["result"]["status"], d["result"]["type"].rsplit("/", 1)[-1]) for d in ended] == [
         ("error", 503, "approvals-unavailable")
     ]
     assert mine(memory, person) == [] and events[-1][1]["pending"] == []
-    _, asked, _ = ask(model, engine, person)  # a token from the keyed function
+    _, asked, _ = ask(model, scripted_engine, person)  # a token from the keyed function
     token = next(d["approval"] for name, d in asked if name == "step")
     response, _ = take_turn(keyless_model.url, person, "asker", message, approvals=[{"token": token, "approve": True}])
     assert response.status_code == 503 and response.json()["type"].endswith("/approvals-unavailable")
     assert mine(memory, person) == []
 
 
-def test_remember_of_a_note_the_person_has_says_existing_and_keeps_no_second(model, engine, memory, person):
+def test_remember_of_a_note_the_person_has_says_existing_and_keeps_no_second(model, scripted_engine, memory, person):
     requests.post(memory.url + "/v1/entries", headers=person.headers, timeout=10, json={**NOTE, "source": "test"})
-    sid = engine.script(
+    sid = scripted_engine.script(
         {"call": {"name": "remember", "arguments": {"kind": "fact", "text": "i work on the LEDGER team"}}}, ANSWER
     )
     _, events = take_turn(model.url, person, "keeper", f"Keep that I work on the ledger team. script:{sid}")
     ran = next(d for name, d in events if name == "step" and d["status"] == "ok")
     assert ran["result"]["existing"] is True and ran["result"]["text"] == NOTE["text"]
-    assert '"existing": true' in engine.requests(sid)[1]["messages"][-1]["content"]  # the model is told
+    assert '"existing": true' in scripted_engine.requests(sid)[1]["messages"][-1]["content"]  # the model is told
     assert [e["text"] for e in mine(memory, person)] == [NOTE["text"]]
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_forget_that_waits_for_approval_shows_the_notes_text(model, engine, memory, person, logs, mode):
+def test_a_forget_that_waits_for_approval_shows_the_notes_text(model, scripted_engine, memory, person, logs, mode):
     kept = requests.post(
         memory.url + "/v1/entries",
         headers=person.headers,
         json={"kind": "preference", "text": "Prefers tabs in Go code.", "source": "test"},
         timeout=10,
     ).json()
-    sid = engine.script({"call": {"name": "forget", "arguments": {"id": kept["id"]}}}, ANSWER)
+    sid = scripted_engine.script({"call": {"name": "forget", "arguments": {"id": kept["id"]}}}, ANSWER)
     _, events = take_turn(model.url, person, "asker" + MODES[mode], f"Forget my note about tabs in Go. script:{sid}")
     (asked,) = [d for name, d in events if name == "step"]
     assert (asked["status"], asked["arguments"]) == ("needs_approval", {"id": kept["id"]})

@@ -23,8 +23,8 @@ def spent(model_env, subject):
 
 
 @pytest.mark.parametrize("agent", ["reviewer", "reviewer-small"])
-def test_the_budget_spent_mid_turn_ends_it_with_an_error_event(frugal_model, engine, person, model_env, agent):
-    sid = engine.script(
+def test_the_budget_spent_mid_turn_ends_it_with_an_error_event(frugal_model, scripted_engine, person, model_env, agent):
+    sid = scripted_engine.script(
         {
             "call": {"name": "platform_status", "arguments": {}},
             "usage": {"prompt_tokens": SMALL_DAILY - 150, "completion_tokens": 20},
@@ -37,7 +37,7 @@ def test_the_budget_spent_mid_turn_ends_it_with_an_error_event(frugal_model, eng
     assert names[-1] == "error" and events[-1][1]["status"] == 429
     assert events[-1][1]["type"].endswith("/daily-tokens")
     assert names.count("step") == 2 and "done" not in names
-    assert len(engine.requests(sid)) == 1  # the second round never reached the engine
+    assert len(scripted_engine.requests(sid)) == 1  # the second round never reached the engine
     budget, rows = spent(model_env, person.subject)
     assert budget == SMALL_DAILY - 130 and rows == [("budget", SMALL_DAILY - 130, 0)]
     # The next turn is refused before it starts: a plain 429 problem, with when to come back.
@@ -47,13 +47,13 @@ def test_the_budget_spent_mid_turn_ends_it_with_an_error_event(frugal_model, eng
     assert again.json()["type"].endswith("/daily-tokens")
 
 
-def twenty_at_once(model, person, turn, engine) -> list:
+def twenty_at_once(model, person, turn, scripted_engine) -> list:
     """Twenty turns of the guide at once, `turn(i)` giving each its engine script and message; the ones done.
     Every turn is done or refused (429, or an error event), and some of each."""
 
     def one(i):
         script, message = turn(i)
-        return take_turn(model.url, person, "guide", f"{message} script:{engine.script(script)}")
+        return take_turn(model.url, person, "guide", f"{message} script:{scripted_engine.script(script)}")
 
     with ThreadPoolExecutor(20) as pool:
         results = list(pool.map(one, range(20)))
@@ -64,12 +64,12 @@ def twenty_at_once(model, person, turn, engine) -> list:
     return done
 
 
-def test_twenty_concurrent_turns_never_overspend_a_small_budget(frugal_model, engine, person, model_env):
+def test_twenty_concurrent_turns_never_overspend_a_small_budget(frugal_model, scripted_engine, person, model_env):
     done = twenty_at_once(
         frugal_model,
         person,
         lambda i: ({"text": f"answer {i}", "usage": {"prompt_tokens": 300, "completion_tokens": 60}}, f"Question {i}."),
-        engine,
+        scripted_engine,
     )
     budget, rows = spent(model_env, person.subject)
     # Held before the round, so the day's limit holds even with twenty turns in two processes at once.
@@ -84,13 +84,16 @@ def test_a_turn_whose_agent_allows_fewer_tokens_than_a_round_is_refused(frugal_m
     assert response.status_code == 429 and response.json()["type"].endswith("/turn-tokens")
 
 
-def test_concurrent_turns_of_emoji_never_overspend_a_small_budget(frugal_model, engine, person, model_env):
+def test_concurrent_turns_of_emoji_never_overspend_a_small_budget(frugal_model, scripted_engine, person, model_env):
     # An engine counts emoji as several tokens each (SmolLM2: 300 emoji are 899 tokens); this one counts
     # a token per UTF-8 byte, the most any byte-level tokenizer may. The hold must never be below it.
     emoji = "\U0001f642" * 250  # 1,000 bytes: a third of the budget held at 3 characters a token would cover it
 
     done = twenty_at_once(
-        frugal_model, person, lambda i: ({"text": "\U0001f44d" * 20, "usage": "bytes"}, f"{emoji} Question {i}."), engine
+        frugal_model,
+        person,
+        lambda i: ({"text": "\U0001f44d" * 20, "usage": "bytes"}, f"{emoji} Question {i}."),
+        scripted_engine,
     )
     budget, rows = spent(model_env, person.subject)
     assert budget == sum(tokens for _, tokens, _ in rows)
@@ -99,10 +102,10 @@ def test_concurrent_turns_of_emoji_never_overspend_a_small_budget(frugal_model, 
     assert budget <= SMALL_DAILY + MAX_ROUND, (budget, len(done))
 
 
-def test_a_turn_is_checked_against_its_agent_at_the_likely_count(frugal_model, engine, person):
+def test_a_turn_is_checked_against_its_agent_at_the_likely_count(frugal_model, scripted_engine, person):
     # 1,200 characters of prose: held from the day as 1,200 tokens, but about 400 to the engine, well within
     # frugal's 1,500 a turn; the turn runs (holding bytes against the turn too would refuse it).
-    sid = engine.script({"text": "Short answer.", "usage": {"prompt_tokens": 450, "completion_tokens": 5}})
+    sid = scripted_engine.script({"text": "Short answer.", "usage": {"prompt_tokens": 450, "completion_tokens": 5}})
     response, events = take_turn(frugal_model.url, person, "frugal", "word " * 235 + f"script:{sid}")
     assert response.status_code == 200, response.text
     assert events[-1][0] == "done", events[-1]

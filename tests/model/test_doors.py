@@ -58,14 +58,14 @@ def generations(model_env, subject):
     ],
     ids=["tools", "functions", "tool_choice", "response_format", "tool_role", "tool_calls"],
 )
-def test_a_request_that_declares_tools_is_refused(model, engine, person, model_env, body, named):
-    sid = engine.script({"text": "never"})
+def test_a_request_that_declares_tools_is_refused(model, scripted_engine, person, model_env, body, named):
+    sid = scripted_engine.script({"text": "never"})
     payload = {"messages": [{"role": "user", "content": f"hi script:{sid}"}], **body}
     response = requests.post(f"{model.url}/v1/agents/reviewer/turns", json=payload, headers=person.headers, timeout=10)
     assert response.status_code == 422 and response.headers["Content-Type"] == "application/problem+json"
     problem = response.json()
     assert problem["type"].endswith("/caller-tools") and named in problem["detail"]
-    assert engine.requests(sid) == [] and generations(model_env, person.subject) == []
+    assert scripted_engine.requests(sid) == [] and generations(model_env, person.subject) == []
 
 
 @pytest.mark.parametrize(
@@ -123,9 +123,9 @@ def test_the_agents_list_shows_only_the_tools_granted_to_the_caller(model, perso
     assert tools_of(stranger) == ["platform_status"]
 
 
-def test_the_tool_is_reached_with_the_callers_token_exchanged(model, engine, upstreams, person):
+def test_the_tool_is_reached_with_the_callers_token_exchanged(model, scripted_engine, upstreams, person):
     received = upstreams["platform_status"].app.extensions["agentfn.dev_upstream"].received
-    sid = engine.script({"call": {"name": "platform_status", "arguments": {"service": "llm"}}}, {"text": "ok"})
+    sid = scripted_engine.script({"call": {"name": "platform_status", "arguments": {"service": "llm"}}}, {"text": "ok"})
     before = len(received)
     response, events = take_turn(model.url, person, "reviewer", f"Is llm up? script:{sid}")
     assert events[-1][0] == "done"
@@ -133,12 +133,12 @@ def test_the_tool_is_reached_with_the_callers_token_exchanged(model, engine, ups
     ended = [d for n, d in events if n == "step" and d["status"] == "ok"][0]
     assert ended["result"]["text"].startswith("llm is up")
     # The engine is never sent the caller's token (only the conversation, which never holds it).
-    assert person.token not in json.dumps(engine.requests(sid))
+    assert person.token not in json.dumps(scripted_engine.requests(sid))
 
 
-def test_a_grants_daily_limit_is_counted(model, engine, person):
+def test_a_grants_daily_limit_is_counted(model, scripted_engine, person):
     # Three different calls (the same call again would be a repeat, not a call).
-    sid = engine.script(
+    sid = scripted_engine.script(
         *[{"call": {"name": "platform_status", "arguments": {"service": s}}} for s in ("a", "b", "c")], {"text": "done"}
     )
     _, events = take_turn(model.url, person, "counted", f"Three times. script:{sid}")
@@ -148,9 +148,9 @@ def test_a_grants_daily_limit_is_counted(model, engine, person):
     assert statuses == [("ok", None), ("ok", None), ("error", 429)]
 
 
-def test_open_page_is_a_step_that_reaches_the_page_fetcher_as_the_caller(model, engine, person):
+def test_open_page_is_a_step_that_reaches_the_page_fetcher_as_the_caller(model, scripted_engine, person):
     # The fetcher refuses a loopback address (its SSRF guard, as shipped): the refusal is the step's result.
-    sid = engine.script({"call": {"name": "open_page", "arguments": {"url": "http://127.0.0.1/"}}}, {"text": "no"})
+    sid = scripted_engine.script({"call": {"name": "open_page", "arguments": {"url": "http://127.0.0.1/"}}}, {"text": "no"})
     _, events = take_turn(model.url, person, "reviewer", f"Open it. script:{sid}")
     ended = [d for n, d in events if n == "step" and d["status"] != "started"]
     assert ended[0]["status"] == "error" and 400 <= ended[0]["result"]["status"] < 500
@@ -226,10 +226,10 @@ def stateful_model(model_env, stateful, logs, tmp_path_factory):
 
 
 def test_a_tool_that_changes_state_is_never_callable_alone_whatever_its_descriptor_says(
-    stateful_model, stateful, engine, person
+    stateful_model, stateful, scripted_engine, person
 ):
     # The model function reaches them: as an agent's steps they run.
-    sid = engine.script({"calls": [{"name": name, "arguments": {}} for name in stateful]}, {"text": "Done."})
+    sid = scripted_engine.script({"calls": [{"name": name, "arguments": {}} for name in stateful]}, {"text": "Done."})
     _, events = take_turn(stateful_model.url, person, "incident-desk", f"Close it and page on-call. script:{sid}")
     assert [(d["tool"], d["status"]) for n, d in events if n == "step" and d["status"] != "started"] == [
         (name, "ok") for name in stateful
@@ -289,8 +289,8 @@ def test_the_registry_is_reloaded_without_a_restart(model, registry_file, person
         time.sleep(0.2)
 
 
-def test_a_caller_who_leaves_mid_answer_ends_the_turn_as_cancelled(model, engine, person, model_env):
-    sid = engine.script({"text": "one two three four five six seven eight", "chunks": 8, "chunk_delay": 0.3})
+def test_a_caller_who_leaves_mid_answer_ends_the_turn_as_cancelled(model, scripted_engine, person, model_env):
+    sid = scripted_engine.script({"text": "one two three four five six seven eight", "chunks": 8, "chunk_delay": 0.3})
     with requests.post(
         f"{model.url}/v1/agents/guide/turns",
         headers=person.headers,
@@ -313,14 +313,14 @@ def test_a_caller_who_leaves_mid_answer_ends_the_turn_as_cancelled(model, engine
     assert (status, reserved) == ("cancelled", 0) and tokens_in > 0  # what the engine read still counts
 
 
-def test_memory_not_answering_is_said_and_the_turn_goes_on(model_env, engine, person, tmp_path):
+def test_memory_not_answering_is_said_and_the_turn_goes_on(model_env, scripted_engine, person, tmp_path):
     from support import Gunicorn
 
     env = {**model_env, "AGENTFN_MEMORY_URL": "http://127.0.0.1:9"}  # nothing listens there
     server = Gunicorn("agentfn.model.app:create_app()", env, tmp_path / "model-no-memory.log")
     server.start()
     try:
-        sid = engine.script({"text": "Without memory."})
+        sid = scripted_engine.script({"text": "Without memory."})
         _, events = take_turn(server.url, person, "reviewer", f"Hello. script:{sid}")
     finally:
         server.stop()

@@ -103,26 +103,26 @@ def rows(model_env, subject):
 
 
 @pytest.mark.parametrize(("chat", "summary"), [(CHAT_EN, GOOD), (CHAT_HR, GOOD_HR)], ids=["english", "croatian"])
-def test_a_session_ends_as_an_episode_the_person_recalls(model, engine, memory, person, model_env, chat, summary):
-    sid = engine.script({"text": summary})
+def test_a_session_ends_as_an_episode_the_person_recalls(model, scripted_engine, memory, person, model_env, chat, summary):
+    sid = scripted_engine.script({"text": summary})
     response = end(model, person, "reviewer", with_script(chat, sid), session_id="s-1")
     assert response.status_code == 201, response.text
     episode = response.json()["episode"]
     assert episode["kind"] == "episode" and episode["text"] == summary and episode["session_id"] == "s-1"
     assert [e["id"] for e in episodes_of(memory, person)] == [episode["id"]]
-    sent = engine.requests(sid)
+    sent = scripted_engine.requests(sid)
     assert len(sent) == 1 and "tools" not in sent[0] and "response_format" not in sent[0]
     assert ("Croatian" if chat is CHAT_HR else "English") in sent[0]["messages"][0]["content"]
     ((kind, status, problem, tokens_in, tokens_out, rounds),) = rows(model_env, person.subject)
     assert (kind, status, problem, rounds) == ("session_end", "ok", None, 1) and tokens_in > 0 and tokens_out > 0
 
 
-def test_a_person_who_writes_mostly_ids_gets_the_first_summary_kept(model, engine, memory, person):
+def test_a_person_who_writes_mostly_ids_gets_the_first_summary_kept(model, scripted_engine, memory, person):
     # The identifier reads "hello <id>" as no language at all: that must not refuse a summary written in words.
-    sid = engine.script({"text": GOOD})
+    sid = scripted_engine.script({"text": GOOD})
     response = end(model, person, "reviewer", [{"role": "user", "content": f"hello 7f3ab21c9d0e script:{sid}"}])
     assert response.status_code == 201, response.text
-    assert response.json()["episode"]["text"] == GOOD and len(engine.requests(sid)) == 1
+    assert response.json()["episode"]["text"] == GOOD and len(scripted_engine.requests(sid)) == 1
 
 
 TOUR = [
@@ -134,42 +134,46 @@ TOUR = [
 ]
 
 
-def test_the_summariser_reads_code_and_addresses_in_plain_words(model, engine, memory, person):
+def test_the_summariser_reads_code_and_addresses_in_plain_words(model, scripted_engine, memory, person):
     # A small model copies what it reads into its summary: what the rules refuse never reaches it.
-    sid = engine.script({"text": "The person ran some code in the sandbox and read a web page about examples."})
+    sid = scripted_engine.script({"text": "The person ran some code in the sandbox and read a web page about examples."})
     response = end(model, person, "reviewer", with_script(TOUR, sid))
     assert response.status_code == 201, response.text
-    read = engine.requests(sid)[0]["messages"][1]["content"]
+    read = scripted_engine.requests(sid)[0]["messages"][1]["content"]
     assert "Person: Run this Python code in the sandbox: some code" in read and "It printed 42." in read
     assert "Open the page a web address and some code it; mail an e-mail address" in read
     for kept_out in ("print(", "example.com", "example.org", "@", "`", "10.0.0.1", "/etc/", "www."):
         assert kept_out not in read, kept_out
 
 
-def test_the_summariser_reads_the_head_of_a_long_message(model, engine, memory, person):
+def test_the_summariser_reads_the_head_of_a_long_message(model, scripted_engine, memory, person):
     listing = "The report lists " + " ".join(f"item{n}" for n in range(400)) + "."
     chat = [*CHAT_EN[:1], {"role": "assistant", "content": listing}, *CHAT_EN[2:]]
-    sid = engine.script({"text": GOOD})
+    sid = scripted_engine.script({"text": GOOD})
     assert end(model, person, "reviewer", with_script(chat, sid)).status_code == 201
-    read = engine.requests(sid)[0]["messages"][1]["content"]
+    read = scripted_engine.requests(sid)[0]["messages"][1]["content"]
     shown = next(line for line in read.splitlines() if line.startswith("Assistant: The report lists"))
     assert len(shown) <= len("Assistant: ") + MESSAGE_CHARS + 4 and shown.endswith(" ...") and "item399" not in read
     assert "every ninety days" in read  # the messages after it are read whole
 
 
-def test_a_summary_that_breaks_a_rule_is_written_again_once(model, engine, memory, person):
-    sid = engine.script({"text": "The person read https://vault.example/rotate first."}, {"text": GOOD})
+def test_a_summary_that_breaks_a_rule_is_written_again_once(model, scripted_engine, memory, person):
+    sid = scripted_engine.script({"text": "The person read https://vault.example/rotate first."}, {"text": GOOD})
     response = end(model, person, "reviewer", with_script(CHAT_EN, sid))
     assert response.status_code == 201 and response.json()["episode"]["text"] == GOOD
-    second = engine.requests(sid)[1]["messages"][0]["content"]
+    second = scripted_engine.requests(sid)[1]["messages"][0]["content"]
     assert "refused (address)" in second
 
 
-def test_a_first_sentence_the_bound_cut_with_no_whole_clause_is_written_again(model, engine, memory, person):
-    sid = engine.script({"text": "The person asked how often to rotate the ledger password and the"}, {"text": GOOD})
+def test_a_first_sentence_the_bound_cut_with_no_whole_clause_is_written_again(model, scripted_engine, memory, person):
+    sid = scripted_engine.script(
+        {"text": "The person asked how often to rotate the ledger password and the"}, {"text": GOOD}
+    )
     response = end(model, person, "reviewer", with_script(CHAT_EN, sid))
     assert response.status_code == 201 and response.json()["episode"]["text"] == GOOD
-    assert "refused (its first sentence cut short by the bound)" in engine.requests(sid)[1]["messages"][0]["content"]
+    assert (
+        "refused (its first sentence cut short by the bound)" in scripted_engine.requests(sid)[1]["messages"][0]["content"]
+    )
 
 
 KEPT_PARTS = [  # (case, what the engine wrote, what is kept): the longest run of first sentences keeping every rule
@@ -191,15 +195,15 @@ KEPT_PARTS = [  # (case, what the engine wrote, what is kept): the longest run o
 
 @pytest.mark.parametrize(("case", "written", "kept"), KEPT_PARTS, ids=[c[0] for c in KEPT_PARTS])
 def test_a_summary_that_strays_late_keeps_its_first_sentences_that_keep_the_rules(
-    model, engine, memory, person, case, written, kept
+    model, scripted_engine, memory, person, case, written, kept
 ):
-    sid = engine.script({"text": written})
+    sid = scripted_engine.script({"text": written})
     response = end(model, person, "reviewer", with_script(CHAT_EN, sid))
     assert response.status_code == 201, response.text
     assert response.json()["episode"]["text"] == kept and not faults(kept, "en")
     assert [e["text"] for e in episodes_of(memory, person)] == [kept]
-    assert len(engine.requests(sid)) == 1  # kept at once: no second summary written
-    assert engine.requests(sid)[0]["max_tokens"] <= SUMMARY_TOKENS
+    assert len(scripted_engine.requests(sid)) == 1  # kept at once: no second summary written
+    assert scripted_engine.requests(sid)[0]["max_tokens"] <= SUMMARY_TOKENS
 
 
 @pytest.mark.parametrize(
@@ -215,28 +219,28 @@ def test_a_summary_that_strays_late_keeps_its_first_sentences_that_keep_the_rule
     ids=["too_long", "code", "url", "e_mail", "key", "wrong_language"],
 )
 def test_a_summary_that_breaks_the_rules_twice_is_refused_and_nothing_is_kept(
-    model, engine, memory, person, model_env, summary, rule
+    model, scripted_engine, memory, person, model_env, summary, rule
 ):
     chat = CHAT_HR if rule == "not in the person's language" else CHAT_EN
-    sid = engine.script({"text": summary}, {"text": summary})
+    sid = scripted_engine.script({"text": summary}, {"text": summary})
     response = end(model, person, "reviewer", with_script(chat, sid))
     assert response.status_code == 422, response.text
     problem = response.json()
     assert problem["type"].endswith("/episode-rules") and rule in problem["rules"]
     assert episodes_of(memory, person) == []
-    assert len(engine.requests(sid)) == 2
+    assert len(scripted_engine.requests(sid)) == 2
     ((kind, status, code, tokens_in, _, rounds),) = rows(model_env, person.subject)
     assert (kind, status, code, rounds) == ("session_end", "error", 422, 2) and tokens_in > 0  # still the person's spend
 
 
-def test_the_site_guide_keeps_nothing(model, engine, person, memory):
-    sid = engine.script({"text": GOOD})
+def test_the_site_guide_keeps_nothing(model, scripted_engine, person, memory):
+    sid = scripted_engine.script({"text": GOOD})
     response = end(model, person, "guide", with_script(CHAT_EN, sid))
     assert response.status_code == 422 and response.json()["type"].endswith("/keeps-nothing")
-    assert engine.requests(sid) == [] and episodes_of(memory, person) == []
+    assert scripted_engine.requests(sid) == [] and episodes_of(memory, person) == []
 
 
-def test_write_episode_is_reached_only_with_the_service_identity(model, engine, memory, person, service_token_file):
+def test_write_episode_is_reached_only_with_the_service_identity(model, scripted_engine, memory, person, service_token_file):
     # A caller cannot write an episode at memory's door, even with its own subject.
     direct = requests.post(
         memory.url + "/internal/v1/episodes", json={"subject": person.subject, "text": GOOD}, headers=person.headers
@@ -246,13 +250,13 @@ def test_write_episode_is_reached_only_with_the_service_identity(model, engine, 
     original = service_token_file.read_text()
     try:
         service_token_file.write_text(person.token)
-        sid = engine.script({"text": GOOD})
+        sid = scripted_engine.script({"text": GOOD})
         refused = end(model, person, "reviewer", with_script(CHAT_EN, sid))
         assert refused.status_code == 502 and "service identity" in refused.json()["detail"]
     finally:
         service_token_file.write_text(original)
     assert episodes_of(memory, person) == []
-    sid = engine.script({"text": GOOD})
+    sid = scripted_engine.script({"text": GOOD})
     assert end(model, person, "reviewer", with_script(CHAT_EN, sid)).status_code == 201  # read again on each use
 
 

@@ -58,12 +58,12 @@ CASES = [
 
 
 @pytest.mark.parametrize(("door", "body", "field"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_a_hostile_pattern_body_is_refused_at_once(model, tools, issuer, person, door, body, field):
+def test_a_hostile_pattern_body_is_refused_at_once(model, model_read_tools, issuer, person, door, body, field):
     url = {
         "turns": f"{model.url}/v1/agents/reviewer/turns",
         "sessions/end": f"{model.url}/v1/agents/reviewer/sessions/end",
         "tool": f"{model.url}/v1/tools/platform_status/call",
-        "tool function": f"{tools['platform_status'].url}/v1/call",
+        "tool function": f"{model_read_tools['platform_status'].url}/v1/call",
     }[door]
     # The tool function takes only a token exchanged for it (what the model function sends).
     auth = (

@@ -149,12 +149,12 @@ ROWS = [(case, mode) for case in CASES for mode in MODES if mode in case.modes]
 
 
 @pytest.mark.parametrize(("case", "mode"), ROWS, ids=[f"{c.id}-{m}" for c, m in ROWS])
-def test_loop_case(case, mode, model, engine, upstreams, person, stranger, model_env):
+def test_loop_case(case, mode, model, scripted_engine, upstreams, person, stranger, model_env):
     who = {"person": person, "stranger": stranger}[case.caller]
     controls = upstreams["platform_status"].app.extensions["agentfn.dev_upstream"]
     for key, value in case.fault.items():
         setattr(controls, key, value)
-    sid = engine.script(*case.rounds)
+    sid = scripted_engine.script(*case.rounds)
     started = time.monotonic()
     response, events = take_turn(model.url, who, case.agent + MODES[mode], f"Check the platform. script:{sid}")
     took = time.monotonic() - started
@@ -178,7 +178,7 @@ def test_loop_case(case, mode, model, engine, upstreams, person, stranger, model
     assert all(d["ms"] >= 0 for d in step_events if d["status"] != "started")
     if case.within is not None:
         assert took < case.within, f"the turn took {took:.2f} s"
-    sent = engine.requests(sid)
+    sent = scripted_engine.requests(sid)
     if case.requests is not None:
         assert len(sent) == case.requests
     # Tools are offered in every round but the one after the bound; a round without tools has no format either.

@@ -17,9 +17,11 @@ from psycopg import sql
 from support.model import take_turn
 
 
-def test_the_record_keeps_counts_and_never_the_conversation(model, engine, memory, person, postgres, logs, model_env):
+def test_the_record_keeps_counts_and_never_the_conversation(
+    model, scripted_engine, memory, person, postgres, logs, model_env
+):
     said, argument, answered = (f"canary{secrets.token_hex(6)}" for _ in range(3))
-    sid = engine.script(
+    sid = scripted_engine.script(
         {"call": {"name": "platform_status", "arguments": {"service": argument}}},
         {"call": {"name": "list_models", "arguments": {}}},
         {"text": f"The answer is {answered}."},
@@ -29,7 +31,7 @@ def test_the_record_keeps_counts_and_never_the_conversation(model, engine, memor
     assert events[-1][0] == "done"
     assert argument in str(events)  # the caller sees the step's arguments and result ("No service named ...")
     generation = events[-1][1]["generation_id"]
-    sid = engine.script({"text": "The person asked about a service and settled nothing."})
+    sid = scripted_engine.script({"text": "The person asked about a service and settled nothing."})
     ended = requests.post(
         f"{model.url}/v1/agents/reviewer/sessions/end",
         headers=person.headers,
@@ -102,9 +104,9 @@ def every_table(dsn):
             yield f"{schema}.{name}", conn.execute(query).fetchone()[0]
 
 
-def test_a_turns_log_line_says_where_its_time_went_and_nothing_it_said(model, engine, person, logs):
+def test_a_turns_log_line_says_where_its_time_went_and_nothing_it_said(model, scripted_engine, person, logs):
     said = f"canary{secrets.token_hex(6)}"
-    sid = engine.script({"call": {"name": "platform_status", "arguments": {}}}, {"text": "All is well."})
+    sid = scripted_engine.script({"call": {"name": "platform_status", "arguments": {}}}, {"text": "All is well."})
     _, events = take_turn(model.url, person, "reviewer", f"How is {said}? script:{sid}")
     done = events[-1][1]
     time.sleep(0.5)  # the last log lines are flushed

@@ -131,7 +131,7 @@ def test_a_broken_file_keeps_the_last_good_table(tmp_path, monkeypatch):
     assert "guide" not in reader.table().agents
 
 
-def test_the_built_in_tools_are_the_contracts_for_the_operator_and_the_model_function_alike(model, engine, person):
+def test_the_built_in_tools_are_the_contracts_for_the_operator_and_the_model_function_alike(model, scripted_engine, person):
     """The contract files are the one source: the operator catalogs their tools, the model function offers them."""
     written = {}
     for name in ("memory.json", "page.json"):
@@ -140,10 +140,10 @@ def test_the_built_in_tools_are_the_contracts_for_the_operator_and_the_model_fun
     catalogued = catalog.load()
     assert {name: catalogued[name].function for name in written} == {name: f for name, (f, _) in written.items()}
     assert all(catalogued[name].channels == {"step"} for name in written)
-    sid = engine.script({"text": "Nothing to do."})
+    sid = scripted_engine.script({"text": "Nothing to do."})
     response, _ = take_turn(model.url, person, "keeper", f"Hello. script:{sid}")  # keeps facts: no tool narrowed
     assert response.status_code == 200, response.text
-    offered = {t["function"]["name"]: t["function"] for t in engine.requests(sid)[0]["tools"]}
+    offered = {t["function"]["name"]: t["function"] for t in scripted_engine.requests(sid)[0]["tools"]}
     for name, (_, descriptor) in written.items():
         assert offered[name]["description"] == descriptor["description"]
         assert offered[name]["parameters"] == descriptor["input_schema"]

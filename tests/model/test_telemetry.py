@@ -29,18 +29,18 @@ SERVER, INTERNAL = 2, 1  # OTLP span kinds
 
 
 @pytest.fixture(scope="module")
-def receiver():
+def model_receiver():
     served = Receiver()
     yield served
     served.stop()
 
 
 @pytest.fixture(scope="module")
-def traced(receiver, memory_env, model_env, upstreams, issuer, logs, page):
+def traced(model_receiver, memory_env, model_env, upstreams, issuer, logs, page_fetcher):
     """Memory, the page fetcher, the two read tools and the model function, exporting to the receiver (batches sent
     every 100 ms); the page fetcher on the database of the untraced one."""
     otel = {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": model_receiver.url,
         "OTEL_BSP_SCHEDULE_DELAY": "100",
         "OTEL_METRIC_EXPORT_INTERVAL": "300",
     }
@@ -48,7 +48,7 @@ def traced(receiver, memory_env, model_env, upstreams, issuer, logs, page):
         "memory": Gunicorn("agentfn.memory.app:create_app()", {**memory_env, **otel}, logs / "memory-traced.log"),
         "page": Gunicorn(
             "agentfn.page.app:create_app()",
-            {**issuer.env(), **otel, "AGENTFN_DATABASE_URL": page.env["AGENTFN_DATABASE_URL"]},
+            {**issuer.env(), **otel, "AGENTFN_DATABASE_URL": page_fetcher.env["AGENTFN_DATABASE_URL"]},
             logs / "page-traced.log",
         ),
     }
@@ -88,7 +88,7 @@ def traced(receiver, memory_env, model_env, upstreams, issuer, logs, page):
 
 
 @pytest.fixture(scope="module")
-def turn(traced, engine, upstreams, issuer, receiver):
+def turn(traced, scripted_engine, upstreams, issuer, model_receiver):
     """The turn: a note recalled, platform_status (ok) and list_models (fails) in one round, then the answer."""
     person = Person(issuer)
     note = requests.post(
@@ -97,7 +97,7 @@ def turn(traced, engine, upstreams, issuer, receiver):
         timeout=30,
         json={"kind": "preference", "text": NOTE, "source": "test"},
     ).json()
-    sid = engine.script(
+    sid = scripted_engine.script(
         {
             "calls": [
                 {"name": "platform_status", "arguments": {"service": MARKERS["argument"]}},
@@ -116,10 +116,10 @@ def turn(traced, engine, upstreams, issuer, receiver):
         controls.fail_status = 0
     assert response.status_code == 200 and events[-1][0] == "done", events
     generation = events[-1][1]["generation_id"]
-    root = receiver.wait_for(
+    root = model_receiver.wait_for(
         lambda: [
             s
-            for s in receiver.spans()
+            for s in model_receiver.spans()
             if s.name == "invoke_agent reviewer" and s.attributes.get("agentfn.generation.id") == generation
         ]
     )[0]
@@ -132,8 +132,11 @@ def turn(traced, engine, upstreams, issuer, receiver):
         ("agentfn-platform_status", "execute_tool platform_status"),
         ("agentfn-list_models", "execute_tool list_models"),
     }
-    spans = receiver.wait_for(
-        lambda: expected <= {(s.service, s.name) for s in receiver.spans(root.trace_id)} and receiver.spans(root.trace_id)
+    spans = model_receiver.wait_for(
+        lambda: (
+            expected <= {(s.service, s.name) for s in model_receiver.spans(root.trace_id)}
+            and model_receiver.spans(root.trace_id)
+        )
     )
     return {"person": person, "note": note, "events": events, "root": root, "spans": spans}
 
@@ -201,11 +204,11 @@ def test_a_turn_is_one_trace_across_the_parts_with_genai_names_and_parents(turn,
     assert all(s.parent_id in by_id for s in spans if s is not door)  # no orphan: every part joined the one trace
 
 
-def test_nothing_said_asked_answered_or_kept_is_exported(turn, receiver):
+def test_nothing_said_asked_answered_or_kept_is_exported(turn, model_receiver):
     events = turn["events"]
     results = [d["result"] for n, d in events if n == "step" and "result" in d]
     assert MARKERS["argument"] in str(results[0])  # the tool's result quotes the argument: a marker of results too
-    everything = receiver.raw()
+    everything = model_receiver.raw()
     for marker in [*MARKERS.values(), turn["note"]["id"], turn["person"].subject]:
         assert marker.encode() not in everything, marker
     for span in turn["spans"]:
@@ -220,7 +223,7 @@ def test_nothing_said_asked_answered_or_kept_is_exported(turn, receiver):
         )
 
 
-def test_metrics_arrive_with_the_conventions_names_and_the_platforms_counts(turn, traced, receiver):
+def test_metrics_arrive_with_the_conventions_names_and_the_platforms_counts(turn, traced, model_receiver):
     # A turn its agent's tokens per turn cannot hold is refused at the door: a budget refusal.
     refused, _ = take_turn(traced["model"].url, turn["person"], "frugal", "word " * 2000)
     assert refused.status_code == 429, refused.text
@@ -228,7 +231,7 @@ def test_metrics_arrive_with_the_conventions_names_and_the_platforms_counts(turn
     def latest(metric, service, **attrs):
         points = [
             p
-            for p in receiver.points()
+            for p in model_receiver.points()
             if p.metric == metric and p.service == service and all(p.attributes.get(k) == v for k, v in attrs.items())
         ]
         return points[-1] if points else None
@@ -249,7 +252,7 @@ def test_metrics_arrive_with_the_conventions_names_and_the_platforms_counts(turn
         ("agentfn.budget.refusals", "agentfn-model", {"agentfn.limit": "turn-tokens"}),
         ("agentfn.turns", "agentfn-model", {"agentfn.outcome": "budget"}),
     ]
-    receiver.wait_for(arrived)
+    model_receiver.wait_for(arrived)
     assert latest("gen_ai.client.operation.duration", "agentfn-model", **{"gen_ai.operation.name": "chat"}).value == 2
     assert latest("gen_ai.client.operation.duration", "agentfn-model", **{"gen_ai.operation.name": "chat"}).unit == "s"
     assert latest("gen_ai.client.token.usage", "agentfn-model", **{"gen_ai.token.type": "input"}).unit == "{token}"
@@ -265,7 +268,7 @@ def test_metrics_arrive_with_the_conventions_names_and_the_platforms_counts(turn
     )
     assert latest("agentfn.recall.entries", "agentfn-memory").value == 1  # one recall, its count of entries
     assert latest("agentfn.recall.entries", "agentfn-memory").total >= 1
-    names = {p.metric for p in receiver.points()}
+    names = {p.metric for p in model_receiver.points()}
     assert not {n for n in names if not n.startswith(("gen_ai.", "agentfn."))}
 
 
@@ -292,22 +295,22 @@ def test_without_a_collector_nothing_of_opentelemetry_is_loaded(env, on):
     assert done.stdout.split() == [str(on)] * 3
 
 
-def test_an_opened_page_is_a_child_span_with_its_outcome_and_never_its_url(traced, engine, issuer, receiver):
+def test_an_opened_page_is_a_child_span_with_its_outcome_and_never_its_url(traced, scripted_engine, issuer, model_receiver):
     person, url = Person(issuer), "http://127.0.0.1/pathmarkerzz?q=querymarkerzz"
-    sid = engine.script({"call": {"name": "open_page", "arguments": {"url": url}}}, {"text": "It would not open."})
+    sid = scripted_engine.script({"call": {"name": "open_page", "arguments": {"url": url}}}, {"text": "It would not open."})
     _, events = take_turn(traced["model"].url, person, "reviewer", f"Open {url} please. script:{sid}")
     assert events[-1][0] == "done", events
     # The fetcher refuses a loopback address (its guard, as shipped): a page fetched with an outcome, not a page read.
     step = next(d for n, d in events if n == "step" and d["status"] == "error")
-    root = receiver.wait_for(
+    root = model_receiver.wait_for(
         lambda: [
             s
-            for s in receiver.spans()
+            for s in model_receiver.spans()
             if s.name == "invoke_agent reviewer" and s.attributes["agentfn.generation.id"] == events[-1][1]["generation_id"]
         ]
     )[0]
-    spans = receiver.wait_for(
-        lambda: (found := receiver.spans(root.trace_id)) and any(s.name == "fetch_page" for s in found) and found
+    spans = model_receiver.wait_for(
+        lambda: (found := model_receiver.spans(root.trace_id)) and any(s.name == "fetch_page" for s in found) and found
     )
     tool = one(spans, "execute_tool open_page", "agentfn-model")
     door = one(spans, "POST /v1/open", "agentfn-page")
@@ -317,15 +320,17 @@ def test_an_opened_page_is_a_child_span_with_its_outcome_and_never_its_url(trace
     assert step["result"]["type"].endswith(kind.replace("_", "-")) or kind in step["result"]["type"]
     assert fetch.status == 2 and fetch.attributes["error.type"] == kind
     assert door.attributes["agentfn.page.cached"] is False
-    pages = receiver.wait_for(
-        lambda: [p for p in receiver.points() if p.metric == "agentfn.pages" and p.attributes.get("agentfn.outcome") == kind]
+    pages = model_receiver.wait_for(
+        lambda: [
+            p for p in model_receiver.points() if p.metric == "agentfn.pages" and p.attributes.get("agentfn.outcome") == kind
+        ]
     )
     assert pages[-1].value == 1 and pages[-1].service == "agentfn-page"
     for marker in (b"pathmarkerzz", b"querymarkerzz", b"127.0.0.1/"):
-        assert marker not in receiver.raw()
+        assert marker not in model_receiver.raw()
 
 
-def test_a_call_alone_is_an_execute_tool_span_on_its_channel_with_the_tool_function_under_it(traced, issuer, receiver):
+def test_a_call_alone_is_an_execute_tool_span_on_its_channel_with_the_tool_function_under_it(traced, issuer, model_receiver):
     person = Person(issuer)
     answer = requests.post(
         traced["model"].url + "/v1/tools/platform_status/call",
@@ -335,14 +340,16 @@ def test_a_call_alone_is_an_execute_tool_span_on_its_channel_with_the_tool_funct
     )
     assert answer.status_code == 200, answer.text
     hashed = issuer.subject_hash(person.subject)
-    door = receiver.wait_for(
+    door = model_receiver.wait_for(
         lambda: [
-            s for s in receiver.spans() if s.name == "POST /v1/tools/<name>/call" and s.attributes.get("user.hash") == hashed
+            s
+            for s in model_receiver.spans()
+            if s.name == "POST /v1/tools/<name>/call" and s.attributes.get("user.hash") == hashed
         ]
     )[0]
-    spans = receiver.wait_for(
+    spans = model_receiver.wait_for(
         lambda: (
-            (found := receiver.spans(door.trace_id))
+            (found := model_receiver.spans(door.trace_id))
             and any(s.service == "agentfn-platform_status" and s.name.startswith("execute_tool") for s in found)
             and found
         )
@@ -351,10 +358,10 @@ def test_a_call_alone_is_an_execute_tool_span_on_its_channel_with_the_tool_funct
     served = one(spans, "POST /v1/call", "agentfn-platform_status")
     assert step.parent_id == door.span_id and served.parent_id == step.span_id
     assert step.attributes["agentfn.channel"] == "alone" and step.attributes["agentfn.status"] == "ok"
-    assert MARKERS["argument"].encode() not in receiver.raw()
+    assert MARKERS["argument"].encode() not in model_receiver.raw()
 
 
-def test_memorys_writes_are_spans_with_their_operation_and_counts_and_never_the_text(traced, issuer, receiver):
+def test_memorys_writes_are_spans_with_their_operation_and_counts_and_never_the_text(traced, issuer, model_receiver):
     person, marker = Person(issuer), "notemarkerzz"
     base, headers = traced["memory"].url, person.headers
     kept = requests.post(
@@ -377,18 +384,20 @@ def test_memorys_writes_are_spans_with_their_operation_and_counts_and_never_the_
         == 200
     )
     hashed = issuer.subject_hash(person.subject)
-    doors = receiver.wait_for(
+    doors = model_receiver.wait_for(
         lambda: (
             (
                 found := [
-                    s for s in receiver.spans() if s.service == "agentfn-memory" and s.attributes.get("user.hash") == hashed
+                    s
+                    for s in model_receiver.spans()
+                    if s.service == "agentfn-memory" and s.attributes.get("user.hash") == hashed
                 ]
             )
             and len(found) >= 4
             and found
         )
     )
-    inner = {d.name: [s for s in receiver.spans(d.trace_id) if s.parent_id == d.span_id] for d in doors}
+    inner = {d.name: [s for s in model_receiver.spans(d.trace_id) if s.parent_id == d.span_id] for d in doors}
     names = sorted((d.name, [s.name for s in inner[d.name]]) for d in doors)
     assert names == [
         ("DELETE /v1/entries", ["delete_memory"]),
@@ -399,10 +408,10 @@ def test_memorys_writes_are_spans_with_their_operation_and_counts_and_never_the_
     assert inner["POST /v1/entries"][0].attributes["agentfn.memory.kind"] == "fact"
     assert inner["DELETE /v1/entries/<entry_id>"][0].attributes["agentfn.memory.entries"] == 1
     for secret in (marker, "sourcemarkerzz", entry, person.subject):
-        assert secret.encode() not in receiver.raw()
+        assert secret.encode() not in model_receiver.raw()
 
 
-def test_a_method_outside_the_known_set_is_other_in_spans_and_logs(traced, receiver):
+def test_a_method_outside_the_known_set_is_other_in_spans_and_logs(traced, model_receiver):
     """A caller picks the method; only the known ones (RFC 9110's and PATCH) are named as sent: any other is `_OTHER`
     in the span's attribute and the log line, and `HTTP` in the span's name, as the HTTP conventions say."""
     memory, request_id = traced["memory"], f"req-method-{secrets.token_hex(6)}"
@@ -411,12 +420,12 @@ def test_a_method_outside_the_known_set_is_other_in_spans_and_logs(traced, recei
             method, memory.url + "/no/such/door", headers={"X-Request-Id": f"{request_id}-{method}"}, timeout=30
         )
         assert answer.status_code == 404, answer.text
-    spans = receiver.wait_for(
+    spans = model_receiver.wait_for(
         lambda: (
             (
                 found := [
                     s
-                    for s in receiver.spans()
+                    for s in model_receiver.spans()
                     if s.service == "agentfn-memory"
                     and s.kind == SERVER
                     and s.attributes.get("http.response.status_code") == 404
@@ -436,5 +445,5 @@ def test_a_method_outside_the_known_set_is_other_in_spans_and_logs(traced, recei
         }
         time.sleep(0.05)
     assert lines[f"{request_id}-XMARKERZZ"]["method"] == "_OTHER" and lines[f"{request_id}-DELETE"]["method"] == "DELETE"
-    assert b"XMARKERZZ" not in receiver.raw()
+    assert b"XMARKERZZ" not in model_receiver.raw()
     assert "XMARKERZZ" not in memory.log.read_text().replace(f"{request_id}-XMARKERZZ", "")

@@ -33,9 +33,9 @@ def generations(model_env, subject: str) -> tuple[int, int]:
     return made[0], spent[0]
 
 
-def test_warming_reads_each_agents_system_prompt_once_and_records_nothing(model, engine, issuer, person, model_env):
+def test_warming_reads_each_agents_system_prompt_once_and_records_nothing(model, scripted_engine, issuer, person, model_env):
     before = generations(model_env, person.subject)
-    mark = max((r["arrival"] for r in engine.unscripted()), default=0)
+    mark = max((r["arrival"] for r in scripted_engine.unscripted()), default=0)
     answer = warm_for(model, issuer, person)
     assert answer.status_code == 200, answer.text
     warmed = {a["agent"]: a for a in answer.json()["agents"]}
@@ -46,19 +46,19 @@ def test_warming_reads_each_agents_system_prompt_once_and_records_nothing(model,
     assert warmed["reviewer"]["ok"] is True and warmed["reviewer-small"]["ok"] is True
     assert generations(model_env, person.subject) == before  # no turn: nothing recorded, nothing spent
 
-    sent = [r for r in engine.unscripted() if r["arrival"] > mark]  # this warming's (the engine keeps earlier ones)
+    sent = [r for r in scripted_engine.unscripted() if r["arrival"] > mark]  # this warming's (the engine keeps earlier ones)
     for agent in ("reviewer", "reviewer-small", "guide"):
-        sid = engine.script({"text": "Hello."})
+        sid = scripted_engine.script({"text": "Hello."})
         response, _ = take_turn(model.url, person, agent, f"Hello. script:{sid}")
         assert response.status_code == 200, response.text
-        turn = engine.requests(sid)[0]
+        turn = scripted_engine.requests(sid)[0]
         (ahead,) = [r for r in sent if r["messages"][0] == turn["messages"][0]]  # the same system prompt, once
         assert ahead["max_tokens"] == 1
         assert ahead.get("tools") == turn.get("tools") and ahead.get("response_format") == turn.get("response_format")
 
 
-def test_only_the_platform_may_warm_and_only_what_the_person_is_granted(model, engine, issuer, person):
-    mark = max((r["arrival"] for r in engine.unscripted()), default=0)
+def test_only_the_platform_may_warm_and_only_what_the_person_is_granted(model, scripted_engine, issuer, person):
+    mark = max((r["arrival"] for r in scripted_engine.unscripted()), default=0)
     assert requests.post(model.url + WARM, timeout=10).status_code == 401
     # A caller's own token, with or without a body: known, and refused (each warm-up is an unmetered round).
     for body in (None, {"caller": person.token}):
@@ -72,7 +72,7 @@ def test_only_the_platform_may_warm_and_only_what_the_person_is_granted(model, e
     for body in ({}, {"caller": "not-a-token"}, {"caller": person.token, "extra": 1}):
         bad = requests.post(model.url + WARM, headers=platform(issuer), json=body, timeout=10)
         assert bad.status_code == 422, bad.text
-    assert not [r for r in engine.unscripted() if r["arrival"] > mark]  # the engine was asked nothing
+    assert not [r for r in scripted_engine.unscripted() if r["arrival"] > mark]  # the engine was asked nothing
 
     stranger = Person(issuer, groups=())
     answer = warm_for(model, issuer, stranger)
@@ -81,10 +81,10 @@ def test_only_the_platform_may_warm_and_only_what_the_person_is_granted(model, e
     assert "secret" not in {a["agent"] for a in answer.json()["agents"]}
 
 
-def test_a_second_warm_up_of_an_agent_joins_the_first(model, engine, issuer):
+def test_a_second_warm_up_of_an_agent_joins_the_first(model, scripted_engine, issuer):
     person = Person(issuer, groups=("nobody-else",))  # a prompt no earlier test warmed: its read is this test's
-    engine.slow_unscripted(3.0)
-    mark = max((r["arrival"] for r in engine.unscripted()), default=0)
+    scripted_engine.slow_unscripted(3.0)
+    mark = max((r["arrival"] for r in scripted_engine.unscripted()), default=0)
     answers: list[requests.Response] = []
     first = threading.Thread(target=lambda: answers.append(warm_for(model, issuer, person)))
     try:
@@ -93,13 +93,13 @@ def test_a_second_warm_up_of_an_agent_joins_the_first(model, engine, issuer):
         second = warm_for(model, issuer, person)
     finally:
         first.join()
-        engine.slow_unscripted(0, times=0)
+        scripted_engine.slow_unscripted(0, times=0)
     assert second.status_code == 200 and answers[0].status_code == 200, second.text
     agents = [a["agent"] for a in answers[0].json()["agents"]]
     assert agents and agents == [a["agent"] for a in second.json()["agents"]]
     joined = second.json()["agents"][0]
     assert joined["joined"] is True and joined["ok"] is True, joined
-    sent = [r for r in engine.unscripted() if r["arrival"] > mark]
+    sent = [r for r in scripted_engine.unscripted() if r["arrival"] > mark]
     prompts = [r["messages"][0]["content"] for r in sent]
     assert prompts.count(prompts[0]) == 1, len(prompts)  # the first agent's prompt was read once, not twice
 
@@ -108,27 +108,27 @@ def test_the_gateway_never_routes_it(gateway, person):
     assert requests.post(gateway.url + WARM, headers=person.headers, timeout=10).status_code == 404
 
 
-def test_a_turn_waits_for_its_prompt_being_read_says_so_then_reads_only_what_is_new(model, engine, issuer, person):
+def test_a_turn_waits_for_its_prompt_being_read_says_so_then_reads_only_what_is_new(model, scripted_engine, issuer, person):
     # The engine takes 3 s to read the first prompt warmed: the asker's, the first of the person's agents by name.
-    engine.slow_unscripted(3.0)
+    scripted_engine.slow_unscripted(3.0)
     warming = threading.Thread(target=lambda: warm_for(model, issuer, person))
     try:
         warming.start()
         time.sleep(0.5)
-        sid = engine.script({"text": "Hello."})
+        sid = scripted_engine.script({"text": "Hello."})
         began = time.monotonic()
         response, events = take_turn(model.url, person, "asker", f"Hello. script:{sid}")
         waited = time.monotonic() - began
     finally:
         warming.join()
-        engine.slow_unscripted(0, times=0)
+        scripted_engine.slow_unscripted(0, times=0)
     assert response.status_code == 200 and events[-1][0] == "done", events
     assert events[0] == ("wait", {"reason": "warming", "detail": "the engine is still reading the agent's prompt"})
     assert waited > 2.0  # it waited for the read to end, rather than have the engine read the prompt beside it
-    ahead = [r for r in engine.unscripted() if r["messages"][0] == engine.requests(sid)[0]["messages"][0]]
+    ahead = [r for r in scripted_engine.unscripted() if r["messages"][0] == scripted_engine.requests(sid)[0]["messages"][0]]
     assert ahead and ahead[-1]["max_tokens"] == 1
 
     # Once read, a turn is told nothing of the kind.
-    sid = engine.script({"text": "Hello again."})
+    sid = scripted_engine.script({"text": "Hello again."})
     response, events = take_turn(model.url, person, "asker", f"Hello. script:{sid}")
     assert response.status_code == 200 and "wait" not in [name for name, _ in events], events

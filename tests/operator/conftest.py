@@ -15,12 +15,12 @@ from agentfn.operator import catalog
 
 
 @pytest.fixture(scope="session")
-def tools():
+def tool_catalog():
     return catalog.load()
 
 
 @pytest.fixture(scope="session")
-def kube(apiserver: KubeAPI):
+def operator_kube(apiserver: KubeAPI):
     """The session's real kube-apiserver with the CRDs, the agentfn namespace and the operator's RBAC applied."""
     # The 1.20 schema of a CRD has no x-kubernetes-validations: client-side validation would refuse
     # the field, and the apiserver drops it. Newer clusters keep and run the rules.

@@ -11,18 +11,18 @@ from support.operator import ROOT
 from agentfn.operator import catalog
 
 
-def test_the_catalog_is_the_descriptor_files_plus_the_memory_tools(tools):
+def test_the_catalog_is_the_descriptor_files_plus_the_memory_tools(tool_catalog):
     described = {p.parent.name: json.loads(p.read_text())["name"] for p in (ROOT / "src" / "agentfn").glob("*/tool.json")}
     assert described, "no src/agentfn/*/tool.json"
     for function, name in described.items():
-        assert tools[name].function == function
-    assert tools["remember"].function == tools["forget"].function == "memory"
-    assert "open_page" in tools and tools["open_page"].function == "page"
+        assert tool_catalog[name].function == function
+    assert tool_catalog["remember"].function == tool_catalog["forget"].function == "memory"
+    assert "open_page" in tool_catalog and tool_catalog["open_page"].function == "page"
 
 
-def test_run_code_open_page_and_memory_are_step_only_whatever_a_descriptor_says(tools, tmp_path):
+def test_run_code_open_page_and_memory_are_step_only_whatever_a_descriptor_says(tool_catalog, tmp_path):
     for name in ("run_code", "open_page", "remember", "forget"):
-        assert tools[name].channels == {"step"}
+        assert tool_catalog[name].channels == {"step"}
     # A descriptor that claims more is overruled by the operator's own list.
     folder = tmp_path / "run_code"
     folder.mkdir()

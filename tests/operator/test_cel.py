@@ -114,14 +114,14 @@ def _agents() -> list[dict]:
 
 
 @pytest.mark.parametrize(("desc", "patch", "message"), GRANT_ROWS, ids=[r[0] for r in GRANT_ROWS])
-def test_the_reconcile_refuses_exactly_what_the_grant_rules_refuse(tools, desc, patch, message):
+def test_the_reconcile_refuses_exactly_what_the_grant_rules_refuse(tool_catalog, desc, patch, message):
     grant = {"metadata": {"name": "g", "namespace": "agentfn"}, "spec": patched(BASE_GRANT, patch)}
-    (verdict,) = [v for v in reconcile(tools, _agents(), [grant]).verdicts if v.kind == "ToolGrant"]
+    (verdict,) = [v for v in reconcile(tool_catalog, _agents(), [grant]).verdicts if v.kind == "ToolGrant"]
     assert verdict.ready is (message is None), verdict
 
 
 @pytest.mark.parametrize(("desc", "patch", "message"), AGENT_ROWS, ids=[r[0] for r in AGENT_ROWS])
-def test_the_reconcile_refuses_exactly_what_the_agent_rules_refuse(tools, desc, patch, message):
+def test_the_reconcile_refuses_exactly_what_the_agent_rules_refuse(tool_catalog, desc, patch, message):
     agent = {"metadata": {"name": "a", "namespace": "agentfn"}, "spec": patched(BASE_AGENT, patch)}
-    (verdict,) = reconcile(tools, [agent], []).verdicts
+    (verdict,) = reconcile(tool_catalog, [agent], []).verdicts
     assert verdict.ready is (message is None), verdict

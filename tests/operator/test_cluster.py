@@ -34,9 +34,9 @@ NS = ["-n", NAMESPACE]
 
 
 @pytest.fixture(scope="module")
-def operator(kube, tmp_path_factory):
-    kube.kubectl("apply", "-f", str(EXAMPLES))
-    kubeconfig = service_account_kubeconfig(kube, "agentfn-operator", tmp_path_factory.mktemp("operator"))
+def operator(operator_kube, tmp_path_factory):
+    operator_kube.kubectl("apply", "-f", str(EXAMPLES))
+    kubeconfig = service_account_kubeconfig(operator_kube, "agentfn-operator", tmp_path_factory.mktemp("operator"))
     port = free_port()
     log = LogRecorder()
     logging.getLogger("kopf").addHandler(log)  # kopf resets the root logger's handlers, not its own
@@ -69,8 +69,8 @@ class LogRecorder(logging.Handler):
         return "\n".join(self.lines)
 
 
-def get(kube, *args) -> dict:
-    return json.loads(kube.kubectl("get", *NS, *args, "-o", "json").stdout)
+def get(operator_kube, *args) -> dict:
+    return json.loads(operator_kube.kubectl("get", *NS, *args, "-o", "json").stdout)
 
 
 def ready(obj) -> tuple[str, str] | None:
@@ -109,25 +109,25 @@ def rows_from_columns(text: str) -> list[audit.Row]:
     return sorted(found)
 
 
-def test_start_up_publishes_the_examples_as_the_registry_configmap(kube, operator, tools):
-    expected = reconcile(tools, *example_objects()).registry
-    wait_for(lambda: registry_of(kube) == expected, timeout=20, what="the registry ConfigMap")
-    configmap = get(kube, "configmap", "agentfn-registry")
+def test_start_up_publishes_the_examples_as_the_registry_configmap(operator_kube, operator, tool_catalog):
+    expected = reconcile(tool_catalog, *example_objects()).registry
+    wait_for(lambda: registry_of(operator_kube) == expected, timeout=20, what="the registry ConfigMap")
+    configmap = get(operator_kube, "configmap", "agentfn-registry")
     # The same bytes local mode writes: the apiserver's defaults are the reconcile's.
     assert configmap["data"] == {"registry.json": dumps(expected)}
     assert configmap["metadata"]["annotations"]["agentfn.dev/registry-revision"] == expected["revision"]
     assert configmap["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "agentfn-operator"
 
 
-def test_every_object_is_ready_with_its_generation_and_columns(kube, operator):
-    wait_for(lambda: all(ready(o) for o in get(kube, "agents,toolgrants")["items"]), timeout=20, what="statuses")
-    for obj in get(kube, "agents,toolgrants")["items"]:
+def test_every_object_is_ready_with_its_generation_and_columns(operator_kube, operator):
+    wait_for(lambda: all(ready(o) for o in get(operator_kube, "agents,toolgrants")["items"]), timeout=20, what="statuses")
+    for obj in get(operator_kube, "agents,toolgrants")["items"]:
         assert ready(obj) in (("True", "Ready"), ("True", "Granted")), obj["metadata"]["name"]
         status = obj["status"]
         assert status["observedGeneration"] == obj["metadata"]["generation"]
         invalid = next(c for c in status["conditions"] if c["type"] == "Invalid")
         assert invalid["status"] == "False" and invalid["observedGeneration"] == obj["metadata"]["generation"]
-    shown = tables(kube.kubectl("get", *NS, "agents,toolgrants").stdout)
+    shown = tables(operator_kube.kubectl("get", *NS, "agents,toolgrants").stdout)
     reviewer = next(r for r in shown["agent"] if r["NAME"] == "code-reviewer")
     assert reviewer["TOOLS"] == "run_code,platform_status,open_page,remember,forget" and reviewer["MEMORY"] == "facts"
     everyone = next(r for r in shown["toolgrant"] if r["NAME"] == "platform-status-for-everyone")
@@ -138,9 +138,9 @@ def test_every_object_is_ready_with_its_generation_and_columns(kube, operator):
     )
 
 
-def test_each_object_gets_an_event(kube, operator):
+def test_each_object_gets_an_event(operator_kube, operator):
     def reasons():
-        return {(e["involvedObject"]["name"], e["reason"]) for e in get(kube, "events")["items"]}
+        return {(e["involvedObject"]["name"], e["reason"]) for e in get(operator_kube, "events")["items"]}
 
     wait_for(
         lambda: {("code-reviewer", "Ready"), ("site-guide", "Ready"), ("code-reviewer-runs-code", "Granted")} <= reasons(),
@@ -149,8 +149,8 @@ def test_each_object_gets_an_event(kube, operator):
     )
 
 
-def test_the_network_policy_lets_the_model_function_reach_the_tools_in_use(kube, operator):
-    policy = wait_for(lambda: get(kube, "networkpolicies")["items"], timeout=20, what="the policy")[0]
+def test_the_network_policy_lets_the_model_function_reach_the_tools_in_use(operator_kube, operator):
+    policy = wait_for(lambda: get(operator_kube, "networkpolicies")["items"], timeout=20, what="the policy")[0]
     assert policy["metadata"]["name"] == "agentfn-model-to-tools"
     assert policy["spec"]["podSelector"] == {"matchLabels": {"serving.knative.dev/service": "model"}}
     assert policy["spec"]["policyTypes"] == ["Egress"]
@@ -172,8 +172,8 @@ def test_the_network_policy_lets_the_model_function_reach_the_tools_in_use(kube,
     }
 
 
-def test_the_liveness_probe_answers_with_the_revision(kube, operator):
-    revision = registry_of(kube)["revision"]
+def test_the_liveness_probe_answers_with_the_revision(operator_kube, operator):
+    revision = registry_of(operator_kube)["revision"]
     response = requests.get(operator.liveness_url, timeout=5)
     assert response.status_code == 200
     assert response.json()["registry"] == {
@@ -183,10 +183,10 @@ def test_the_liveness_probe_answers_with_the_revision(kube, operator):
     }
 
 
-def test_the_audit_and_kubectl_columns_give_the_same_answer(kube, operator):
-    wait_for(lambda: all(ready(o) for o in get(kube, "toolgrants")["items"]), timeout=20, what="statuses")
-    from_registry = audit.rows(registry_of(kube))
-    assert from_registry == rows_from_columns(kube.kubectl("get", *NS, "agents,toolgrants").stdout)
+def test_the_audit_and_kubectl_columns_give_the_same_answer(operator_kube, operator):
+    wait_for(lambda: all(ready(o) for o in get(operator_kube, "toolgrants")["items"]), timeout=20, what="statuses")
+    from_registry = audit.rows(registry_of(operator_kube))
+    assert from_registry == rows_from_columns(operator_kube.kubectl("get", *NS, "agents,toolgrants").stdout)
     assert len(from_registry) == 8
 
 
@@ -199,16 +199,16 @@ BAD_BY_SCHEMA = [
 
 
 @pytest.mark.parametrize(("kind", "spec", "field"), BAD_BY_SCHEMA, ids=[f"{k} {f}" for k, _, f in BAD_BY_SCHEMA])
-def test_the_api_refuses_what_the_schema_can_refuse(kube, operator, kind, spec, field):
+def test_the_api_refuses_what_the_schema_can_refuse(operator_kube, operator, kind, spec, field):
     doc = {
         "apiVersion": "agentfn.dev/v1alpha1",
         "kind": kind,
         "metadata": {"name": "refused", "namespace": NAMESPACE},
         "spec": spec,
     }
-    done = kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc), check=False)
+    done = operator_kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc), check=False)
     assert done.returncode != 0 and field in done.stderr, done.stderr
-    assert kube.kubectl("get", *NS, kind.lower(), "refused", check=False).returncode != 0
+    assert operator_kube.kubectl("get", *NS, kind.lower(), "refused", check=False).returncode != 0
 
 
 BAD_GRANTS = [
@@ -220,8 +220,8 @@ BAD_GRANTS = [
 ]
 
 
-def test_bad_objects_the_schema_lets_through_are_marked_invalid_and_give_nothing(kube, operator):
-    before = wait_for(lambda: registry_of(kube), what="a registry")
+def test_bad_objects_the_schema_lets_through_are_marked_invalid_and_give_nothing(operator_kube, operator):
+    before = wait_for(lambda: registry_of(operator_kube), what="a registry")
     docs = [
         {
             "apiVersion": "agentfn.dev/v1alpha1",
@@ -231,56 +231,62 @@ def test_bad_objects_the_schema_lets_through_are_marked_invalid_and_give_nothing
         }
         for name, spec, _ in BAD_GRANTS
     ]
-    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    operator_kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
     try:
         for name, _, reason in BAD_GRANTS:
             wait_for(
-                lambda name=name, reason=reason: ready(get(kube, "toolgrant", name)) == ("False", reason),
+                lambda name=name, reason=reason: ready(get(operator_kube, "toolgrant", name)) == ("False", reason),
                 timeout=20,
                 what=f"{name} marked {reason}",
             )
-            obj = get(kube, "toolgrant", name)
+            obj = get(operator_kube, "toolgrant", name)
             invalid = next(c for c in obj["status"]["conditions"] if c["type"] == "Invalid")
             assert invalid["status"] == "True" and invalid["reason"] == reason and invalid["message"]
             assert not {"agents", "subjects", "groups", "channels"} & set(obj["status"]), "an invalid grant shows no access"
         warnings = {
-            (e["involvedObject"]["name"], e["reason"]) for e in get(kube, "events")["items"] if e["type"] == "Warning"
+            (e["involvedObject"]["name"], e["reason"])
+            for e in get(operator_kube, "events")["items"]
+            if e["type"] == "Warning"
         }
         assert {(name, reason) for name, _, reason in BAD_GRANTS} <= warnings
-        assert registry_of(kube) == before
+        assert registry_of(operator_kube) == before
     finally:
-        kube.kubectl("delete", *NS, "toolgrant", *(name for name, _, _ in BAD_GRANTS))
+        operator_kube.kubectl("delete", *NS, "toolgrant", *(name for name, _, _ in BAD_GRANTS))
     time.sleep(0.5)
-    assert registry_of(kube) == before
+    assert registry_of(operator_kube) == before
 
 
-def test_an_edit_is_published_with_its_new_generation(kube, operator):
-    kube.kubectl("patch", *NS, "toolgrant", "code-reviewer-runs-code", "--type=merge", "-p", '{"spec":{"dailyLimit":7}}')
+def test_an_edit_is_published_with_its_new_generation(operator_kube, operator):
+    operator_kube.kubectl(
+        "patch", *NS, "toolgrant", "code-reviewer-runs-code", "--type=merge", "-p", '{"spec":{"dailyLimit":7}}'
+    )
     try:
         wait_for(
-            lambda: registry_of(kube)["agents"]["code-reviewer"]["tools"]["run_code"]["dailyLimit"] == 7,
+            lambda: registry_of(operator_kube)["agents"]["code-reviewer"]["tools"]["run_code"]["dailyLimit"] == 7,
             timeout=10,
             what="the new daily limit",
         )
         obj = wait_for(
-            lambda: (o := get(kube, "toolgrant", "code-reviewer-runs-code"))["status"]["observedGeneration"] == 2 and o,
+            lambda: (
+                (o := get(operator_kube, "toolgrant", "code-reviewer-runs-code"))["status"]["observedGeneration"] == 2 and o
+            ),
             timeout=10,
             what="observedGeneration 2",
         )
         assert obj["metadata"]["generation"] == 2 and ready(obj) == ("True", "Granted")
     finally:
-        kube.kubectl(
+        operator_kube.kubectl(
             "patch", *NS, "toolgrant", "code-reviewer-runs-code", "--type=merge", "-p", '{"spec":{"dailyLimit":50}}'
         )
 
 
-def test_deleting_a_grant_removes_the_access_at_once(kube, operator):
-    wait_for(lambda: "run_code" in registry_of(kube)["agents"]["code-reviewer"]["tools"], what="run_code granted")
+def test_deleting_a_grant_removes_the_access_at_once(operator_kube, operator):
+    wait_for(lambda: "run_code" in registry_of(operator_kube)["agents"]["code-reviewer"]["tools"], what="run_code granted")
     started = time.monotonic()
-    kube.kubectl("delete", *NS, "toolgrant", "code-reviewer-runs-code")
+    operator_kube.kubectl("delete", *NS, "toolgrant", "code-reviewer-runs-code")
     try:
         wait_for(
-            lambda: "run_code" not in registry_of(kube)["agents"]["code-reviewer"]["tools"],
+            lambda: "run_code" not in registry_of(operator_kube)["agents"]["code-reviewer"]["tools"],
             timeout=5,
             what="run_code gone from the registry",
         )
@@ -289,24 +295,26 @@ def test_deleting_a_grant_removes_the_access_at_once(kube, operator):
         wait_for(
             lambda: (
                 "run-code"
-                not in get(kube, "networkpolicy", "agentfn-model-to-tools")["spec"]["egress"][0]["to"][0]["podSelector"][
-                    "matchExpressions"
-                ][0]["values"]
+                not in get(operator_kube, "networkpolicy", "agentfn-model-to-tools")["spec"]["egress"][0]["to"][0][
+                    "podSelector"
+                ]["matchExpressions"][0]["values"]
             ),
             timeout=5,
             what="run-code gone from the policy",
         )
         wait_for(
-            lambda: ready(get(kube, "agent", "code-reviewer")) == ("True", "Ungranted"),
+            lambda: ready(get(operator_kube, "agent", "code-reviewer")) == ("True", "Ungranted"),
             timeout=5,
             what="the reviewer Ungranted",
         )
-        assert "run_code" not in get(kube, "agent", "code-reviewer")["status"]["tools"].split(",")
+        assert "run_code" not in get(operator_kube, "agent", "code-reviewer")["status"]["tools"].split(",")
     finally:
-        kube.kubectl("apply", "-f", str(EXAMPLES / "grants.yaml"))
-    wait_for(lambda: "run_code" in registry_of(kube)["agents"]["code-reviewer"]["tools"], timeout=5, what="run_code back")
+        operator_kube.kubectl("apply", "-f", str(EXAMPLES / "grants.yaml"))
+    wait_for(
+        lambda: "run_code" in registry_of(operator_kube)["agents"]["code-reviewer"]["tools"], timeout=5, what="run_code back"
+    )
 
 
-def test_the_deployment_manifest_is_accepted_by_the_apiserver(kube):
-    done = kube.kubectl("apply", "--dry-run=server", "-f", str(EXAMPLES.parent / "operator" / "deploy"))
+def test_the_deployment_manifest_is_accepted_by_the_apiserver(operator_kube):
+    done = operator_kube.kubectl("apply", "--dry-run=server", "-f", str(EXAMPLES.parent / "operator" / "deploy"))
     assert "deployment.apps/agentfn-operator created (server dry run)" in done.stdout

@@ -61,7 +61,7 @@ def ready_of(api, resource, name):
 
 
 @pytest.mark.asyncio
-async def test_the_operator_publishes_the_examples_and_follows_changes(kmock, tmp_path, monkeypatch, tools, caplog):
+async def test_the_operator_publishes_the_examples_and_follows_changes(kmock, tmp_path, monkeypatch, tool_catalog, caplog):
     import kopf
 
     declare(kmock)
@@ -93,7 +93,7 @@ async def test_the_operator_publishes_the_examples_and_follows_changes(kmock, tm
         published = await eventually(lambda: registry(kmock), what="the registry ConfigMap")
         # The same bytes as local mode writes: one reconcile for both.
         assert kmock.objects[CONFIGMAPS, NS, "agentfn-registry"]["data"]["registry.json"] == dumps(
-            reconcile(tools, agents, grants).registry
+            reconcile(tool_catalog, agents, grants).registry
         )
         assert kmock.objects[CONFIGMAPS, NS, "agentfn-registry"]["metadata"]["annotations"] == {
             "agentfn.dev/registry-revision": published["revision"]

@@ -31,11 +31,11 @@ def run(module, *args, **kw):
     )
 
 
-def test_local_mode_writes_the_registry_once_and_only_when_it_changes(tools, tmp_path):
+def test_local_mode_writes_the_registry_once_and_only_when_it_changes(tool_catalog, tmp_path):
     out = tmp_path / "var" / "registry.json"
     first = run("local", EXAMPLES, "--out", out)
     assert first.returncode == 0, first.stderr
-    assert out.read_text() == dumps(reconcile(tools, *example_objects()).registry)
+    assert out.read_text() == dumps(reconcile(tool_catalog, *example_objects()).registry)
     Draft202012Validator(SCHEMA).validate(json.loads(out.read_text()))
     assert "Agent agentfn/code-reviewer: Ready" in first.stdout
     stamp = out.stat().st_mtime_ns

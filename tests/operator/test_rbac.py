@@ -70,26 +70,28 @@ EXPECTED_RULES = {
 }
 
 
-def can_i(kube, question: str) -> bool:
+def can_i(operator_kube, question: str) -> bool:
     words = question.split()
     namespace = [] if "-n" in words else ["-n", NAMESPACE]
-    done = kube.kubectl("auth", "can-i", *words, *namespace, f"--as={OPERATOR}", check=False)
+    done = operator_kube.kubectl("auth", "can-i", *words, *namespace, f"--as={OPERATOR}", check=False)
     assert done.stdout.strip() in ("yes", "no"), done.stderr
     return done.stdout.strip() == "yes"
 
 
 @pytest.mark.parametrize("question", ALLOWED)
-def test_the_operator_may(kube, question):
-    assert can_i(kube, question)
+def test_the_operator_may(operator_kube, question):
+    assert can_i(operator_kube, question)
 
 
 @pytest.mark.parametrize("question", DENIED)
-def test_the_operator_may_not(kube, question):
-    assert not can_i(kube, question)
+def test_the_operator_may_not(operator_kube, question):
+    assert not can_i(operator_kube, question)
 
 
-def test_the_operator_has_no_rule_beyond_its_own(kube):
-    header, *lines = kube.kubectl("auth", "can-i", "--list", "-n", NAMESPACE, f"--as={OPERATOR}").stdout.splitlines()
+def test_the_operator_has_no_rule_beyond_its_own(operator_kube):
+    header, *lines = operator_kube.kubectl(
+        "auth", "can-i", "--list", "-n", NAMESPACE, f"--as={OPERATOR}"
+    ).stdout.splitlines()
     starts = [m.start() for m in re.finditer(r"\S+(?: \S+)*", header)]  # "Non-Resource URLs" is one header
     rules = set()
     for line in lines:

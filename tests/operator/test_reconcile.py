@@ -18,11 +18,11 @@ from agentfn.operator.reconcile import functions_in_use, reconcile
 SCHEMA = json.loads((ROOT / "src" / "agentfn" / "shared" / "contract" / "registry.schema.json").read_text())
 
 
-def agent(name, tools, memory="none", **spec):
+def agent(name, tool_catalog, memory="none", **spec):
     return {
         "kind": "Agent",
         "metadata": {"name": name, "namespace": "agentfn"},
-        "spec": {"brief": f"{name} helps.", "tools": tools, "memory": memory, **spec},
+        "spec": {"brief": f"{name} helps.", "tools": tool_catalog, "memory": memory, **spec},
     }
 
 
@@ -38,8 +38,10 @@ REVIEWER = agent("code-reviewer", ["run_code", "platform_status", "open_page", "
 GUIDE = agent("site-guide", ["platform_status"])
 
 
-def outcome_of(tools, objects):
-    return reconcile(tools, [o for o in objects if o["kind"] == "Agent"], [o for o in objects if o["kind"] == "ToolGrant"])
+def outcome_of(tool_catalog, objects):
+    return reconcile(
+        tool_catalog, [o for o in objects if o["kind"] == "Agent"], [o for o in objects if o["kind"] == "ToolGrant"]
+    )
 
 
 def reasons(outcome):
@@ -184,8 +186,8 @@ CASES = [
 
 
 @pytest.mark.parametrize(("desc", "objects", "expected", "registry"), CASES, ids=[c[0] for c in CASES])
-def test_reconcile(tools, desc, objects, expected, registry):
-    outcome = outcome_of(tools, objects)
+def test_reconcile(tool_catalog, desc, objects, expected, registry):
+    outcome = outcome_of(tool_catalog, objects)
     got = reasons(outcome)
     assert {name: got[name] for name in expected} == expected
     assert table(outcome.registry) == registry
@@ -201,18 +203,18 @@ def test_reconcile(tools, desc, objects, expected, registry):
     [({}, "required"), ({"approval": "required"}, "required"), ({"approval": "waived"}, "waived")],
     ids=["absent", "required", "waived"],
 )
-def test_a_grants_approval_reaches_every_access_it_gives(tools, spec, approval):
+def test_a_grants_approval_reaches_every_access_it_gives(tool_catalog, spec, approval):
     outcome = outcome_of(
-        tools, [REVIEWER, grant("g-code", "run_code", **spec), grant("g-status", "platform_status", mcp=True, **spec)]
+        tool_catalog, [REVIEWER, grant("g-code", "run_code", **spec), grant("g-status", "platform_status", mcp=True, **spec)]
     )
     Draft202012Validator(SCHEMA).validate(outcome.registry)
     assert outcome.registry["agents"]["code-reviewer"]["tools"]["run_code"]["approval"] == approval
     assert outcome.registry["mcp"]["platform_status"]["approval"] == approval
 
 
-def test_the_examples_give_the_seed_agents_their_tools(tools):
+def test_the_examples_give_the_seed_agents_their_tools(tool_catalog):
     agents, grants = example_objects()
-    outcome = reconcile(tools, agents, grants)
+    outcome = reconcile(tool_catalog, agents, grants)
     assert all(v.ready for v in outcome.verdicts), [v for v in outcome.verdicts if not v.ready]
     assert table(outcome.registry) == {
         "code-reviewer": ["forget", "open_page", "platform_status", "remember", "run_code"],
@@ -229,17 +231,17 @@ def test_the_examples_give_the_seed_agents_their_tools(tools):
         "grant": "agentfn/code-reviewer-runs-code",
         "approval": "required",
     }
-    assert functions_in_use(outcome.registry, tools) == ["memory", "page", "platform_status", "run_code"]
+    assert functions_in_use(outcome.registry, tool_catalog) == ["memory", "page", "platform_status", "run_code"]
     Draft202012Validator(SCHEMA).validate(outcome.registry)
 
 
-def test_deleting_a_grant_removes_its_access_and_only_its(tools):
+def test_deleting_a_grant_removes_its_access_and_only_its(tool_catalog):
     agents, grants = example_objects()
-    before = reconcile(tools, agents, grants).registry
-    after = reconcile(tools, agents, [g for g in grants if g["metadata"]["name"] != "code-reviewer-runs-code"])
+    before = reconcile(tool_catalog, agents, grants).registry
+    after = reconcile(tool_catalog, agents, [g for g in grants if g["metadata"]["name"] != "code-reviewer-runs-code"])
     assert "run_code" in before["agents"]["code-reviewer"]["tools"]
     assert "run_code" not in after.registry["agents"]["code-reviewer"]["tools"]
-    assert "run_code" not in functions_in_use(after.registry, tools)
+    assert "run_code" not in functions_in_use(after.registry, tool_catalog)
     before["agents"]["code-reviewer"]["tools"].pop("run_code")
     assert {k: v for k, v in after.registry.items() if k != "revision"} == {
         k: v for k, v in before.items() if k != "revision"
@@ -247,9 +249,9 @@ def test_deleting_a_grant_removes_its_access_and_only_its(tools):
     assert reasons(after)["code-reviewer"] == "Ungranted"
 
 
-def test_deleting_an_agent_voids_the_grants_that_name_it(tools):
+def test_deleting_an_agent_voids_the_grants_that_name_it(tool_catalog):
     agents, grants = example_objects()
-    outcome = reconcile(tools, [a for a in agents if a["metadata"]["name"] != "site-guide"], grants)
+    outcome = reconcile(tool_catalog, [a for a in agents if a["metadata"]["name"] != "site-guide"], grants)
     assert reasons(outcome)["platform-status-for-everyone"] == "UnknownAgent"
     # All or nothing: the grant also named the reviewer, and no longer gives it anything.
     assert "platform_status" not in outcome.registry["agents"]["code-reviewer"]["tools"]
@@ -294,14 +296,14 @@ def test_a_tool_that_changes_state_is_never_callable_alone_or_over_mcp_whatever_
     assert reasons(alone)["step"] == "Granted" and table(alone.registry)["site-guide"] == ["close_incident"]
 
 
-def test_the_revision_follows_the_content_only(tools):
+def test_the_revision_follows_the_content_only(tool_catalog):
     agents, grants = example_objects()
-    first = reconcile(tools, agents, grants).registry
-    shuffled = reconcile(tools, list(reversed(agents)), list(reversed(grants))).registry
+    first = reconcile(tool_catalog, agents, grants).registry
+    shuffled = reconcile(tool_catalog, list(reversed(agents)), list(reversed(grants))).registry
     assert first == shuffled
     edited = copy.deepcopy(grants)
     edited[0]["spec"]["dailyLimit"] = 7
-    assert reconcile(tools, agents, edited).revision != first["revision"]
+    assert reconcile(tool_catalog, agents, edited).revision != first["revision"]
 
 
 # --- an invalid object never widens access ----------------------------------------------------------
@@ -342,7 +344,7 @@ def access(registry):
 
 @settings(max_examples=150, deadline=None)
 @given(existing=st.lists(grants_strategy, max_size=5), new=grants_strategy)
-def test_a_new_grant_never_widens_access_unless_it_is_valid_and_adds_only_what_it_says(tools, existing, new):
+def test_a_new_grant_never_widens_access_unless_it_is_valid_and_adds_only_what_it_says(tool_catalog, existing, new):
     agents = [REVIEWER, agent("site-guide", ["platform_status", "list_models", "open_page"])]
     old = [
         {
@@ -357,8 +359,8 @@ def test_a_new_grant_never_widens_access_unless_it_is_valid_and_adds_only_what_i
         "metadata": {"name": "new", "namespace": "agentfn", "creationTimestamp": "2026-12-02T00:00:00Z"},
         "spec": new,
     }
-    before = access(reconcile(tools, agents, old).registry)
-    outcome = reconcile(tools, agents, [*old, added])
+    before = access(reconcile(tool_catalog, agents, old).registry)
+    outcome = reconcile(tool_catalog, agents, [*old, added])
     after = access(outcome.registry)
     verdict = next(v for v in outcome.verdicts if v.name == "new")
     assert before <= after, "a newer grant never takes access away from an older one"

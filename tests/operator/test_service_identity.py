@@ -17,25 +17,25 @@ MODEL = f"system:serviceaccount:{NAMESPACE}:agentfn-model"
 SUMMARY = "Ana asked how to rotate the ledger's database password and chose to do it every ninety days."
 
 
-def token(kube, account: str, *audiences: str) -> str:
+def token(operator_kube, account: str, *audiences: str) -> str:
     flags = [f"--audience={a}" for a in audiences]
-    return kube.kubectl("-n", NAMESPACE, "create", "token", account, *flags, "--duration=10m").stdout.strip()
+    return operator_kube.kubectl("-n", NAMESPACE, "create", "token", account, *flags, "--duration=10m").stdout.strip()
 
 
 @pytest.fixture(scope="module")
-def cluster_memory(kube, memory_env, tmp_path_factory):
+def cluster_memory(operator_kube, memory_env, tmp_path_factory):
     """Memory trusting the apiserver's ServiceAccount issuer for its service door."""
     for account in ("agentfn-model", "agentfn-memory", "agentfn-intruder"):
-        kube.kubectl("-n", NAMESPACE, "create", "serviceaccount", account)
+        operator_kube.kubectl("-n", NAMESPACE, "create", "serviceaccount", account)
     directory = tmp_path_factory.mktemp("memory")
     jwks_token = directory / "token"  # memory's own token: every ServiceAccount may read the issuer's keys
-    jwks_token.write_text(token(kube, "agentfn-memory"))
+    jwks_token.write_text(token(operator_kube, "agentfn-memory"))
     env = {
         **memory_env,
-        "AGENTFN_SERVICE_JWT_ISSUER": kube.issuer,
+        "AGENTFN_SERVICE_JWT_ISSUER": operator_kube.issuer,
         "AGENTFN_SERVICE_JWT_AUDIENCE": "agentfn-memory",
-        "AGENTFN_SERVICE_JWKS_URL": kube.url + "/openid/v1/jwks",
-        "AGENTFN_SERVICE_JWKS_CA_FILE": str(kube.ca_file),
+        "AGENTFN_SERVICE_JWKS_URL": operator_kube.url + "/openid/v1/jwks",
+        "AGENTFN_SERVICE_JWKS_CA_FILE": str(operator_kube.ca_file),
         "AGENTFN_SERVICE_JWKS_TOKEN_FILE": str(jwks_token),
         "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": MODEL,
     }
@@ -54,9 +54,9 @@ def write_episode(memory, bearer: str, subject: str):
     )
 
 
-def test_the_model_functions_token_request_is_accepted(kube, cluster_memory, issuer):
+def test_the_model_functions_token_request_is_accepted(operator_kube, cluster_memory, issuer):
     subject = f"ana-{secrets.token_hex(3)}"
-    written = write_episode(cluster_memory, token(kube, "agentfn-model", "agentfn-memory"), subject)
+    written = write_episode(cluster_memory, token(operator_kube, "agentfn-model", "agentfn-memory"), subject)
     assert written.status_code == 201, written.text
     entries = Client(cluster_memory.url, issuer.headers(subject)).get("/v1/entries").json()["entries"]
     assert [e["id"] for e in entries] == [written.json()["id"]] and entries[0]["kind"] == "episode"
@@ -70,9 +70,9 @@ def test_the_model_functions_token_request_is_accepted(kube, cluster_memory, iss
         ("agentfn-model", ["agentfn"], 401, "not meant for this service"),  # the callers' audience
     ],
 )
-def test_another_account_or_audience_is_refused(kube, cluster_memory, issuer, account, audiences, status, detail):
+def test_another_account_or_audience_is_refused(operator_kube, cluster_memory, issuer, account, audiences, status, detail):
     subject = f"ana-{secrets.token_hex(3)}"
-    refused = write_episode(cluster_memory, token(kube, account, *audiences), subject)
+    refused = write_episode(cluster_memory, token(operator_kube, account, *audiences), subject)
     assert refused.status_code == status and detail in refused.json()["detail"], refused.text
     assert Client(cluster_memory.url, issuer.headers(subject)).get("/v1/entries").json()["entries"] == []
 

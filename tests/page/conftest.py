@@ -8,48 +8,12 @@ the namespace, where the only "public" hosts are the lab's and loopback holds re
 
 from __future__ import annotations
 
-import json
-import os
-import select
-import subprocess
-import sys
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
-from support.page import Lab, Opener, PageFunction, die_with_parent, fresh_subject, page_env
+from support.page import Opener, PageFunction, fresh_subject, page_env
 
 HERE = Path(__file__).resolve().parent
-
-
-@pytest.fixture(scope="session")
-def lab(postgres, issuer, tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("the lab is a network namespace of the tests' own: run as root")
-    directory = tmp_path_factory.mktemp("lab")
-    log = open(directory / "lab.log", "wb")
-    command = [
-        sys.executable,
-        str(HERE / "lab.py"),
-        "--dir",
-        str(directory),
-        "--forward",
-        str(postgres.port),
-        "--forward",
-        str(urlsplit(issuer.url).port),
-    ]
-    process = subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, preexec_fn=die_with_parent
-    )
-    ready, _, _ = select.select([process.stdout], [], [], 30)
-    line = process.stdout.readline() if ready else b""
-    if not line:
-        process.kill()
-        raise RuntimeError(f"the lab did not start; see {directory / 'lab.log'}")
-    lab = Lab(directory, process, json.loads(line)["pid"])
-    yield lab
-    lab.stop()
-    log.close()
 
 
 @pytest.fixture(scope="session")
@@ -58,7 +22,7 @@ def page_dsn(postgres):
 
 
 @pytest.fixture(scope="session")
-def page(lab, issuer, page_dsn, tmp_path_factory):
+def lab_fetcher(lab, issuer, page_dsn, tmp_path_factory):
     """The page fetcher as configured for the tests: 2 s deadline, 1 MiB cap, proxies set in its environment."""
     server = PageFunction(lab, page_env(lab, issuer, page_dsn), tmp_path_factory.mktemp("logs") / "page.log")
     server.ready_seconds = server.start()
@@ -88,10 +52,10 @@ def tight_page(lab, issuer, page_dsn, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def opener(page, issuer) -> Opener:
-    return Opener(page.url, issuer)
+def opener(lab_fetcher, issuer) -> Opener:
+    return Opener(lab_fetcher.url, issuer)
 
 
 @pytest.fixture
-def subject() -> str:
+def page_subject() -> str:
     return fresh_subject()

@@ -43,11 +43,13 @@ FORGED = {
 
 
 @pytest.mark.parametrize("forge", FORGED.values(), ids=FORGED.keys())
-def test_forged_tokens_are_refused_and_fetch_nothing(page, issuer, lab, forge):
+def test_forged_tokens_are_refused_and_fetch_nothing(lab_fetcher, issuer, lab, forge):
     token = forge(issuer)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     before = len(lab.public_hits())
-    response = requests.post(page.url + "/v1/open", json={"url": f"{PUB}/article?forged"}, headers=headers, timeout=10)
+    response = requests.post(
+        lab_fetcher.url + "/v1/open", json={"url": f"{PUB}/article?forged"}, headers=headers, timeout=10
+    )
     assert response.status_code == 401, response.text
     assert response.headers["Content-Type"] == "application/problem+json"
     assert response.headers["WWW-Authenticate"].startswith("Bearer")
@@ -64,8 +66,8 @@ def open_with(base: str, token: str, url: str) -> requests.Response:
     return requests.post(base + "/v1/open", json={"url": url}, headers={"Authorization": f"Bearer {token}"}, timeout=10)
 
 
-def test_a_token_that_passed_is_refused_once_it_has_expired(tight_page, issuer, lab, subject):
-    token = page_token(issuer, ttl=3, sub=subject)
+def test_a_token_that_passed_is_refused_once_it_has_expired(tight_page, issuer, lab, page_subject):
+    token = page_token(issuer, ttl=3, sub=page_subject)
     assert open_with(tight_page.url, token, f"{PUB}/article?while-valid").status_code == 200
     time.sleep(max(0.0, jwt.decode(token, options={"verify_signature": False})["exp"] - time.time()) + 1)
     before = len(lab.public_hits())
@@ -75,9 +77,9 @@ def test_a_token_that_passed_is_refused_once_it_has_expired(tight_page, issuer, 
     assert lab.public_hits()[before:] == []
 
 
-def test_a_token_that_passed_lends_nothing_to_one_with_another_signature_or_payload(page, issuer, lab):
+def test_a_token_that_passed_lends_nothing_to_one_with_another_signature_or_payload(lab_fetcher, issuer, lab):
     token = page_token(issuer)
-    assert open_with(page.url, token, f"{PUB}/article?signed").status_code == 200
+    assert open_with(lab_fetcher.url, token, f"{PUB}/article?signed").status_code == 200
     header, payload, signature = token.split(".")
     other_key = jwt.encode(
         jwt.decode(token, options={"verify_signature": False}),
@@ -93,10 +95,10 @@ def test_a_token_that_passed_lends_nothing_to_one_with_another_signature_or_payl
         f"{header}.{payload}.{flipped}",
     ):
         before = len(lab.public_hits())
-        response = open_with(page.url, forged, f"{PUB}/article?forged-twin")
+        response = open_with(lab_fetcher.url, forged, f"{PUB}/article?forged-twin")
         assert response.status_code == 401, response.text
         assert lab.public_hits()[before:] == []
-    assert open_with(page.url, token, f"{PUB}/article?signed").status_code == 200
+    assert open_with(lab_fetcher.url, token, f"{PUB}/article?signed").status_code == 200
 
 
 BAD = [
@@ -119,25 +121,25 @@ BAD = [
 
 
 @pytest.mark.parametrize(("body", "ctype", "status", "words"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
-def test_bad_input_is_a_problem_and_fetches_nothing(page, issuer, lab, body, ctype, status, words):
+def test_bad_input_is_a_problem_and_fetches_nothing(lab_fetcher, issuer, lab, body, ctype, status, words):
     headers = {"Authorization": f"Bearer {issuer.exchanged(audience('page'), 'bad-input')}"}
     kwargs = {"data": body, "headers": {**headers, "Content-Type": ctype}} if ctype else {"json": body, "headers": headers}
     before = len(lab.public_hits())
-    response = requests.post(page.url + "/v1/open", timeout=10, **kwargs)
+    response = requests.post(lab_fetcher.url + "/v1/open", timeout=10, **kwargs)
     assert response.status_code == status, response.text
     assert response.headers["Content-Type"] == "application/problem+json"
     assert words in response.json()["detail"], response.json()
     assert lab.public_hits()[before:] == []
 
 
-def test_only_post_opens(page, issuer):
+def test_only_post_opens(lab_fetcher, issuer):
     token = issuer.exchanged(audience("page"), "x")
-    response = requests.get(page.url + "/v1/open", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    response = requests.get(lab_fetcher.url + "/v1/open", headers={"Authorization": f"Bearer {token}"}, timeout=10)
     assert response.status_code == 405 and response.json()["detail"] == "GET is not allowed here"
 
 
-def test_the_document_lists_the_door_and_the_admins_audit(page):
-    document = requests.get(page.url + "/openapi.json", timeout=10).json()
+def test_the_document_lists_the_door_and_the_admins_audit(lab_fetcher):
+    document = requests.get(lab_fetcher.url + "/openapi.json", timeout=10).json()
     assert document["openapi"] == "3.1.0"
     assert set(document["paths"]) == {"/v1/open", "/v1/audit"}
     assert set(document["paths"]["/v1/audit"]["get"]["responses"]) == {"200", "400", "401", "403", "414", "503"}
@@ -156,8 +158,8 @@ def test_the_document_lists_the_door_and_the_admins_audit(page):
     }
 
 
-def test_start_to_ready_under_gunicorn(page):
-    assert page.ready_seconds < 10, page.ready_seconds  # the benchmark measures it; this only bounds it
+def test_start_to_ready_under_gunicorn(lab_fetcher):
+    assert lab_fetcher.ready_seconds < 10, lab_fetcher.ready_seconds  # the benchmark measures it; this only bounds it
 
 
 WARM_UP = """
@@ -194,8 +196,8 @@ def test_the_way_to_ready_loads_no_extraction_dns_schema_or_http_client_and_the_
 
 
 @pytest.fixture(scope="module")
-def page_schema(page):
-    schema = openapi_schema(page.url)
+def page_schema(lab_fetcher):
+    schema = openapi_schema(lab_fetcher.url)
     # A schema-valid URL may still be refused for what it means (bad-url, blocked-address, dns-failure...):
     # those documented refusals are acceptable answers to valid data; anything 5xx still fails the run.
     schema.config.checks.positive_data_acceptance.expected_statuses = ["2xx", "401", "403", "422", "429"]
@@ -226,11 +228,11 @@ def test_the_door_answers_as_documented(case, issuer):
         pytest.param(lambda i: i.exchanged(audience("memory"), "a-caller"), id="exchanged for memory"),
     ],
 )
-def test_the_fetcher_takes_only_a_token_exchanged_for_it(page, issuer, lab, token):
+def test_the_fetcher_takes_only_a_token_exchanged_for_it(lab_fetcher, issuer, lab, token):
     """Never callable on its own: by signature, not only because no route leads here."""
     before = len(lab.public_hits())
     response = requests.post(
-        page.url + "/v1/open",
+        lab_fetcher.url + "/v1/open",
         json={"url": f"{PUB}/article"},
         timeout=10,
         headers={"Authorization": f"Bearer {token(issuer)}"},

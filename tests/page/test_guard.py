@@ -298,8 +298,8 @@ def test_rebinding_cannot_reach_loopback(opener, lab):
     assert lab.internal_hits()[internal:] == []
 
 
-def test_proxies_in_the_environment_are_ignored(page, opener, lab):
-    assert "HTTP_PROXY" in page.env and "HTTPS_PROXY" in page.env
+def test_proxies_in_the_environment_are_ignored(lab_fetcher, opener, lab):
+    assert "HTTP_PROXY" in lab_fetcher.env and "HTTPS_PROXY" in lab_fetcher.env
     before = len(lab.internal_hits())
     for url in (f"{PUB}/article?proxy-check", f"{TLS}/article?proxy-check"):
         assert opener(url).status_code == 200

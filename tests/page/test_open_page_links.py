@@ -12,9 +12,7 @@ import psycopg
 import pytest
 import requests
 from support import Gunicorn
-from support.model import Engine
 from support.page import settle_audit
-from support.scripted_engine import create_app as engine_app
 
 PUB = "http://www.pub.test"
 ARTICLE = f"{PUB}/deep/dir/article"
@@ -22,14 +20,7 @@ NEXT = f"{PUB}/deep/dir/rel/next.html"  # the article's link [1] (relative href,
 
 
 @pytest.fixture(scope="module")
-def engine():
-    served = Engine(engine_app())
-    yield served
-    served.stop()
-
-
-@pytest.fixture(scope="module")
-def model(page, issuer, model_dsn, engine, tmp_path_factory):
+def reader_model(lab_fetcher, issuer, model_dsn, scripted_engine, tmp_path_factory):
     where = tmp_path_factory.mktemp("links")
     everyone = {
         "subjects": [],
@@ -64,9 +55,9 @@ def model(page, issuer, model_dsn, engine, tmp_path_factory):
             **issuer.env(),
             "AGENTFN_DATABASE_URL": model_dsn,
             "AGENTFN_REGISTRY_FILE": str(where / "registry.json"),
-            "AGENTFN_PAGE_URL": page.url,
+            "AGENTFN_PAGE_URL": lab_fetcher.url,
             "AGENTFN_TIERS": "fast",
-            "AGENTFN_TIER_FAST_URL": engine.url + "/v1",
+            "AGENTFN_TIER_FAST_URL": scripted_engine.url + "/v1",
             "AGENTFN_TIER_FAST_MODEL": "scripted",
             "AGENTFN_TOOL_TIMEOUT_SECONDS": "5",
             "NO_PROXY": "127.0.0.1",
@@ -95,12 +86,14 @@ LINK_CASES = [  # (case, the second call, what it opens: the URL or the refusal'
 
 
 @pytest.mark.parametrize(("case", "second", "outcome", "pages"), LINK_CASES, ids=[c[0] for c in LINK_CASES])
-def test_a_turn_follows_only_the_links_of_a_page_it_opened(model, engine, page, issuer, case, second, outcome, pages):
+def test_a_turn_follows_only_the_links_of_a_page_it_opened(
+    reader_model, scripted_engine, lab_fetcher, issuer, case, second, outcome, pages
+):
     subject = f"reader-{case}"
     headers = issuer.headers(subject, ["readers"])
-    sid = engine.script(opened(url=ARTICLE), second, {"text": "Read."})
+    sid = scripted_engine.script(opened(url=ARTICLE), second, {"text": "Read."})
     response = requests.post(
-        f"{model.url}/v1/agents/reader/turns",
+        f"{reader_model.url}/v1/agents/reader/turns",
         headers=headers,
         timeout=60,
         json={"messages": [{"role": "user", "content": f"Read {ARTICLE} and its first link. script:{sid}"}]},
@@ -117,29 +110,29 @@ def test_a_turn_follows_only_the_links_of_a_page_it_opened(model, engine, page, 
         assert ended[1]["result"]["final_url"] == outcome
     else:
         assert ended[1]["status"] == "error" and ended[1]["result"]["type"].endswith("/" + outcome)
-    assert fetched(page, issuer, subject) == pages  # a refused call fetched nothing
+    assert fetched(lab_fetcher, issuer, subject) == pages  # a refused call fetched nothing
 
 
-def fetched(page, issuer, subject: str) -> int:
-    settle_audit(page.url, issuer)
-    with psycopg.connect(page.env["AGENTFN_DATABASE_URL"], options="-c search_path=page") as conn:
-        return conn.execute("SELECT count(*) FROM audit WHERE subject = %s", (subject,)).fetchone()[0]
+def fetched(lab_fetcher, issuer, page_subject: str) -> int:
+    settle_audit(lab_fetcher.url, issuer)
+    with psycopg.connect(lab_fetcher.env["AGENTFN_DATABASE_URL"], options="-c search_path=page") as conn:
+        return conn.execute("SELECT count(*) FROM audit WHERE subject = %s", (page_subject,)).fetchone()[0]
 
 
-def test_a_link_of_a_page_opened_in_an_earlier_turn_is_refused(model, engine, page, issuer):
+def test_a_link_of_a_page_opened_in_an_earlier_turn_is_refused(reader_model, scripted_engine, lab_fetcher, issuer):
     subject = "reader-earlier-turn"
     headers = issuer.headers(subject, ["readers"])
-    first = engine.script(opened(url=ARTICLE), {"text": "Read."})
+    first = scripted_engine.script(opened(url=ARTICLE), {"text": "Read."})
     requests.post(
-        f"{model.url}/v1/agents/reader/turns",
+        f"{reader_model.url}/v1/agents/reader/turns",
         headers=headers,
         timeout=60,
         json={"messages": [{"role": "user", "content": f"Read {ARTICLE}. script:{first}"}]},
     )
     history = [{"role": "user", "content": f"Read {ARTICLE}."}]  # (the engine plays the first script id it sees)
-    sid = engine.script(opened(url=NEXT), {"text": "No."})
+    sid = scripted_engine.script(opened(url=NEXT), {"text": "No."})
     response = requests.post(
-        f"{model.url}/v1/agents/reader/turns",
+        f"{reader_model.url}/v1/agents/reader/turns",
         headers=headers,
         timeout=60,
         json={
@@ -156,4 +149,4 @@ def test_a_link_of_a_page_opened_in_an_earlier_turn_is_refused(model, engine, pa
         if block.startswith("event: step") and '"status":"started"' not in block
     ]
     assert [(s["status"], s["result"]["type"].rsplit("/", 1)[-1]) for s in steps] == [("error", "url-not-offered")]
-    assert fetched(page, issuer, subject) == 1
+    assert fetched(lab_fetcher, issuer, subject) == 1

@@ -41,12 +41,12 @@ def test_a_base_href_is_honoured(opener):
     assert page["links"] == [{"n": 1, "href": f"{PUB}/other/place/x.html", "text": "a relative link"}]
 
 
-def test_windows_page_through_the_whole_text(opener, subject):
-    whole = opener(f"{PUB}/long", subject=subject, window=40000).json()
+def test_windows_page_through_the_whole_text(opener, page_subject):
+    whole = opener(f"{PUB}/long", subject=page_subject, window=40000).json()
     assert whole["next_offset"] is None and len(whole["text"]) == whole["total_chars"] > 20000
     offset, pieces, seen_links = 0, [], {}
     while offset is not None:
-        page = opener(f"{PUB}/long", subject=subject, offset=offset, window=1000).json()
+        page = opener(f"{PUB}/long", subject=page_subject, offset=offset, window=1000).json()
         assert page["offset"] == offset and page["total_chars"] == whole["total_chars"]
         assert 900 <= len(page["text"]) <= 1000 or page["next_offset"] is None
         markers = {int(n) for n in re.findall(r"\[(\d+)\]", page["text"])}
@@ -60,16 +60,16 @@ def test_windows_page_through_the_whole_text(opener, subject):
     assert sorted(seen_links) == list(range(1, 61))
 
 
-def test_paging_neither_fetches_nor_counts_again(page, opener, issuer, lab, page_dsn, subject):
+def test_paging_neither_fetches_nor_counts_again(lab_fetcher, opener, issuer, lab, page_dsn, page_subject):
     before = len(lab.public_hits())
     offset = 0
     for _ in range(4):
-        offset = opener(f"{PUB}/long?paging", subject=subject, offset=offset, window=2000).json()["next_offset"]
+        offset = opener(f"{PUB}/long?paging", subject=page_subject, offset=offset, window=2000).json()["next_offset"]
     assert len([h for h in lab.public_hits()[before:] if h["path"] == "/long?paging"]) == 1
-    settle_audit(page.url, issuer)
+    settle_audit(lab_fetcher.url, issuer)
     with psycopg.connect(page_dsn) as conn:
-        (pages,) = conn.execute("SELECT pages FROM page.budget WHERE subject = %s", (subject,)).fetchone()
-        (fetches,) = conn.execute("SELECT count(*) FROM page.audit WHERE subject = %s", (subject,)).fetchone()
+        (pages,) = conn.execute("SELECT pages FROM page.budget WHERE subject = %s", (page_subject,)).fetchone()
+        (fetches,) = conn.execute("SELECT count(*) FROM page.audit WHERE subject = %s", (page_subject,)).fetchone()
     assert (pages, fetches) == (1, 1)
 
 
@@ -80,17 +80,17 @@ def test_another_caller_fetches_its_own_copy(opener, lab):
     assert len([h for h in lab.public_hits()[before:] if h["path"] == "/long?two-callers"]) == 2
 
 
-def test_the_final_url_answers_from_the_cache_too(opener, lab, subject):
-    first = opener(f"{PUB}/go/article?cached", subject=subject).json()
+def test_the_final_url_answers_from_the_cache_too(opener, lab, page_subject):
+    first = opener(f"{PUB}/go/article?cached", subject=page_subject).json()
     before = len(lab.public_hits())
-    again = opener(first["final_url"], subject=subject).json()
+    again = opener(first["final_url"], subject=page_subject).json()
     assert again["text"] == first["text"] and lab.public_hits()[before:] == []
 
 
-def test_an_offset_past_the_end_is_a_problem(opener, subject):
-    total = opener(f"{PUB}/article", subject=subject).json()["total_chars"]
-    assert opener(f"{PUB}/article", subject=subject, offset=total).json()["text"] == ""
-    response = opener(f"{PUB}/article", subject=subject, offset=total + 1)
+def test_an_offset_past_the_end_is_a_problem(opener, page_subject):
+    total = opener(f"{PUB}/article", subject=page_subject).json()["total_chars"]
+    assert opener(f"{PUB}/article", subject=page_subject, offset=total).json()["text"] == ""
+    response = opener(f"{PUB}/article", subject=page_subject, offset=total + 1)
     assert response.status_code == 422
     assert response.json()["type"] == "https://agentfn.dev/problems/bad-offset"
     assert response.json()["total_chars"] == total

@@ -11,8 +11,8 @@ import jwt
 import pytest
 import requests
 from cryptography.hazmat.primitives.asymmetric import ec
-from support import MODEL_SERVICE, READ_TOOLS, Served, account
-from support.tools import UPSTREAM_TIMEOUT, call, dev_upstream, tool_env
+from support import MODEL_SERVICE, READ_TOOLS, account
+from support.tools import UPSTREAM_TIMEOUT, call
 
 from agentfn.shared.contract import audience
 
@@ -32,10 +32,10 @@ def unverified(token: str) -> dict:
     return jwt.decode(token, options={"verify_signature": False})
 
 
-def test_the_service_receives_a_token_exchanged_for_it(tools, upstreams, issuer):
+def test_the_service_receives_a_token_exchanged_for_it(read_tools, upstreams, issuer):
     for tool in READ_TOOLS:
         sent = issuer.tool_headers(tool, f"forwarded-{tool}", READERS[tool])
-        response = call(tools[tool].url, sent)
+        response = call(read_tools[tool].url, sent)
         assert response.status_code == 200, response.text
         received = upstreams[tool].controls.received[-1]
         assert received != sent["Authorization"].removeprefix("Bearer ")
@@ -47,26 +47,26 @@ def test_the_service_receives_a_token_exchanged_for_it(tools, upstreams, issuer)
 
 
 @pytest.mark.parametrize("tool", READ_TOOLS)
-def test_the_service_takes_no_token_another_part_would_take(tools, upstreams, issuer, tool):
+def test_the_service_takes_no_token_another_part_would_take(read_tools, upstreams, issuer, tool):
     """What reaches a platform service opens no other door: not another tool's, not memory's."""
-    assert call(tools[tool].url, issuer.tool_headers(tool, "replayer", READERS[tool])).status_code == 200
+    assert call(read_tools[tool].url, issuer.tool_headers(tool, "replayer", READERS[tool])).status_code == 200
     received = upstreams[tool].controls.received[-1]
     for other in READ_TOOLS:
-        assert call(tools[other].url, {"Authorization": f"Bearer {received}"}).status_code == 401
+        assert call(read_tools[other].url, {"Authorization": f"Bearer {received}"}).status_code == 401
 
 
 @pytest.mark.parametrize("tool", READ_TOOLS)
-def test_two_callers_with_different_groups_see_different_things(tools, issuer, tool):
+def test_two_callers_with_different_groups_see_different_things(read_tools, issuer, tool):
     group, privileged_sight = PRIVILEGED[tool]
-    plain = call(tools[tool].url, issuer.tool_headers(tool, "plain-reader", READERS[tool]), {}).json()["content"]
-    privileged = call(tools[tool].url, issuer.tool_headers(tool, "privileged-reader", [group]), {}).json()["content"]
+    plain = call(read_tools[tool].url, issuer.tool_headers(tool, "plain-reader", READERS[tool]), {}).json()["content"]
+    privileged = call(read_tools[tool].url, issuer.tool_headers(tool, "privileged-reader", [group]), {}).json()["content"]
     assert privileged_sight(privileged) and not privileged_sight(plain)
     assert plain != privileged
 
 
-def test_what_each_read_says(tools, issuer):
+def test_what_each_read_says(read_tools, issuer):
     ops = issuer.tool_headers("platform_status", "olga", ["platform-ops"])
-    status = call(tools["platform_status"].url, ops).json()["content"]
+    status = call(read_tools["platform_status"].url, ops).json()["content"]
     assert status["figures"] == {
         "services": 6,
         "up": 4,
@@ -78,17 +78,17 @@ def test_what_each_read_says(tools, issuer):
     }
     assert status["text"].startswith("4 of 6 services up; degraded: radar; down: operator.")
     assert len(status["text"]) <= 400
-    one = call(tools["platform_status"].url, ops, {"service": "radar"}).json()["content"]
+    one = call(read_tools["platform_status"].url, ops, {"service": "radar"}).json()["content"]
     assert one["text"].startswith("radar is degraded: digests published late.") and len(one["attention"]) == 1
     hidden = call(
-        tools["platform_status"].url,
+        read_tools["platform_status"].url,
         issuer.tool_headers("platform_status", "alice", ["platform-users"]),
         {"service": "operator"},
     )
     assert hidden.json()["content"]["text"] == "No service named operator is visible to you."
 
     tiers = call(
-        tools["list_models"].url, issuer.tool_headers("list_models", "rita", ["research"]), {"embeds": False}
+        read_tools["list_models"].url, issuer.tool_headers("list_models", "rita", ["research"]), {"embeds": False}
     ).json()["content"]
     assert tiers == {
         "tiers": [
@@ -106,7 +106,7 @@ def test_what_each_read_says(tools, issuer):
     }
 
     digests = call(
-        tools["radar_latest"].url, issuer.tool_headers("radar_latest", "alice", ["platform-users"]), {"count": 2}
+        read_tools["radar_latest"].url, issuer.tool_headers("radar_latest", "alice", ["platform-users"]), {"count": 2}
     ).json()["content"]
     assert [d["date"] for d in digests["digests"]] == ["2026-12-01", "2026-11-24"] and digests["count"] == 2
     assert all(d["url"].startswith("https://") and len(d["summary"]) <= 300 for d in digests["digests"])
@@ -176,8 +176,8 @@ def test_a_forged_token_stops_at_the_door(every_tool, upstreams, issuer, tool, f
 
 
 @pytest.mark.parametrize("tool", READ_TOOLS)
-def test_the_service_refusing_the_caller_is_not_allowed(tools, upstreams, issuer, tool):
-    response = call(tools[tool].url, issuer.tool_headers(tool, "outsider", ["visitors"]))
+def test_the_service_refusing_the_caller_is_not_allowed(read_tools, upstreams, issuer, tool):
+    response = call(read_tools[tool].url, issuer.tool_headers(tool, "outsider", ["visitors"]))
     assert response.status_code == 403, response.text
     problem = response.json()
     assert problem["type"].endswith("/not-allowed") and "does not allow this caller" in problem["detail"]
@@ -185,10 +185,10 @@ def test_the_service_refusing_the_caller_is_not_allowed(tools, upstreams, issuer
 
 
 @pytest.mark.parametrize("tool", READ_TOOLS)
-def test_a_slow_service_is_a_timeout_problem(tools, upstreams, issuer, tool):
+def test_a_slow_service_is_a_timeout_problem(read_tools, upstreams, issuer, tool):
     upstreams[tool].controls.delay_seconds = UPSTREAM_TIMEOUT + 2
     started = time.monotonic()
-    response = call(tools[tool].url, issuer.tool_headers(tool, "patient", READERS[tool]))
+    response = call(read_tools[tool].url, issuer.tool_headers(tool, "patient", READERS[tool]))
     assert response.status_code == 504, response.text
     assert time.monotonic() - started < UPSTREAM_TIMEOUT + 1.5
     assert response.json()["type"].endswith("/upstream") and "did not answer within" in response.json()["detail"]
@@ -196,30 +196,12 @@ def test_a_slow_service_is_a_timeout_problem(tools, upstreams, issuer, tool):
 
 @pytest.mark.parametrize("status", [500, 503])
 @pytest.mark.parametrize("tool", READ_TOOLS)
-def test_a_failing_service_is_an_upstream_problem(tools, upstreams, issuer, tool, status):
+def test_a_failing_service_is_an_upstream_problem(read_tools, upstreams, issuer, tool, status):
     upstreams[tool].controls.fail_status = status
-    response = call(tools[tool].url, issuer.tool_headers(tool, "unlucky", READERS[tool]))
+    response = call(read_tools[tool].url, issuer.tool_headers(tool, "unlucky", READERS[tool]))
     assert response.status_code == 502, response.text
     assert f"failed (HTTP {status})" in response.json()["detail"]
     assert "fault the test asked for" not in response.text  # the service's words never pass through
-
-
-@pytest.fixture
-def fragile(issuer):
-    """A read tool (built by its factory) before a dev upstream that the test may stop."""
-    made = []
-
-    def make(tool: str, upstream_tool: str | None = None):
-        upstream = dev_upstream(upstream_tool or tool, issuer.upstream_env(tool))
-        from importlib import import_module
-
-        served = Served(import_module(f"agentfn.{tool}.app").create_app(tool_env(issuer, tool, upstream.url)))
-        made.extend([upstream, served])
-        return upstream, served
-
-    yield make
-    for served in made:
-        served.stop()
 
 
 @pytest.mark.parametrize("tool", READ_TOOLS)
@@ -241,19 +223,19 @@ def test_a_service_outside_its_contract_is_an_upstream_problem(fragile, issuer):
     assert "outside its contract (HTTP 404)" in response.json()["detail"]
 
 
-def test_a_whole_number_count_given_as_a_float_is_a_count(tools, issuer):
+def test_a_whole_number_count_given_as_a_float_is_a_count(read_tools, issuer):
     # JSON Schema calls 2.0 an integer; the Radar's contract wants "2" (found by schemathesis).
     response = call(
-        tools["radar_latest"].url, issuer.tool_headers("radar_latest", "pedant", ["platform-users"]), {"count": 2.0}
+        read_tools["radar_latest"].url, issuer.tool_headers("radar_latest", "pedant", ["platform-users"]), {"count": 2.0}
     )
     assert response.status_code == 200 and response.json()["content"]["count"] == 2
 
 
-def test_logs_hold_neither_the_token_nor_what_the_service_said(tools, issuer):
+def test_logs_hold_neither_the_token_nor_what_the_service_said(read_tools, issuer):
     for tool in READ_TOOLS:
         token = issuer.exchanged(audience("tool", tool), "log-watcher", ["platform-ops", "research", "staff"])
-        assert call(tools[tool].url, {"Authorization": f"Bearer {token}"}).status_code == 200
-        text = tools[tool].log.read_text()
+        assert call(read_tools[tool].url, {"Authorization": f"Bearer {token}"}).status_code == 200
+        text = read_tools[tool].log.read_text()
         assert token.split(".")[1] not in text and token.split(".")[2] not in text
         assert "leader election" not in text and "Qwen3-32B" not in text and "GPU slot plan" not in text
         assert '"route": "/v1/call"' in text

@@ -10,7 +10,7 @@ import pytest
 
 from agentfn.shared import settings
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def test_the_configuration_page_is_written_from_the_settings_objects():

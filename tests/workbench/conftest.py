@@ -19,7 +19,7 @@ from agentfn.cli.postgres import EmbeddedPostgres
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory):
+def workbench_stack(tmp_path_factory):
     engine = Served(engine_app())
     home = tmp_path_factory.mktemp("workbench")
     home.chmod(0o755)  # Postgres (its own user) reaches its data directory
@@ -58,7 +58,7 @@ def stack(tmp_path_factory):
 
 
 @pytest.fixture
-def page(browser, request):
+def browser_page(browser, request):
     """A fresh browser (no storage, no sign-in) at desktop size; a script error or a dialog fails the test."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     opened = context.new_page()
