@@ -240,3 +240,8 @@ FRAME = re.compile(r"\A(?:<notes>\n.*?\n</notes>\n[^\n]*\n?)?(?:Answer in [A-Z][
 def persons_words(content: str) -> str:
     """A message the engine read as the person's, without what the platform said before it."""
     return FRAME.sub("", content, count=1)
+
+
+def door(gateway, who, path, **params):
+    """GET one of the platform's doors through the gateway as `who`."""
+    return requests.get(gateway.url + path, params=params, headers=who.headers, timeout=30)
