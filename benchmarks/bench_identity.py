@@ -23,16 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import shutil
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import requests
-from harness import IssuerServer, ScriptedEngine, command, machine, p50, when, write
-from support import MODEL_SERVICE, Gunicorn, Postgres, Served, account, postgres_dir, subject_hash_key
+from report import command, machine, p50, when, write
 
+from agentfn.devstack.harness.identity import MODEL_SERVICE, account, subject_hash_key
+from agentfn.devstack.harness.servers import Gunicorn, IssuerServer, ScriptedEngineProcess, Served, Started
 from agentfn.devstack.platform_status import create_app as upstream_app
 from agentfn.shared.contract import audience
 from agentfn.shared.exchange import TokenExchange
@@ -62,19 +60,13 @@ def registry() -> dict:
     }
 
 
-class Bench:
+class Bench(Started):
     def __init__(self, args):
-        self.args, self.started = args, []
-        self.tmp = Path(tempfile.mkdtemp(prefix="agentfn-bench-identity-"))
-
-    def start(self, server: Gunicorn) -> Gunicorn:
-        server.start(120)
-        self.started.append(server)
-        return server
+        super().__init__("agentfn-bench-identity-")
+        self.args = args
 
     def up(self) -> None:
-        self.pg = Postgres(postgres_dir() / "data")
-        self.pg.start()
+        self.pg = self.postgres()
         clients = {
             MODEL_SERVICE: {"subject_audiences": ["agentfn"], "audiences": [audience("tool", "platform_status")]},
             account("platform_status"): {
@@ -97,17 +89,16 @@ class Bench:
             **subject_hash_key(self.tmp),
         }
         self.start(served)
-        self.engine = ScriptedEngine()
+        self.engine = self.keep(ScriptedEngineProcess())
         (self.tmp / "registry.json").write_text(json.dumps(registry()))
         for who in ("model", "platform_status"):
             (self.tmp / f"exchange-{who}").write_text(self.issuer.service_token(account(who), audience=self.issuer.url))
         (self.tmp / "memory-token").write_text(self.issuer.service_token(MODEL_SERVICE))
-        self.models, self.upstreams = {}, []
+        self.models = {}
         dsn = self.pg.provision("model", "agentfn_model")  # both model functions keep their records in one schema
         for mode in ("exchange", "raw"):
             env = {**ident, "AGENTFN_TOKEN_FORWARDING": mode}
-            upstream = Served(upstream_app({**env, "AGENTFN_TRUSTED_ACTORS": account("platform_status")}))
-            self.upstreams.append(upstream)
+            upstream = self.keep(Served(upstream_app({**env, "AGENTFN_TRUSTED_ACTORS": account("platform_status")})))
             status = self.start(
                 Gunicorn(
                     "agentfn.platform_status.app:create_app()",
@@ -135,18 +126,6 @@ class Bench:
                     self.tmp / f"model-{mode}.log",
                 )
             )
-
-    def down(self) -> None:
-        for server in reversed(self.started):
-            server.stop()
-        if hasattr(self, "engine"):
-            self.engine.stop()
-        for upstream in getattr(self, "upstreams", []):
-            upstream.stop()
-        if hasattr(self, "pg"):
-            self.pg.stop("immediate")
-            shutil.rmtree(self.pg.data_dir.parent, ignore_errors=True)
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     # --- 1. one exchange ------------------------------------------------------------------------------
 

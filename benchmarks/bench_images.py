@@ -25,12 +25,13 @@ from pathlib import Path
 from statistics import median
 
 import requests
-from harness import command, local_platform, when, write
-from support import Served
-from support.scripted_engine import create_app as engine_app
+from report import command, when, write
 
 from agentfn.cli import images
 from agentfn.cli.stack import Part, Stack
+from agentfn.devstack.harness.local_platform import local_platform
+from agentfn.devstack.harness.servers import Served
+from agentfn.devstack.scripted_engine import create_app as engine_app
 
 
 def sizes() -> dict[str, dict[str, float]]:

@@ -66,12 +66,14 @@ from pathlib import Path
 
 import numpy as np
 import psycopg
-from harness import RESULTS, ROOT, command, dev_issuer, write
 from pgvector import HalfVector
 from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
-from support import Gunicorn, Postgres, postgres_dir, subject_hash_key
+from report import RESULTS, ROOT, command, write
 
+from agentfn.devstack.harness.identity import dev_issuer, subject_hash_key
+from agentfn.devstack.harness.postgres import Postgres, postgres_dir
+from agentfn.devstack.harness.servers import Gunicorn
 from agentfn.memory.embedder import DEFAULT_MODEL, load_models, model_config, open_embedder
 from agentfn.memory.memory import Memory
 from agentfn.memory.quotas import Limits
@@ -165,7 +167,7 @@ class Door:
 
 
 class Server(Gunicorn):
-    """support.Gunicorn, polling /readyz every 10 ms so that start-to-ready is timed finely; `checkout`: run that
+    """The harness's Gunicorn, polling /readyz every 10 ms so that start-to-ready is timed finely; `checkout`: run that
     checkout's memory (its .venv's gunicorn, from its folder) instead of this one's."""
 
     def __init__(self, app: str, env: dict[str, str], log: Path, checkout: Path | None = None):

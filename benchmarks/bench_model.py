@@ -30,17 +30,15 @@ import argparse
 import json
 import logging
 import secrets
-import shutil
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import requests
-from harness import ScriptedEngine, command, dev_issuer, machine, when, write
-from support import Gunicorn, Postgres, Served, postgres_dir, subject_hash_key
+from report import command, machine, when, write
 
+from agentfn.devstack.harness.identity import dev_issuer, subject_hash_key
+from agentfn.devstack.harness.servers import Gunicorn, ScriptedEngineProcess, Served, Started
 from agentfn.devstack.platform_status import create_app as upstream_app
 
 SERVICE = "system:serviceaccount:agentfn:model"
@@ -91,20 +89,15 @@ def parse_sse(text: str) -> list[tuple[str, dict]]:
     return events
 
 
-class Bench:
+class Bench(Started):
     def __init__(self, args):
-        self.args, self.started = args, []
-        self.tmp = Path(tempfile.mkdtemp(prefix="agentfn-bench-model-"))
-
-    def start(self, server: Gunicorn) -> Gunicorn:
-        server.start(120)
-        self.started.append(server)
-        return server
+        super().__init__("agentfn-bench-model-")
+        self.args = args
 
     def up(self) -> None:
-        self.pg = Postgres(postgres_dir() / "data")
-        self.pg.start()
-        self.issuer, self.issuer_served = dev_issuer(self.tmp / "issuer")
+        self.pg = self.postgres()
+        self.issuer, served = dev_issuer(self.tmp / "issuer")
+        self.keep(served)
         # Raw forwarding: this measures the loop; what token exchange adds is bench_identity.py's measure.
         ident = {
             "AGENTFN_JWT_ISSUER": self.issuer.url,
@@ -113,8 +106,8 @@ class Bench:
             "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": SERVICE,
             **subject_hash_key(self.tmp),
         }
-        self.engine = ScriptedEngine()
-        self.upstream = Served(upstream_app(ident))
+        self.engine = self.keep(ScriptedEngineProcess())
+        self.upstream = self.keep(Served(upstream_app(ident)))
         status = self.start(
             Gunicorn(
                 "agentfn.platform_status.app:create_app()",
@@ -152,17 +145,6 @@ class Bench:
             headers=self.headers,
             json={"kind": "preference", "text": "Wants the platform status in one sentence.", "source": "bench"},
         )
-
-    def down(self) -> None:
-        for server in reversed(self.started):
-            server.stop()
-        for server in ("engine", "issuer_served", "upstream"):
-            if hasattr(self, server):
-                getattr(self, server).stop()
-        if hasattr(self, "pg"):
-            self.pg.stop("immediate")
-            shutil.rmtree(self.pg.data_dir.parent, ignore_errors=True)
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     # --- 1. loop overhead ---------------------------------------------------------------------------
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import requests
 import yaml
-from harness import ROOT, command, machine, percentile, when, write
-from support.apiserver import KubeAPI, build
+from report import ROOT, command, machine, percentile, when, write
 
+from agentfn.devstack.harness.apiserver import KubeAPI, build
 from agentfn.operator.catalog import CatalogEntry
 from agentfn.operator.reconcile import dumps, reconcile
 from agentfn.operator.status import desired

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_page.py [--small N] [--large N] [--starts N]    (as root, or with sudo)
 
 The guard refuses loopback, so the page server cannot stand on the host's loopback: the test lab
-(tests/page/lab.py) makes a network namespace with a "public" server at 44.0.0.10 and a DNS server,
+(agentfn.devstack.harness.page_lab) makes a network namespace with a "public" server at 44.0.0.10 and a DNS server,
 and this script re-runs itself inside it, where it also starts an embedded Postgres, the dev token
 issuer and the page fetcher under gunicorn. Each round fetches the same page both ways, side by side
 (alternating, a fresh query string each time so the page fetcher's cache never answers), at 10 KB
@@ -33,10 +33,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import ROOT, command, cpu_seconds, dev_issuer, machine, when, write
-from support import subject_hash_key
+from report import ROOT, command, cpu_seconds, machine, when, write
 
-LAB = ROOT / "tests/page/lab.py"
+from agentfn.devstack.harness import page_lab
+from agentfn.devstack.harness.identity import dev_issuer, subject_hash_key
+
 BIN = Path(sys.executable).parent
 SIZES = {"10 KB": 10_000, "1 MB": 1_000_000}
 
@@ -53,15 +54,8 @@ def main() -> None:
     if os.geteuid() != 0:
         sys.exit("run as root: the benchmark makes a network namespace")
     directory = Path(tempfile.mkdtemp(prefix="agentfn-bench-page-"))
-    lab = subprocess.Popen(
-        [sys.executable, str(LAB), "--dir", str(directory)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=open(directory / "lab.log", "wb"),
-        preexec_fn=_die_with_parent,
-    )
+    lab, pid = page_lab.launch(directory)
     try:
-        pid = json.loads(lab.stdout.readline())["pid"]
         command = [
             "nsenter",
             f"--net=/proc/{pid}/ns/net",
@@ -277,7 +271,7 @@ class Server:
     """The page fetcher (or the floor, `app`) under gunicorn on the namespace's loopback."""
 
     def __init__(self, env: dict[str, str], log: Path, app: str = "agentfn.page.app:create_app()"):
-        from agentfn.cli.postgres import free_port
+        from agentfn.devstack.harness.ports import free_port
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

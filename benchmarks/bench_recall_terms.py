@@ -18,11 +18,11 @@ import shutil
 import time
 import uuid
 
-import bench_memory  # first: importing it puts the tests' support package on the path
+import bench_memory
 import numpy as np
 import psycopg
-import support
 
+from agentfn.devstack.harness.postgres import Postgres, postgres_dir
 from agentfn.memory import terms
 from agentfn.memory.embedder import DEFAULT_MODEL, model_config
 from agentfn.memory.store import DEPTH, QUESTION_TERMS, RECALL_HYBRID, RRF_K, Store
@@ -41,8 +41,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
     rng = np.random.default_rng(1)
-    root = support.postgres_dir()
-    pg = support.Postgres(root / "data")
+    root = postgres_dir()
+    pg = Postgres(root / "data")
     try:
         pg.start()
         store = Store(pg.provision("memory", "agentfn_memory"), pool_size=1)

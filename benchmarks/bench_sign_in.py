@@ -29,9 +29,10 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import requests
-from harness import IssuerServer, command, machine, p50, when, write
-from support import MODEL_SERVICE
+from report import command, machine, p50, when, write
 
+from agentfn.devstack.harness.identity import MODEL_SERVICE
+from agentfn.devstack.harness.servers import IssuerServer
 from agentfn.devstack.issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES
 from agentfn.shared.contract import audience
 

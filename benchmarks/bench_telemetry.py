@@ -23,9 +23,10 @@ import time
 
 import requests
 from bench_model import Bench, parse_sse
-from harness import command, machine, when, write
-from support import Gunicorn
-from support.otlp_receiver import Receiver
+from report import command, machine, when, write
+
+from agentfn.devstack.harness.servers import Gunicorn
+from agentfn.devstack.otlp_receiver import Receiver
 
 GOAL_RATIO = 1.02
 

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import jsonschema
 import yaml
-from harness import RESULTS, ROOT, command, machine, when, write
+from report import RESULTS, ROOT, command, machine, when, write
 
 from agentfn.cli.stack import process_tree, pss
 from agentfn.devstack import weights

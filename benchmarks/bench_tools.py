@@ -33,7 +33,6 @@ It writes benchmarks/results/tools.json and tools.md, then stops everything it s
 from __future__ import annotations
 
 import argparse
-import importlib
 import io
 import logging
 import os
@@ -48,9 +47,11 @@ import time
 from pathlib import Path
 
 import requests
-from harness import ROOT, command, cpu_seconds, dev_issuer, machine, percentile, when, write
-from support import READ_TOOLS, Gunicorn, Postgres, Served, postgres_dir, subject_hash_key
+from report import ROOT, command, cpu_seconds, machine, percentile, when, write
 
+from agentfn.devstack.harness.identity import dev_issuer, subject_hash_key
+from agentfn.devstack.harness.postgres import Postgres, postgres_dir
+from agentfn.devstack.harness.servers import READ_TOOLS, Gunicorn, dev_upstream
 from agentfn.run_code.bounds import Bounds
 from agentfn.run_code.bubblewrap import Bubblewrap
 from agentfn.run_code.limits import Limits
@@ -281,7 +282,7 @@ def main() -> None:
         **subject_hash_key(work),
     }
     headers = {"Authorization": f"Bearer {issuer.caller_token('bench', GROUPS)}"}
-    upstreams = {t: Served(importlib.import_module(f"agentfn.devstack.{t}").create_app(identity)) for t in READ_TOOLS}
+    upstreams = {t: dev_upstream(t, identity) for t in READ_TOOLS}
     pg = Postgres(work / "pg")
     pg.start()
     try:

@@ -29,10 +29,12 @@ import time
 from pathlib import Path
 
 import requests
-from harness import command, dev_issuer, machine, when, write
 from jsonschema import Draft202012Validator
-from support import Gunicorn, Postgres, postgres_dir, subject_hash_key
+from report import command, machine, when, write
 
+from agentfn.devstack.harness.identity import dev_issuer, subject_hash_key
+from agentfn.devstack.harness.postgres import Postgres, postgres_dir
+from agentfn.devstack.harness.servers import Gunicorn
 from agentfn.memory import schemas as memory_schemas
 from agentfn.model import schemas as model_schemas
 from agentfn.shared.problems import ProblemError

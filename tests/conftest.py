@@ -5,39 +5,24 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import select
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from support import (
-    CHROMIUM,
-    MCP_RESOURCE,
-    MODEL_SERVICE,
-    READ_TOOLS,
-    Client,
-    Gunicorn,
-    Issuer,
-    Postgres,
-    Served,
-    exchange_clients,
-    postgres_dir,
-    web_clients,
-)
+from support import CHROMIUM, MCP_RESOURCE, Issuer, exchange_clients, web_clients
 from support.model import SERVED_READS, SMALL_DAILY, TOOL_TIMEOUT, Engine, GatewayServer, Person, registry_document, tier_env
-from support.page import Lab, die_with_parent
-from support.scripted_engine import create_app as engine_app
+from support.page import Lab
 from support.slow import starts_processes
-from support.tools import CANARY, RUN_LIMITS, dev_upstream, tool_env
+from support.tools import CANARY, RUN_LIMITS, tool_env
 
-from agentfn.cli.postgres import free_port
 from agentfn.devstack import weights
-from agentfn.devstack.issuer import create_app as issuer_app
-
-LAB = Path(__file__).resolve().parent / "page" / "lab.py"
+from agentfn.devstack.harness import page_lab
+from agentfn.devstack.harness.identity import MODEL_SERVICE, dev_issuer
+from agentfn.devstack.harness.ports import free_port
+from agentfn.devstack.harness.postgres import Postgres, postgres_dir
+from agentfn.devstack.harness.servers import READ_TOOLS, Client, Gunicorn, Served, dev_upstream
+from agentfn.devstack.scripted_engine import create_app as engine_app
 
 
 def pytest_addoption(parser):
@@ -67,7 +52,7 @@ def pytest_ignore_collect(collection_path, config):
 def apiserver():
     """One real kube-apiserver (and etcd) on loopback for the session, for every folder that needs one
     (tests/support/apiserver.py; the binary is built once per machine)."""
-    from support.apiserver import KubeAPI, build
+    from agentfn.devstack.harness.apiserver import KubeAPI, build
 
     api = KubeAPI()
     try:
@@ -95,11 +80,9 @@ def model_dsn(postgres) -> str:
 
 @pytest.fixture(scope="session")
 def issuer(tmp_path_factory):
-    port = free_port()
-    issuer = Issuer(
-        tmp_path_factory.mktemp("issuer"), f"http://127.0.0.1:{port}", exchange_clients(), web_clients=web_clients()
+    issuer, served = dev_issuer(
+        tmp_path_factory.mktemp("issuer"), exchange_clients(), kind=Issuer, web_clients=web_clients()
     )
-    served = Served(issuer_app(issuer), port)
     yield issuer
     served.stop()
 
@@ -436,26 +419,6 @@ def lab(postgres, issuer, tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("the lab is a network namespace of the tests' own: run as root")
     directory = tmp_path_factory.mktemp("lab")
-    log = open(directory / "lab.log", "wb")
-    command = [
-        sys.executable,
-        str(LAB),
-        "--dir",
-        str(directory),
-        "--forward",
-        str(postgres.port),
-        "--forward",
-        str(urlsplit(issuer.url).port),
-    ]
-    process = subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, preexec_fn=die_with_parent
-    )
-    ready, _, _ = select.select([process.stdout], [], [], 30)
-    line = process.stdout.readline() if ready else b""
-    if not line:
-        process.kill()
-        raise RuntimeError(f"the lab did not start; see {directory / 'lab.log'}")
-    lab = Lab(directory, process, json.loads(line)["pid"])
+    lab = Lab(directory, *page_lab.launch(directory, [postgres.port, urlsplit(issuer.url).port]))
     yield lab
     lab.stop()
-    log.close()

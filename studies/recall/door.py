@@ -24,13 +24,15 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent.parent / "tests")]
+sys.path[:0] = [str(HERE)]  # the study beside it
 
 import study  # noqa: E402
-import support  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
 
-from agentfn.cli.postgres import free_port  # noqa: E402
+from agentfn.devstack.harness.identity import subject_hash_key  # noqa: E402
+from agentfn.devstack.harness.ports import free_port  # noqa: E402
+from agentfn.devstack.harness.postgres import Postgres, postgres_dir  # noqa: E402
+from agentfn.devstack.harness.servers import Client, Gunicorn  # noqa: E402
 from agentfn.devstack.issuer import DevIssuer  # noqa: E402
 from agentfn.devstack.issuer import create_app as issuer_app  # noqa: E402
 
@@ -40,8 +42,8 @@ TRUSTED = "system:serviceaccount:agentfn:model"
 @contextmanager
 def stack():
     """Embedded Postgres + the dev issuer (as tests/conftest.py starts them); all stopped and deleted after."""
-    root, scratch = support.postgres_dir(), Path(tempfile.mkdtemp(prefix="agentfn-door-"))
-    pg, server = support.Postgres(root / "data"), None
+    root, scratch = postgres_dir(), Path(tempfile.mkdtemp(prefix="agentfn-door-"))
+    pg, server = Postgres(root / "data"), None
     try:
         pg.start()
         port = free_port()
@@ -52,7 +54,7 @@ def stack():
             "AGENTFN_JWT_ISSUER": issuer.url,
             "AGENTFN_JWKS_URL": issuer.jwks_url,
             "AGENTFN_TRUSTED_SERVICE_ACCOUNTS": TRUSTED,
-            **support.subject_hash_key(scratch),
+            **subject_hash_key(scratch),
             "AGENTFN_LOG_LEVEL": "WARNING",
             "AGENTFN_MEMORY_WRITES_PER_MINUTE": "1000",  # the corpus is kept in one go
             "AGENTFN_DATABASE_URL": pg.provision("memory", "agentfn_memory"),
@@ -69,14 +71,14 @@ def stack():
 
 def ask(issuer, env, scratch, corpus: study.Corpus) -> dict:
     """Keep the notes and ask every question through memory's doors: what each recall showed, and timings."""
-    server = support.Gunicorn(
+    server = Gunicorn(
         "agentfn.memory.app:create_app()", {**env, "AGENTFN_EMBEDDING_MODEL": study.MODEL}, scratch / "memory.log"
     )
     subject = f"study-{secrets.token_hex(4)}"
     try:
         boot = server.start(timeout=180)
-        client = support.Client(server.url, {"Authorization": f"Bearer {issuer.caller_token(subject)}"})
-        service = support.Client(server.url, {"Authorization": f"Bearer {issuer.service_token(TRUSTED)}"})
+        client = Client(server.url, {"Authorization": f"Bearer {issuer.caller_token(subject)}"})
+        service = Client(server.url, {"Authorization": f"Bearer {issuer.service_token(TRUSTED)}"})
         index = {}
         for i, note in enumerate(corpus.notes):
             if note["kind"] == "episode":

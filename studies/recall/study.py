@@ -34,16 +34,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import psycopg
+
+from agentfn.devstack.harness.postgres import Postgres, postgres_dir
+from agentfn.memory import terms
+from agentfn.memory.embedder import model_config, open_embedder
+from agentfn.memory.store import QUESTION_TERMS, Store
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent.parent / "tests")]
-
-import psycopg  # noqa: E402
-import support  # noqa: E402
-
-from agentfn.memory import terms  # noqa: E402
-from agentfn.memory.embedder import model_config, open_embedder  # noqa: E402
-from agentfn.memory.store import QUESTION_TERMS, Store  # noqa: E402
 
 MODEL = "multilingual-e5-small-q4"
 TOP_K = 5
@@ -204,8 +202,8 @@ def similarities(corpus: Corpus, cache: Path | None) -> dict[str, np.ndarray]:
 @contextmanager
 def database():
     """Embedded Postgres with memory's schema (its migrations); an admin connection; all deleted after."""
-    root = support.postgres_dir()
-    pg = support.Postgres(root / "data")
+    root = postgres_dir()
+    pg = Postgres(root / "data")
     try:
         pg.start()
         store = Store(pg.provision("memory", "agentfn_memory"), pool_size=1)

@@ -34,7 +34,7 @@ OWNED = {
 
 @pytest.fixture(scope="module")
 def upgrade_kube():
-    from support.apiserver import KubeAPI, build
+    from agentfn.devstack.harness.apiserver import KubeAPI, build
 
     api = KubeAPI()
     try:

@@ -163,7 +163,7 @@ def test_an_expired_or_foreign_token_is_the_platforms_401(gateway):
 
 @pytest.mark.slow  # the CLI as a process
 def test_an_unreachable_gateway_is_one_clear_line():
-    from agentfn.cli.postgres import free_port
+    from agentfn.devstack.harness.ports import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     for args in (("memory", "list"), ("chat", "reviewer"), ("agents",)):

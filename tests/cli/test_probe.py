@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import requests
-from support import ROOT, Gunicorn
 from support.chart import FUNCTIONS, NAMESPACE, env_of, objects
 
-from agentfn.cli.postgres import free_port
+from agentfn.devstack.harness.ports import free_port
+from agentfn.devstack.harness.servers import ROOT, Gunicorn
 
 PROBE = "agentfn-test-probe"
 

@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from agentfn.cli.postgres import EmbeddedPostgres
+from agentfn.devstack.harness.local_platform import Up
 from agentfn.shared.contract import audience
 from agentfn.shared.exchange import TokenExchange
 from agentfn.shared.identity import Caller
@@ -25,36 +26,15 @@ BIN = Path(sys.executable).parent
 
 @pytest.fixture
 def up_stack(tmp_path):
-    base = random.randrange(20000, 32000, 100)  # below the ephemeral range other tests draw from
-    env = {**os.environ, "AGENTFN_DEV_PORT_BASE": str(base), "AGENTFN_ISSUER_URL": f"http://127.0.0.1:{base + 1}"}
-    log = open(tmp_path / "up.log", "w+")
-    process = subprocess.Popen(
-        [str(BIN / "agentfn"), "up", "--var", str(tmp_path / "var")],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 300  # the offline engine loads a 1.1 GB model beside the rest
-    while "agentfn is up" not in (tmp_path / "up.log").read_text():
-        assert process.poll() is None, (tmp_path / "up.log").read_text()
-        assert time.monotonic() < deadline, "no banner in 300 s"
-        time.sleep(0.2)
-    yield env, base, process, tmp_path / "up.log"
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-    EmbeddedPostgres(tmp_path / "var" / "postgres").stop("immediate")  # survives a killed `up` by design
+    up = Up(tmp_path, random.randrange(20000, 32000, 100))  # below the ephemeral range other tests draw from
+    up.start()
+    yield up
+    up.stop()
 
 
 def test_up_serves_memory_and_ctrl_c_stops_everything(up_stack):
-    env, base, process, log = up_stack
-    token = subprocess.run(
-        [str(BIN / "agentfn"), "token", "alice"], env=env, capture_output=True, text=True, check=True
-    ).stdout.strip()
+    base, process, log = up_stack.base, up_stack.process, up_stack.log
+    token = up_stack.token("alice")
     memory = f"http://127.0.0.1:{base + 2}"
     headers = {"Authorization": f"Bearer {token}"}
     kept = requests.post(
@@ -69,13 +49,7 @@ def test_up_serves_memory_and_ctrl_c_stops_everything(up_stack):
     ).json()
     assert [e["id"] for e in recalled["entries"]] == [kept.json()["id"]]
 
-    service = subprocess.run(
-        [str(BIN / "agentfn"), "token", "--service", "system:serviceaccount:agentfn:agentfn-model"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    service = up_stack.token("--service", "system:serviceaccount:agentfn:agentfn-model")
     episode = requests.post(
         memory + "/internal/v1/episodes",
         headers={"Authorization": f"Bearer {service}"},
@@ -84,13 +58,7 @@ def test_up_serves_memory_and_ctrl_c_stops_everything(up_stack):
     )
     assert episode.status_code == 201
 
-    user = subprocess.run(
-        [str(BIN / "agentfn"), "token", "bob", "--groups", "platform-users"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    user = up_stack.token("bob", "--groups", "platform-users")
     tool = f"http://127.0.0.1:{base + 10}/v1/call"  # platform_status, run as the caller against its dev upstream
     # The caller's own token opens no tool; the model function's exchange (as it makes it, with its workload
     # token from var/secrets) gives one that does, and the dev upstream then decides by the caller's groups.
@@ -115,13 +83,7 @@ def test_up_serves_memory_and_ctrl_c_stops_everything(up_stack):
     assert (log.parent / "var" / "registry" / "registry.json").exists()
 
     # The admin doors, through the gateway, for the group the stack names admins.
-    admin = subprocess.run(
-        [str(BIN / "agentfn"), "token", "carol", "--groups", "platform-admins"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    admin = up_stack.token("carol", "--groups", "platform-admins")
     grants = f"http://127.0.0.1:{base}/v1/admin/grants"
     answer = requests.get(grants, headers={"Authorization": f"Bearer {admin}"}, timeout=30)
     assert answer.status_code == 200 and answer.json()["rows"], answer.text
@@ -155,17 +117,11 @@ WARMED = "engine's prompt cache warmed for code-reviewer, site-guide in"
 def test_the_banner_does_not_wait_for_the_warm_up_and_a_turn_meanwhile_waits_and_is_told(up_stack):
     """The banner comes once the doors answer; the engine reads the agents' prompts behind it. A turn sent meanwhile
     waits for its agent's prompt to be read (rather than have the engine read it twice), and the CLI says so."""
-    env, base, _, log = up_stack
+    env, base, log = up_stack.env, up_stack.base, up_stack.log
     said = log.read_text()
     assert "agentfn is up" in said and WARMED not in said, said  # up before the warming is done
     assert "reading each agent's system prompt once" in said
-    token = subprocess.run(
-        [str(BIN / "agentfn"), "token", "alice", "--groups", "developers,platform-users"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    token = up_stack.token("alice", "--groups", "developers,platform-users")
     chat = subprocess.run(
         [str(BIN / "agentfn"), "chat", "code-reviewer", "--message", "Hello."],
         env={**env, "AGENTFN_TOKEN": token, "AGENTFN_URL": f"http://127.0.0.1:{base}"},
@@ -182,18 +138,12 @@ def test_the_banner_does_not_wait_for_the_warm_up_and_a_turn_meanwhile_waits_and
 def test_the_engines_prompt_cache_holds_the_agents_system_prompts_once_it_is_up(up_stack):
     """The first turn reads only what is new, as later turns do: the engine was given the code reviewer's system
     prompt and tool listing, as the model function builds them for the tour's person, as the platform started."""
-    env, base, _, log = up_stack
+    base, log = up_stack.base, up_stack.log
     deadline = time.monotonic() + 300
     while WARMED not in log.read_text():  # the engine's slot is the warm-up's until then
         assert time.monotonic() < deadline, log.read_text()
         time.sleep(0.5)
-    token = subprocess.run(
-        [str(BIN / "agentfn"), "token", "alice", "--groups", "developers,platform-users"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    token = up_stack.token("alice", "--groups", "developers,platform-users")
     turn = requests.post(
         f"http://127.0.0.1:{base}/v1/agents/code-reviewer/turns",
         headers={"Authorization": f"Bearer {token}"},
@@ -222,7 +172,7 @@ def test_the_engines_prompt_cache_holds_the_agents_system_prompts_once_it_is_up(
 
 
 def test_killing_up_takes_every_part_with_it(up_stack):
-    _, base, process, _ = up_stack
+    base, process = up_stack.base, up_stack.process
     os.kill(process.pid, signal.SIGKILL)
     process.wait(10)
     deadline = time.monotonic() + 30
@@ -241,16 +191,14 @@ def _answers(port: int) -> bool:
 
 def test_a_taken_port_is_a_clear_message(up_stack, tmp_path):
     """A second start on the same data by mistake: refused in one line, and the running platform stays whole."""
-    env, base, _, _ = up_stack
+    env, base = up_stack.env, up_stack.base
     second = subprocess.run(
         [str(BIN / "agentfn"), "up", "--var", str(tmp_path / "var")], env=env, capture_output=True, text=True, timeout=60
     )
     assert second.returncode != 0
     assert "port already taken" in second.stderr and "Traceback" not in second.stderr
     # The refused start left the running platform whole, its database included.
-    token = subprocess.run(
-        [str(BIN / "agentfn"), "token", "carol"], env=env, capture_output=True, text=True, check=True
-    ).stdout.strip()
+    token = up_stack.token("carol")
     assert (
         requests.get(
             f"http://127.0.0.1:{base}/v1/entries", headers={"Authorization": f"Bearer {token}"}, timeout=30

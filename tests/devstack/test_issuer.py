@@ -8,8 +8,9 @@ import time
 import jwt
 import pytest
 import requests
-from support import MCP_RESOURCE, MODEL_SERVICE, account
+from support import MCP_RESOURCE
 
+from agentfn.devstack.harness.identity import MODEL_SERVICE, account
 from agentfn.devstack.issuer import JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES
 from agentfn.shared.contract import audience
 from agentfn.shared.exchange import ExchangeFailed, TokenExchange
@@ -197,7 +198,7 @@ def test_a_refused_exchange_is_a_problem(client, issuer, subject_token, audience
 
 
 def test_an_issuer_that_does_not_answer_is_503_and_no_workload_token_is_503(issuer, tmp_path):
-    from support import free_port
+    from agentfn.devstack.harness.ports import free_port
 
     caller = Caller("alice", (), issuer.caller_token("alice"))
     down = TokenExchange(

@@ -14,9 +14,10 @@ from urllib.parse import parse_qs, urlsplit
 import jwt
 import pytest
 import requests
-from support import WORKBENCH, WORKBENCH_URL, Served, web_clients
+from support import WORKBENCH, WORKBENCH_URL, web_clients
 
-from agentfn.cli.postgres import free_port
+from agentfn.devstack.harness.ports import free_port
+from agentfn.devstack.harness.servers import Served
 from agentfn.devstack.issuer import DevIssuer
 from agentfn.devstack.issuer import create_app as issuer_app
 from agentfn.devstack.sign_in import Codes

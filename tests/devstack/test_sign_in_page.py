@@ -13,11 +13,11 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import jwt
 import pytest
-from support import ROOT, Served
 
-from agentfn.cli.postgres import free_port
-from agentfn.devstack.issuer import CALLER_AUDIENCE, DevIssuer
-from agentfn.devstack.issuer import create_app as issuer_app
+from agentfn.devstack.harness.identity import dev_issuer
+from agentfn.devstack.harness.ports import free_port
+from agentfn.devstack.harness.servers import ROOT
+from agentfn.devstack.issuer import CALLER_AUDIENCE
 from agentfn.devstack.sign_in import WebClient
 
 SHOTS = ROOT / "var" / "screenshots" / "sign-in"  # test artifacts, never committed
@@ -58,13 +58,9 @@ def other_site():
 @pytest.fixture
 def site_issuer(tmp_path, site):
     """An issuer with the stand-in registered as the workbench."""
-    port = free_port()
-    issuer = DevIssuer(
-        tmp_path,
-        f"http://127.0.0.1:{port}",
-        web_clients={"agentfn-workbench": WebClient("agentfn-workbench", frozenset({site}), CALLER_AUDIENCE)},
+    issuer, served = dev_issuer(
+        tmp_path, web_clients={"agentfn-workbench": WebClient("agentfn-workbench", frozenset({site}), CALLER_AUDIENCE)}
     )
-    served = Served(issuer_app(issuer), port)
     yield issuer
     served.stop()
 

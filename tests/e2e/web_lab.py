@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import datetime as dt
-import ipaddress
 import json
 import os
 import signal
@@ -30,12 +28,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from dnslib import QTYPE, RCODE, RR, A
 from dnslib.server import BaseResolver, DNSServer
+
+from agentfn.devstack.harness.ca import throwaway_ca
 
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
@@ -94,7 +90,8 @@ def main() -> None:
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed (run as root)")
     subprocess.run(["ip", "-batch", "-"], input=f"link set lo up\naddr add {ADDRESS}/32 dev lo\n", text=True, check=True)
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    tls.load_cert_chain(*certificates(args.dir))
+    issued = throwaway_ca(args.dir, "agentfn tour lab CA", NAMES, [ADDRESS])  # ca.pem: what the fetcher trusts
+    tls.load_cert_chain(issued.cert, issued.key)
     for port, context in ((80, None), (443, tls)):
         server = ThreadingHTTPServer((ADDRESS, port), Page)
         if context:
@@ -141,48 +138,6 @@ def pump(source: socket.socket, sink: socket.socket) -> None:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-
-
-def certificates(directory: Path) -> tuple[Path, Path]:
-    """A throwaway CA (ca.pem, which the page fetcher is told to trust) and a leaf for the tour's names."""
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "agentfn tour lab CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(hours=1))
-        .not_valid_after(now + dt.timedelta(days=2))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    names = [x509.DNSName(n) for n in NAMES] + [x509.IPAddress(ipaddress.ip_address(ADDRESS))]
-    leaf = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, NAMES[0])]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(hours=1))
-        .not_valid_after(now + dt.timedelta(days=2))
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    (directory / "ca.pem").write_bytes(ca.public_bytes(pem))
-    (directory / "leaf.pem").write_bytes(leaf.public_bytes(pem))
-    (directory / "leaf.key").write_bytes(
-        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return directory / "leaf.pem", directory / "leaf.key"
 
 
 if __name__ == "__main__":

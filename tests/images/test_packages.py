@@ -20,14 +20,13 @@ from packaging.utils import canonicalize_name
 from support.page import page_env
 
 from agentfn.cli import images
-from agentfn.cli.postgres import free_port
+from agentfn.devstack.harness.ports import free_port
 from agentfn.shared.contract import audience
 
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
-LAB = ROOT / "tests" / "page" / "lab.py"
 UV = shutil.which("uv", path=str(BIN))
 
 # Each installed distribution of the image's venv: its name, its version, and the hashes its RECORD lists (every file

@@ -5,7 +5,8 @@ import threading
 
 import pytest
 import requests
-from support import Client
+
+from agentfn.devstack.harness.servers import Client
 
 MODEL_SERVICE = "system:serviceaccount:agentfn:agentfn-model"
 NOTE = "Answer me in one short sentence."

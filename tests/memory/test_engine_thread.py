@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import psycopg
 import pytest
-from support import Client, Gunicorn
 
+from agentfn.devstack.harness.servers import Client, Gunicorn
 from agentfn.memory import embedder_backends
 from agentfn.memory.app import create_app
 from agentfn.memory.embedder import model_config, open_embedder

@@ -5,7 +5,8 @@ import secrets
 
 import pytest
 import requests
-from support import Client
+
+from agentfn.devstack.harness.servers import Client
 
 MODEL_SERVICE = "system:serviceaccount:agentfn:agentfn-model"
 SUMMARY = "Ana asked how to rotate the ledger's database password and decided to do it every ninety days."

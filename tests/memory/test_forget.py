@@ -13,7 +13,8 @@ import jwt
 import psycopg
 import pytest
 import requests
-from support import Client
+
+from agentfn.devstack.harness.servers import Client
 
 
 def scan(admin_dsn, needles):

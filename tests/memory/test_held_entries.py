@@ -7,8 +7,8 @@ import time
 import numpy as np
 import psycopg
 import pytest
-from support import Client
 
+from agentfn.devstack.harness.servers import Client
 from agentfn.memory.held import Held, HeldEntries
 
 QUESTION = "what is my dog called?"

@@ -12,8 +12,8 @@ import pytest
 import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from support import Served
 
+from agentfn.devstack.harness.servers import Served
 from agentfn.devstack.issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
 from agentfn.shared.contract import audience
 
@@ -150,7 +150,9 @@ def test_an_untrusted_service_account_is_forbidden(memory, issuer):
 
 @pytest.mark.slow  # memory under gunicorn
 def test_an_unreachable_key_set_is_503_not_401(memory_env, tmp_path, issuer):
-    from support import Gunicorn, free_port
+    from agentfn.devstack.harness.ports import free_port
+
+    from agentfn.devstack.harness.servers import Gunicorn
 
     env = {**memory_env, "AGENTFN_JWKS_URL": f"http://127.0.0.1:{free_port()}/jwks.json"}
     server = Gunicorn("agentfn.memory.app:create_app()", env, tmp_path / "memory.log")
@@ -309,7 +311,7 @@ def test_an_exchanged_token_keeps_one_note_and_forgets_one_entry(memory, issuer)
 @pytest.mark.slow  # a second memory under gunicorn
 def test_an_exchanged_tokens_use_holds_across_memory_processes(memory, memory_env, issuer, tmp_path):
     """The use is kept in Postgres, not in a process: another memory (a worker, a replica) refuses it too."""
-    from support import Gunicorn
+    from agentfn.devstack.harness.servers import Gunicorn
 
     other = Gunicorn("agentfn.memory.app:create_app()", memory_env, tmp_path / "memory.log")
     other.start()
@@ -391,7 +393,7 @@ class RotatingKeySet:
 
 @pytest.mark.slow  # memory under gunicorn
 def test_the_service_key_sets_token_file_is_read_on_each_fetch(memory_env, issuer, tmp_path):
-    from support import Gunicorn
+    from agentfn.devstack.harness.servers import Gunicorn
 
     jwks = RotatingKeySet()
     token_file = tmp_path / "token"

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
-from support import Client
+
+from agentfn.devstack.harness.servers import Client
 
 WORDS = st.sampled_from(["ledger", "port", "deploy", "Croatian", "tabs", "backup", "mačka", "staging", "review"])
 TEXTS = st.lists(WORDS, min_size=1, max_size=6).map(" ".join)

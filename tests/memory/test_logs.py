@@ -7,7 +7,8 @@ import time
 
 import pytest
 import requests
-from support import Gunicorn
+
+from agentfn.devstack.harness.servers import Gunicorn
 
 
 def test_logs_hold_no_token_no_text_no_query(memory, issuer, caller):

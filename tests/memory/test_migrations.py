@@ -5,7 +5,8 @@ import threading
 import psycopg
 import pytest
 from psycopg import sql
-from support import Client, Gunicorn
+
+from agentfn.devstack.harness.servers import Client, Gunicorn
 
 
 @pytest.fixture

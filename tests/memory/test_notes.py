@@ -4,7 +4,8 @@ import secrets
 
 import pytest
 import requests
-from support import Client
+
+from agentfn.devstack.harness.servers import Client
 
 MODEL_SERVICE = "system:serviceaccount:agentfn:agentfn-model"
 NOT_A_NOTE = "https://agentfn.dev/problems/not-a-note"

@@ -6,7 +6,9 @@ import time
 
 import pytest
 import requests
-from support import Client, Gunicorn, Postgres, postgres_dir
+
+from agentfn.devstack.harness.postgres import Postgres, postgres_dir
+from agentfn.devstack.harness.servers import Client, Gunicorn
 
 
 @pytest.fixture

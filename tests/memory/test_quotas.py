@@ -7,7 +7,8 @@ import time
 import psycopg
 import pytest
 import requests
-from support import Client, Gunicorn
+
+from agentfn.devstack.harness.servers import Client, Gunicorn
 
 MODEL_SERVICE = "system:serviceaccount:agentfn:agentfn-model"
 CAP, RATE = 4, 20  # a write comes back every 60 / RATE = 3 s

@@ -9,8 +9,8 @@ import uuid
 
 import psycopg
 import pytest
-from support import Client
 
+from agentfn.devstack.harness.servers import Client
 from agentfn.memory import store as store_module
 from agentfn.memory import terms
 from agentfn.memory.embedder import DEFAULT_MODEL, model_config

@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from support import Client, Gunicorn
+
+from agentfn.devstack.harness.servers import Client, Gunicorn
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ import psycopg
 import pytest
 import requests
 from psycopg import sql
-from support import Gunicorn
 from support.model import Person, agentfn, registry_document, take_turn
 
+from agentfn.devstack.harness.servers import Gunicorn
 from agentfn.shared import db
 from agentfn.shared.grants import records, rows
 

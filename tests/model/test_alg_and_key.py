@@ -18,8 +18,9 @@ import pytest
 import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from support import MCP_RESOURCE, MODEL_SERVICE
+from support import MCP_RESOURCE
 
+from agentfn.devstack.harness.identity import MODEL_SERVICE
 from agentfn.shared.contract import audience
 
 

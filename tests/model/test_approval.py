@@ -319,7 +319,7 @@ def test_a_second_forget_in_a_turn_is_refused_as_the_tools_problem(model, script
 @pytest.fixture(scope="module")
 def keyless_model(model_env, logs):
     """The model function without an approval key (AGENTFN_APPROVAL_KEY_FILE unset)."""
-    from support import Gunicorn
+    from agentfn.devstack.harness.servers import Gunicorn
 
     env = {k: v for k, v in model_env.items() if k != "AGENTFN_APPROVAL_KEY_FILE"}
     server = Gunicorn("agentfn.model.app:create_app()", env, logs / "model-keyless.log")

@@ -8,7 +8,7 @@ import time
 import psycopg
 import pytest
 import requests
-from support import STATEFUL_TOOLS, Gunicorn
+from support import STATEFUL_TOOLS
 from support.model import (
     EVERYONE,
     Person,
@@ -19,6 +19,8 @@ from support.model import (
     stateful_tool,
     take_turn,
 )
+
+from agentfn.devstack.harness.servers import Gunicorn
 
 
 def generations(model_env, subject):
@@ -314,7 +316,7 @@ def test_a_caller_who_leaves_mid_answer_ends_the_turn_as_cancelled(model, script
 
 
 def test_memory_not_answering_is_said_and_the_turn_goes_on(model_env, scripted_engine, person, tmp_path):
-    from support import Gunicorn
+    from agentfn.devstack.harness.servers import Gunicorn
 
     env = {**model_env, "AGENTFN_MEMORY_URL": "http://127.0.0.1:9"}  # nothing listens there
     server = Gunicorn("agentfn.model.app:create_app()", env, tmp_path / "model-no-memory.log")

@@ -6,8 +6,9 @@ import uuid
 
 import pytest
 import requests
-from support import MODEL_SERVICE
 from support.model import Person, take_turn
+
+from agentfn.devstack.harness.identity import MODEL_SERVICE
 
 MODES = {"native": "", "constrained": "-small"}
 NOTE = "Prefers four spaces for indentation in Python code."

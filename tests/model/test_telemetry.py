@@ -17,9 +17,10 @@ import time
 
 import pytest
 import requests
-from support import READ_TOOLS, Gunicorn
 from support.model import SERVED_READS, Person, take_turn
-from support.otlp_receiver import Receiver
+
+from agentfn.devstack.harness.servers import READ_TOOLS, Gunicorn
+from agentfn.devstack.otlp_receiver import Receiver
 
 # Marker words, one for each kind of content: none may appear anywhere in what is exported.
 MARKERS = {"message": "xylophonemarker", "argument": "zanzibarx", "answer": "quokkamarker", "entry": "wombatmarker"}

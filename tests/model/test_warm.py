@@ -11,8 +11,9 @@ import time
 
 import psycopg
 import requests
-from support import MODEL_SERVICE
 from support.model import Person, take_turn
+
+from agentfn.devstack.harness.identity import MODEL_SERVICE
 
 WARM = "/internal/v1/engines/warm"
 

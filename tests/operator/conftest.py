@@ -8,9 +8,9 @@ on 127.0.0.1 and stops at the end of the session.
 from __future__ import annotations
 
 import pytest
-from support.apiserver import KubeAPI
 from support.operator import CRDS, NAMESPACE, RBAC
 
+from agentfn.devstack.harness.apiserver import KubeAPI
 from agentfn.operator import catalog
 
 

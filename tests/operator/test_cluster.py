@@ -25,7 +25,7 @@ from support.operator import (
     wait_for,
 )
 
-from agentfn.cli.postgres import free_port
+from agentfn.devstack.harness.ports import free_port
 from agentfn.operator import audit
 from agentfn.operator.reconcile import dumps, reconcile
 

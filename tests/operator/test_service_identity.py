@@ -9,8 +9,9 @@ import secrets
 
 import pytest
 import requests
-from support import Client, Gunicorn
 from support.operator import CLUSTER_TIMEOUT, NAMESPACE
+
+from agentfn.devstack.harness.servers import Client, Gunicorn
 
 pytestmark = pytest.mark.timeout(CLUSTER_TIMEOUT)
 MODEL = f"system:serviceaccount:{NAMESPACE}:agentfn-model"

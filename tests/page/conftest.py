@@ -1,9 +1,9 @@
-"""The page fetcher's fixtures: the namespace lab, and the fetcher under gunicorn inside it.
+"""The page fetcher's fixtures: the fetcher under gunicorn inside the namespace lab.
 
-pytest stays in the host's network namespace. The lab (lab.py) makes a namespace of its own; gunicorn
-is started inside it with `nsenter`, listening on a socket this process opened on host loopback
-(`-b fd://N`), so tests call the door as usual while every connection the fetcher makes starts in
-the namespace, where the only "public" hosts are the lab's and loopback holds recorders.
+pytest stays in the host's network namespace. The lab (agentfn.devstack.harness.page_lab, the `lab` fixture of
+tests/conftest.py) makes a namespace of its own; gunicorn is started inside it with `nsenter`, listening on a socket
+this process opened on host loopback (`-b fd://N`), so tests call the door as usual while every connection the fetcher
+makes starts in the namespace, where the only "public" hosts are the lab's and loopback holds recorders.
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ import requests
 import schemathesis
 from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import HealthCheck, settings
-from support import MODEL_SERVICE, openapi_schema
+from support import openapi_schema
 
+from agentfn.devstack.harness.identity import MODEL_SERVICE
 from agentfn.devstack.issuer import CALLER_AUDIENCE, SERVICE_AUDIENCE
 from agentfn.shared.contract import audience
 

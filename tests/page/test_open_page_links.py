@@ -11,8 +11,9 @@ import json
 import psycopg
 import pytest
 import requests
-from support import Gunicorn
 from support.page import settle_audit
+
+from agentfn.devstack.harness.servers import Gunicorn
 
 PUB = "http://www.pub.test"
 ARTICLE = f"{PUB}/deep/dir/article"

@@ -50,7 +50,8 @@ def test_callers_have_runs_of_their_own(run_code, issuer):
     assert call(run_code.url, other, {"code": "pass"}).json()["content"]["runs_left"] == DAILY - 1
 
 
-def test_the_counts_live_in_run_codes_own_schema_and_role(run_code_env, postgres):
+def test_the_counts_live_in_run_codes_own_schema_and_role(run_code, run_code_env, postgres):
+    # run_code made its schema at its start (its migrations): the test reads what the running function made.
     dsn = run_code_env["AGENTFN_DATABASE_URL"]
     with psycopg.connect(dsn) as conn:
         tables = conn.execute(
@@ -74,8 +75,7 @@ def test_the_counts_live_in_run_codes_own_schema_and_role(run_code_env, postgres
 def test_a_sandbox_that_cannot_start_is_not_ready_and_costs_no_run(run_code_env, issuer):
     import time
 
-    from support import Served
-
+    from agentfn.devstack.harness.servers import Served
     from agentfn.run_code.app import create_app
 
     served = Served(create_app({**run_code_env, "AGENTFN_RUN_CODE_PYTHON": "/nonexistent/python3"}))

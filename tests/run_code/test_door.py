@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 import requests
-from support import BIN, Client, Gunicorn
 from support.tools import CANARY, RUN_LIMITS
+
+from agentfn.devstack.harness.servers import BIN, Client, Gunicorn
 
 ROOT = Path(__file__).resolve().parents[2]
 UID_BASE = int(RUN_LIMITS["AGENTFN_RUN_CODE_UID_BASE"])

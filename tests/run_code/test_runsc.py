@@ -6,8 +6,9 @@ import shutil
 
 import pytest
 import requests
-from support import Gunicorn
 from support.tools import CANARY, RUN_LIMITS
+
+from agentfn.devstack.harness.servers import Gunicorn
 
 pytestmark = pytest.mark.skipif(
     shutil.which("runsc") is None or os.geteuid() != 0,

@@ -6,9 +6,10 @@ from __future__ import annotations
 import secrets
 
 import pytest
-from support import Gunicorn
-from support.otlp_receiver import Receiver
 from support.tools import call
+
+from agentfn.devstack.harness.servers import Gunicorn
+from agentfn.devstack.otlp_receiver import Receiver
 
 
 @pytest.fixture(scope="module")

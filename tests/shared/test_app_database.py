@@ -7,7 +7,7 @@ import psycopg
 import pytest
 from flask import jsonify
 
-from agentfn.cli.postgres import free_port
+from agentfn.devstack.harness.ports import free_port
 from agentfn.run_code.store import Store
 from agentfn.shared import app as http
 

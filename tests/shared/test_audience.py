@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import READ_TOOLS, ROOT, TOOLS
+from support import TOOLS
 from support.chart import CHART
 
+from agentfn.devstack.harness.servers import READ_TOOLS, ROOT
 from agentfn.shared import contract
 from agentfn.shared.contract import audience
 

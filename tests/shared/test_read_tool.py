@@ -11,9 +11,10 @@ import jwt
 import pytest
 import requests
 from cryptography.hazmat.primitives.asymmetric import ec
-from support import MODEL_SERVICE, READ_TOOLS, account
 from support.tools import UPSTREAM_TIMEOUT, call
 
+from agentfn.devstack.harness.identity import MODEL_SERVICE, account
+from agentfn.devstack.harness.servers import READ_TOOLS
 from agentfn.shared.contract import audience
 
 READERS = {"platform_status": ["platform-users"], "list_models": ["platform-users"], "radar_latest": ["platform-users"]}

@@ -1,9 +1,10 @@
-"""What tests of every part share: a function under gunicorn on loopback, a WSGI app in this process, and a
-caller of them.
+"""What the tests of every part share beyond the harness (agentfn.devstack.harness, which starts the parts for the
+tests, the benchmarks and the studies alike): the issuer as the tests configure it, the tools they serve, and
+schemathesis's reading of a function's OpenAPI document.
 
-On the path through pytest's `pythonpath`: `from support import Gunicorn, Client`. The modules of this package
-hold each part's own helpers (`support.model`, `support.tools`, ...) and the test doubles of what lies outside
-the project (`support.scripted_engine`); fixtures stay in the conftest files.
+On the path through pytest's `pythonpath`: `from support import Issuer`. The modules of this package hold each
+part's own helpers (`support.model`, `support.tools`, ...); the test doubles of what lies outside the project are in
+agentfn.devstack; fixtures stay in the conftest files.
 """
 
 from __future__ import annotations
@@ -11,32 +12,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import secrets
-import subprocess
-import sys
-import tempfile
-import threading
-import time
 from pathlib import Path
 
 import requests
-from werkzeug.serving import make_server
 
-from agentfn.cli.postgres import EmbeddedPostgres, free_port
+from agentfn.devstack.harness.identity import MODEL_SERVICE, account, subject_hash_key
+from agentfn.devstack.harness.servers import READ_TOOLS
 from agentfn.devstack.issuer import CALLER_AUDIENCE, JWT_BEARER, TOKEN_EXCHANGE, TOKEN_TYPES, DevIssuer, ExchangeClient
 from agentfn.devstack.sign_in import WebClient
-from agentfn.shared import db
 from agentfn.shared.contract import audience
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-MODEL_SERVICE = "system:serviceaccount:agentfn:agentfn-model"
-# Each read tool and the setting naming its upstream (a dev upstream in the tests).
-READ_TOOLS = {
-    "platform_status": "AGENTFN_PLATFORM_STATUS_UPSTREAM_URL",
-    "list_models": "AGENTFN_LIST_MODELS_UPSTREAM_URL",
-    "radar_latest": "AGENTFN_RADAR_LATEST_UPSTREAM_URL",
-}
 TOOLS = (*READ_TOOLS, "run_code")
 # Tool functions of another team whose descriptors offer them alone and over MCP and do not say they are reads
 # (support.model.stateful_tool): what the model function must never let be called alone.
@@ -45,11 +30,6 @@ MCP_RESOURCE = "https://agentfn.test/mcp"  # /mcp's resource URL in the tests (A
 WORKBENCH = "agentfn-workbench"  # the workbench's client at the issuer: a browser app at the site root
 WORKBENCH_URL = "https://agentfn.test/"
 CHROMIUM = Path(os.environ.get("AGENTFN_TEST_CHROMIUM", "/usr/bin/chromium"))  # Debian's, which .ci/run installs
-
-
-def account(part: str) -> str:
-    """A part's service account, as the chart and the dev stack name it."""
-    return f"system:serviceaccount:agentfn:agentfn-{part.replace('_', '-')}"
 
 
 def exchange_clients() -> dict[str, ExchangeClient]:
@@ -68,16 +48,6 @@ def exchange_clients() -> dict[str, ExchangeClient]:
 def web_clients() -> dict[str, WebClient]:
     """The public clients people sign in with, as the dev stack configures the workbench."""
     return {WORKBENCH: WebClient(WORKBENCH, frozenset({WORKBENCH_URL}), CALLER_AUDIENCE)}
-
-
-def subject_hash_key(directory: str | Path) -> dict[str, str]:
-    """The setting of the deployment's key of subject_hash, its file made once in `directory` (as the chart's Secret
-    or `agentfn up`'s var/secrets/subject-hash/key holds it): every part that takes callers needs it to start."""
-    path = Path(directory) / "subject-hash-key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(48))
-        path.chmod(0o600)
-    return {"AGENTFN_SUBJECT_HASH_KEY_FILE": str(path)}
 
 
 class Issuer(DevIssuer):
@@ -144,97 +114,6 @@ class Issuer(DevIssuer):
         """What the model function sends a tool function (or the page fetcher, `tool="page"`) for the caller."""
         part = audience("page") if tool == "page" else audience("tool", tool)
         return {"Authorization": f"Bearer {self.exchanged(part, subject, groups)}"}
-
-
-class Gunicorn:
-    """A function served by gunicorn on a loopback port, as in a cluster."""
-
-    def __init__(self, app: str, env: dict[str, str], log: Path):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, **env, "PORT": str(self.port), "AGENTFN_BIND": "127.0.0.1"}
-        self.app, self.log = app, log
-        self.process: subprocess.Popen | None = None
-
-    def start(self, timeout: float = 60) -> float:
-        started = time.monotonic()
-        self._out = open(self.log, "ab")
-        self.process = subprocess.Popen(
-            [str(BIN / "gunicorn"), "-c", "python:agentfn.shared.gunicorn_conf", self.app],
-            env=self.env,
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-        self.wait_ready(timeout)
-        return time.monotonic() - started
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.app} exited; see {self.log}:\n{self.log.read_text()[-3000:]}")
-            try:
-                if requests.get(self.url + "/readyz", timeout=2).status_code == 200:
-                    return
-            except (requests.ConnectionError, requests.Timeout):
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"{self.app} not ready in {timeout}s; see {self.log}")
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(15)
-        self._out.close()
-
-
-class Served:
-    """A WSGI app on a loopback port in this process (the scripted engine, the dev upstreams, a function built by
-    its factory)."""
-
-    def __init__(self, app, port: int | None = None):
-        self.app, self.port = app, port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._server = make_server("127.0.0.1", self.port, app, threaded=True)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    @property
-    def controls(self):
-        """A dev upstream's controls: the faults a test asks for, the tokens it received."""
-        return self.app.extensions["agentfn.dev_upstream"]
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-class Client:
-    """A caller of one function: requests with a caller token for one subject."""
-
-    def __init__(self, base: str, headers: dict[str, str]):
-        self.base, self.session = base, requests.Session()
-        self.session.headers.update(headers)
-
-    def __getattr__(self, method):
-        return lambda path, **kw: self.session.request(method.upper(), self.base + path, timeout=30, **kw)
-
-
-class Postgres(EmbeddedPostgres):
-    """The test server, plus the parts' roles it provisioned."""
-
-    def provision(self, schema: str, role: str) -> str:
-        password = secrets.token_urlsafe(16)
-        db.provision(self.admin_dsn, schema=schema, role=role, password=password)
-        return self.dsn(role, password)
-
-
-def postgres_dir() -> Path:
-    """Outside pytest's private temp tree: the server runs as its own system user and must reach it."""
-    path = Path(tempfile.mkdtemp(prefix="agentfn-pg-"))
-    path.chmod(0o711)
-    return path
 
 
 def openapi_schema(url: str):

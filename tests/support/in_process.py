@@ -16,13 +16,13 @@ import psycopg
 from flask import Flask, jsonify, request
 from psycopg.rows import dict_row
 
+from agentfn.devstack.harness.servers import Served
 from agentfn.model.engines import Cited, DeadlinePassed, EngineFailed, Text, ToolRequest, Usage
 from agentfn.shared.app import create_app as function_app
 from agentfn.shared.contract import audience
 from agentfn.shared.identity import Identity
 from agentfn.shared.tools import check_descriptor, doors
 from agentfn.shared.tools import openapi as tool_openapi
-from support import Served
 from support.model import EVERYONE, access, agent, parse_sse
 
 IN_PROCESS_DAILY = 20000  # the in-process function's tokens per caller per day

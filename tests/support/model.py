@@ -13,8 +13,10 @@ import time
 import jwt
 import requests
 
+from agentfn.devstack.harness.identity import MODEL_SERVICE, account
+from agentfn.devstack.harness.servers import BIN, Gunicorn, Served
 from agentfn.shared.contract import audience
-from support import BIN, MCP_RESOURCE, MODEL_SERVICE, STATEFUL_TOOLS, Gunicorn, Served, account
+from support import MCP_RESOURCE, STATEFUL_TOOLS
 
 EVERYONE = "system:authenticated"
 SERVED_READS = ("platform_status", "list_models")  # the read tools the model function's tests serve and name

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from support.apiserver import KubeAPI
+from agentfn.devstack.harness.apiserver import KubeAPI
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

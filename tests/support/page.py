@@ -1,4 +1,4 @@
-"""The page fetcher's test helpers: the namespace lab a fixture starts (tests/page/lab.py), the fetcher
+"""The page fetcher's test helpers: the namespace lab a fixture starts (agentfn.devstack.harness.page_lab), the fetcher
 under gunicorn inside it, its settings, and a caller of its door."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import requests
 
+from agentfn.devstack.harness.servers import BIN, ROOT
 from agentfn.shared.contract import audience
-from support import BIN, ROOT
 
 PROXY = "http://127.0.0.1:3128"  # an internal recorder: a fetcher that used it would be caught
 
@@ -27,7 +27,7 @@ def die_with_parent() -> None:
 
 
 class Lab:
-    """The lab: a network namespace of tests/page/lab.py's making, and what its servers and recorders saw."""
+    """The lab: a network namespace of agentfn.devstack.harness.page_lab's making, and what its servers and recorders saw."""
 
     def __init__(self, directory: Path, process: subprocess.Popen, pid: int):
         self.dir, self.process, self.pid = directory, process, pid

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import secrets
 import tempfile
 from pathlib import Path
 
 import requests
 
-from support import READ_TOOLS, Served
+from agentfn.devstack.harness.servers import READ_TOOLS
 
 UPSTREAM_TIMEOUT = 1.0
 # Limits small enough that every escape attempt ends fast on two shared cores.
@@ -25,11 +24,6 @@ RUN_LIMITS = {
     "AGENTFN_RUN_CODE_UID_BASE": "3100000",
 }
 CANARY = f"canary-{secrets.token_hex(8)}"  # in run_code's environment; a program must never see it
-
-
-def dev_upstream(tool: str, env: dict) -> Served:
-    """A read tool's dev upstream (a test double of the platform service behind it), on loopback."""
-    return Served(importlib.import_module(f"agentfn.devstack.{tool}").create_app(env))
 
 
 def tool_env(issuer, tool: str, upstream_url: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import requests
 
-from support import BIN, ROOT
+from agentfn.devstack.harness.servers import BIN, ROOT
 
 SHOTS = ROOT / "var" / "screenshots" / "workbench"
 

@@ -11,11 +11,11 @@ import subprocess
 import time
 
 import pytest
-from support import BIN, ROOT, Served
-from support.scripted_engine import create_app as engine_app
 from support.workbench import Stack
 
 from agentfn.cli.postgres import EmbeddedPostgres
+from agentfn.devstack.harness.servers import BIN, ROOT, Served
+from agentfn.devstack.scripted_engine import create_app as engine_app
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,6 @@ import platform
 import secrets
 import shutil
 import signal
-import socket
 import tempfile
 import time
 import warnings
@@ -20,14 +19,10 @@ from pathlib import Path
 
 import psycopg
 
+from agentfn.devstack.harness.ports import free_port  # `agentfn up`, the stand-ins' user, has the dev stack
+
 ADMIN = "postgres"
 ADMIN_PASSWORD_FILE = "agentfn-admin-password"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class EmbeddedPostgres:

@@ -22,7 +22,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from support import Served
+from agentfn.devstack.harness.servers import Served
 
 
 def value_of(v: AnyValue) -> Any:

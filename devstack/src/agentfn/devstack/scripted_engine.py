@@ -199,3 +199,13 @@ def stream(body: dict, step: dict, cid: str):
         if i and step.get("chunk_delay"):
             time.sleep(step["chunk_delay"])
         yield piece
+
+
+if __name__ == "__main__":
+    import argparse
+
+    from werkzeug.serving import make_server
+
+    parser = argparse.ArgumentParser(description="the scripted engine (a test double of an LLM) on a loopback port")
+    parser.add_argument("--port", type=int, required=True)
+    make_server("127.0.0.1", parser.parse_args().port, create_app(), threaded=True).serve_forever()

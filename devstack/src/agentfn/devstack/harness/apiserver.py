@@ -8,8 +8,6 @@ comes from a CA made here, so memory can verify TokenRequest tokens against `/op
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import secrets
 import shutil
 import subprocess
@@ -20,14 +18,13 @@ from pathlib import Path
 
 import requests
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import NameOID
 
-from agentfn.cli.postgres import free_port
+from .ca import throwaway_ca
+from .ports import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[5]  # the repository: devstack/src/agentfn/devstack/harness/ is five below it
 BUILD_SCRIPT = ROOT / "scripts" / "kube-apiserver.sh"
 KUBECTL = Path(sys.executable).parent / "kubectl"
 ETCD = "/usr/bin/etcd"
@@ -48,39 +45,8 @@ def _pem_key(key) -> bytes:
 
 
 def _certificates(directory: Path) -> None:
-    """ca.crt, a serving cert for 127.0.0.1/localhost signed by it, and the ServiceAccount signing key."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "agentfn-test-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    (directory / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (directory / "apiserver.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (directory / "apiserver.key").write_bytes(_pem_key(key))
+    """A throwaway CA (ca.pem), a serving cert for 127.0.0.1/localhost signed by it, and the ServiceAccount signing key."""
+    throwaway_ca(directory, "agentfn-test-ca", ["localhost"], ["127.0.0.1"])
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     (directory / "sa.key").write_bytes(_pem_key(sa))
     (directory / "sa.pub").write_bytes(
@@ -94,7 +60,7 @@ class KubeAPI:
         self.etcd_port, self.etcd_peer_port, self.port = free_port(), free_port(), free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self.issuer = self.url  # the ServiceAccount issuer: this apiserver itself
-        self.ca_file = self.root / "ca.crt"
+        self.ca_file = self.root / "ca.pem"
         self.admin_token = secrets.token_urlsafe(24)
         self.kubeconfig = self.root / "admin.kubeconfig"
         self._processes: list[subprocess.Popen] = []
@@ -134,8 +100,8 @@ class KubeAPI:
                 f"--secure-port={self.port}",
                 "--insecure-port=0",
                 f"--cert-dir={r / 'certs'}",
-                f"--tls-cert-file={r / 'apiserver.crt'}",
-                f"--tls-private-key-file={r / 'apiserver.key'}",
+                f"--tls-cert-file={r / 'leaf.pem'}",
+                f"--tls-private-key-file={r / 'leaf.key'}",
                 f"--token-auth-file={r / 'tokens.csv'}",
                 "--authorization-mode=RBAC",
                 f"--service-account-issuer={self.issuer}",

@@ -1,9 +1,9 @@
 """The page fetcher's test lab: a network namespace of its own, with a "public" web at global-looking
 addresses, internal targets that record every hit, and a DNS server (dnslib) for the test names.
 
-Run as root: `python lab.py --dir DIR [--forward PORT ...]`. It moves itself into a new network
-namespace (so it vanishes with this process), prints one JSON line when ready, and runs until its
-stdin closes. Other processes join it with `nsenter --net=/proc/PID/ns/net`.
+Run as root: `python -m agentfn.devstack.harness.page_lab --dir DIR [--forward PORT ...]`, or `launch` it. It
+moves itself into a new network namespace (so it vanishes with this process), prints one JSON line when ready, and
+runs until its stdin closes. Other processes join it with `nsenter --net=/proc/PID/ns/net`.
 
 `--forward PORT` makes host 127.0.0.1:PORT (Postgres, the token issuer) reachable at 127.0.0.1:PORT
 inside the namespace: a thread started before the move stays in the host's namespace and opens
@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import datetime as dt
 import ipaddress
 import json
 import os
 import queue
+import select
 import signal
 import socket
 import socketserver
@@ -34,16 +34,12 @@ from collections import Counter
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from dnslib import AAAA, CNAME, QTYPE, RCODE, RR, A
 from dnslib.dns import DNSError
 from dnslib.server import BaseResolver, DNSServer
 
-sys.path.insert(0, str(Path(__file__).parent))
-from public_web import PublicWeb  # noqa: E402
+from agentfn.devstack.harness.ca import throwaway_ca
+from agentfn.devstack.public_web import PublicWeb
 
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
@@ -143,13 +139,13 @@ def main() -> None:
 def start(directory: Path, forward: list[int], connector: Connector | None) -> None:
     """Inside the new namespace: addresses, certificates, DNS, the public web, recorders, forwards."""
     network()
-    ca, leaf = certificates(directory)
+    issued = throwaway_ca(directory, "agentfn page lab CA", CERT_NAMES, [PUBLIC, PUBLIC6])  # the fetcher trusts ca.pem
     for name in ("internal.jsonl", "public.jsonl", "dns.jsonl"):
         (directory / name).touch()
     Zone.serve(directory / "dns.jsonl")
     PublicWeb.hits_path = str(directory / "public.jsonl")
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    tls.load_cert_chain(leaf[0], leaf[1])
+    tls.load_cert_chain(issued.cert, issued.key)
     for address, port, context in [
         (PUBLIC, 80, None),
         (REBOUND, 80, None),
@@ -168,48 +164,6 @@ def network() -> None:
         f"addr add {a}/{32 if ':' not in a else 128} dev lo" for a in [PUBLIC, REBOUND, PUBLIC6, *INTERNAL]
     ]
     subprocess.run(["ip", "-batch", "-"], input="\n".join(commands) + "\n", text=True, check=True)
-
-
-def certificates(directory: Path) -> tuple[Path, tuple[Path, Path]]:
-    """A throwaway CA and one leaf for the public names; the fetcher trusts the CA through configuration."""
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "agentfn page lab CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(hours=1))
-        .not_valid_after(now + dt.timedelta(days=2))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    names = [x509.DNSName(n) for n in CERT_NAMES] + [x509.IPAddress(ipaddress.ip_address(a)) for a in (PUBLIC, PUBLIC6)]
-    leaf = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CERT_NAMES[0])]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(hours=1))
-        .not_valid_after(now + dt.timedelta(days=2))
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    (directory / "ca.pem").write_bytes(ca.public_bytes(pem))
-    (directory / "leaf.pem").write_bytes(leaf.public_bytes(pem))
-    (directory / "leaf.key").write_bytes(
-        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return directory / "ca.pem", (directory / "leaf.pem", directory / "leaf.key")
 
 
 def _reuse(sock: socket.socket, family: int) -> None:
@@ -373,6 +327,26 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+
+def launch(directory: Path, forward: list[int] = ()) -> tuple[subprocess.Popen, int]:
+    """The lab in a process of its own, dying with this one, once ready: the process (close its stdin to stop it) and
+    the pid whose network namespace is the lab's. Its errors go to DIR/lab.log."""
+    with open(directory / "lab.log", "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "agentfn.devstack.harness.page_lab", "--dir", str(directory)]
+            + [arg for port in forward for arg in ("--forward", str(port))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            preexec_fn=lambda: ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL),
+        )
+    ready, _, _ = select.select([process.stdout], [], [], 30)
+    line = process.stdout.readline() if ready else b""
+    if not line:
+        process.kill()
+        raise RuntimeError(f"the lab did not start; see {directory / 'lab.log'}")
+    return process, json.loads(line)["pid"]
 
 
 if __name__ == "__main__":
