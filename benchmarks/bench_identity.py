@@ -61,9 +61,7 @@ def registry() -> dict:
 
 
 class Bench(Started):
-    def __init__(self, args):
-        super().__init__("agentfn-bench-identity-")
-        self.args = args
+    prefix = "agentfn-bench-identity-"
 
     def up(self) -> None:
         self.pg = self.postgres()
@@ -227,9 +225,7 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()
-    bench = Bench(args)
-    try:
-        bench.up()
+    with Bench(args) as bench:
         results = {
             "when": when(),
             "machine": machine(),
@@ -237,8 +233,6 @@ def main() -> int:
             "exchange": bench.exchanges(),
             "turn": bench.turns(),
         }
-    finally:
-        bench.down()
     write("identity", results, markdown(results))
     print(json.dumps(results, indent=2))
     return 0

@@ -90,9 +90,7 @@ def parse_sse(text: str) -> list[tuple[str, dict]]:
 
 
 class Bench(Started):
-    def __init__(self, args):
-        super().__init__("agentfn-bench-model-")
-        self.args = args
+    prefix = "agentfn-bench-model-"
 
     def up(self) -> None:
         self.pg = self.postgres()
@@ -368,9 +366,7 @@ def main() -> int:
     parser.add_argument("--approvals", type=int, default=30)
     args = parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the in-process dev upstream's request lines
-    bench = Bench(args)
-    try:
-        bench.up()
+    with Bench(args) as bench:
         results = {
             "when": when(),
             "machine": machine(),
@@ -381,8 +377,6 @@ def main() -> int:
             "start_to_ready": bench.starts(),
             "approval_round_trip": bench.approval(),
         }
-    finally:
-        bench.down()
     write("model", results, markdown(results))
     print(markdown(results))
     return 0

@@ -14,7 +14,7 @@ from support import CHROMIUM, MCP_RESOURCE, Issuer, exchange_clients, web_client
 from support.model import SERVED_READS, SMALL_DAILY, TOOL_TIMEOUT, Engine, GatewayServer, Person, registry_document, tier_env
 from support.page import Lab
 from support.slow import starts_processes
-from support.tools import CANARY, RUN_LIMITS, tool_env
+from support.tools import CANARY, RUN_LIMITS, read_tools_served, tool_env
 
 from agentfn.devstack import weights
 from agentfn.devstack.harness import page_lab
@@ -161,20 +161,9 @@ def workbench(issuer, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def read_tools(upstreams, issuer, tmp_path_factory):
-    """Each read tool under gunicorn, as in a cluster; `.started_in` is its start-to-ready time."""
-    logs = tmp_path_factory.mktemp("tool-logs")
-    servers = {}
-    try:
-        for tool in READ_TOOLS:
-            server = Gunicorn(
-                f"agentfn.{tool}.app:create_app()", tool_env(issuer, tool, upstreams[tool].url), logs / f"{tool}.log"
-            )
-            server.started_in = server.start()
-            servers[tool] = server
+    """Each read tool under gunicorn, as in a cluster, its upstream timeout short (the tools' own tests)."""
+    with read_tools_served(issuer, upstreams, READ_TOOLS, tmp_path_factory.mktemp("tool-logs")) as servers:
         yield servers
-    finally:
-        for server in servers.values():
-            server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -245,25 +234,10 @@ def logs(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def model_read_tools(upstreams, issuer, logs):
-    servers = {}
-    try:
-        for tool in SERVED_READS:
-            server = Gunicorn(
-                f"agentfn.{tool}.app:create_app()",
-                {
-                    **issuer.env(),
-                    READ_TOOLS[tool]: upstreams[tool].url,
-                    "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": "5",
-                    "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(logs, tool)),
-                },
-                logs / f"{tool}.log",
-            )
-            server.start()
-            servers[tool] = server
+    """The read tools the model function's tests grant, their upstream timeout longer than the model function's bound
+    on a tool call (TOOL_TIMEOUT), so that a slow upstream is the model function's timeout."""
+    with read_tools_served(issuer, upstreams, SERVED_READS, logs, timeout=5) as servers:
         yield servers
-    finally:
-        for server in servers.values():
-            server.stop()
 
 
 @pytest.fixture(scope="session")

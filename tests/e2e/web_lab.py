@@ -32,6 +32,7 @@ from dnslib import QTYPE, RCODE, RR, A
 from dnslib.server import BaseResolver, DNSServer
 
 from agentfn.devstack.harness.ca import throwaway_ca
+from agentfn.devstack.harness.page_lab import pump  # the same byte pump as the page fetcher's lab
 
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
@@ -124,20 +125,6 @@ def inward(listener: socket.socket) -> None:
         inside.settimeout(None)
         for a, b in ((outside, inside), (inside, outside)):
             threading.Thread(target=pump, args=(a, b), daemon=True).start()
-
-
-def pump(source: socket.socket, sink: socket.socket) -> None:
-    try:
-        while data := source.recv(65536):
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for sock in (source, sink):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 if __name__ == "__main__":

@@ -151,7 +151,6 @@ def test_an_untrusted_service_account_is_forbidden(memory, issuer):
 @pytest.mark.slow  # memory under gunicorn
 def test_an_unreachable_key_set_is_503_not_401(memory_env, tmp_path, issuer):
     from agentfn.devstack.harness.ports import free_port
-
     from agentfn.devstack.harness.servers import Gunicorn
 
     env = {**memory_env, "AGENTFN_JWKS_URL": f"http://127.0.0.1:{free_port()}/jwks.json"}

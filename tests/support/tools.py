@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import secrets
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import requests
 
-from agentfn.devstack.harness.servers import READ_TOOLS
+from agentfn.devstack.harness.servers import READ_TOOLS, Gunicorn
 
 UPSTREAM_TIMEOUT = 1.0
 # Limits small enough that every escape attempt ends fast on two shared cores.
@@ -26,15 +27,35 @@ RUN_LIMITS = {
 CANARY = f"canary-{secrets.token_hex(8)}"  # in run_code's environment; a program must never see it
 
 
-def tool_env(issuer, tool: str, upstream_url: str) -> dict[str, str]:
+def tool_env(issuer, tool: str, upstream_url: str, timeout: float = UPSTREAM_TIMEOUT) -> dict[str, str]:
     """A read tool's settings: its upstream, and its own workload token to exchange the caller's for the upstream's."""
     assertion = issuer.assertion_file(Path(tempfile.mkdtemp(prefix="agentfn-tool-")), tool)
     return {
         **issuer.env(),
         READ_TOOLS[tool]: upstream_url,
-        "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": str(UPSTREAM_TIMEOUT),
+        "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": str(timeout),
         "AGENTFN_EXCHANGE_TOKEN_FILE": str(assertion),
     }
+
+
+@contextmanager
+def read_tools_served(issuer, upstreams, tools, logs: Path, timeout: float = UPSTREAM_TIMEOUT):
+    """These read tools under gunicorn, as in a cluster, each before its dev upstream; `.started_in` is each one's
+    start-to-ready time. All stopped at the end."""
+    servers = {}
+    try:
+        for tool in tools:
+            server = Gunicorn(
+                f"agentfn.{tool}.app:create_app()",
+                tool_env(issuer, tool, upstreams[tool].url, timeout),
+                logs / f"{tool}.log",
+            )
+            server.started_in = server.start()
+            servers[tool] = server
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
 
 
 def call(url: str, headers: dict, arguments: dict | None = None, **kw) -> requests.Response:

@@ -299,7 +299,7 @@ class Connector:
                 continue
             outside.settimeout(None)
             for a, b in ((inside, outside), (outside, inside)):
-                threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
 
     def listen(self, port: int) -> None:
         listener = socket.socket()
@@ -315,7 +315,8 @@ class Connector:
         threading.Thread(target=accept, daemon=True).start()
 
 
-def _pump(source: socket.socket, sink: socket.socket) -> None:
+def pump(source: socket.socket, sink: socket.socket) -> None:
+    """Bytes from one socket to the other until either end closes; then both are shut."""
     try:
         while data := source.recv(65536):
             sink.sendall(data)

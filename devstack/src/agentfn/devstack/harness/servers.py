@@ -158,11 +158,14 @@ class ScriptedEngineProcess:
 
 
 class Started:
-    """What a benchmark or a study started, stopped in the reverse order at its end, and its scratch folder."""
+    """What a benchmark or a study started, stopped in the reverse order at its end, its scratch folder (named from
+    `prefix`) and its arguments."""
 
-    def __init__(self, prefix: str):
-        self.tmp = Path(tempfile.mkdtemp(prefix=prefix))
-        self.started: list = []
+    prefix = "agentfn-"
+
+    def __init__(self, args=None):
+        self.args, self.started = args, []
+        self.tmp = Path(tempfile.mkdtemp(prefix=self.prefix))
 
     def start(self, server: Gunicorn, timeout: float = 120) -> Gunicorn:
         server.start(timeout)
@@ -179,6 +182,20 @@ class Started:
         pg.start()
         self.keep(Scratch(pg))
         return pg
+
+    def up(self) -> None:
+        """What a subclass starts; `with` calls it, and `down` at the end whatever happened."""
+
+    def __enter__(self):
+        try:
+            self.up()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.down()
 
     def down(self) -> None:
         for running in reversed(self.started):
