@@ -18,7 +18,7 @@ from agentfn.shared import clock
 from agentfn.shared.contract import ALONE
 from agentfn.shared.identity import caller_required, platform_required, verify_caller
 from agentfn.shared.problems import ProblemError, not_found, problem_type, unprocessable
-from agentfn.shared.tools import LazySchema
+from agentfn.shared.tool_function import LazySchema
 
 from . import calls, schemas
 from .episodes import end_session
