@@ -15,7 +15,7 @@ from .engines import Engine, Tier
 from .memory_client import MemoryClient
 from .registry import Registry
 from .store import Store
-from .tools import ToolTable
+from .tool_table import ToolTable
 
 
 @dataclass

@@ -27,7 +27,7 @@ from .generation import Generation
 from .offered import Offered
 from .registry import Agent
 from .services import Services
-from .tools import CallContext, ToolResult, executed, problem
+from .tool_table import CallContext, ToolResult, executed, problem
 
 
 class Turn(Protocol):
