@@ -31,7 +31,7 @@ from .parts_http import Http
 from .registry import Registry
 from .routes import bp
 from .schemas import openapi
-from .services import Limits, Services
+from .services import Services, TurnLimits
 from .settings import ModelSettings, ToolSettings
 from .store import Store
 from .tool_table import ToolTable
@@ -64,7 +64,7 @@ def services_from_env(
         audiences=audiences,
     )
     memory = MemoryClient(settings.memory_url, settings.service_token_file, web, tokens, tools.audience("memory"))
-    limits = Limits(
+    limits = TurnLimits(
         daily_tokens=settings.daily_tokens,
         recall_limit=settings.recall_limit,
         recall_max_tokens=settings.recall_max_tokens,
