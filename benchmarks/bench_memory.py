@@ -76,7 +76,7 @@ from agentfn.devstack.harness.postgres import Postgres, postgres_dir
 from agentfn.devstack.harness.servers import Gunicorn
 from agentfn.memory.embedder import DEFAULT_MODEL, load_models, model_config, open_embedder
 from agentfn.memory.memory import Memory
-from agentfn.memory.quotas import Limits
+from agentfn.memory.quotas import Quotas
 from agentfn.memory.settings import MemorySettings
 from agentfn.memory.store import Store
 
@@ -84,7 +84,7 @@ APP, DIMS, SMALL_MAX = "agentfn.memory.app:create_app()", 384, 200
 MEASURED = {"1k": 1_000, "10k": 10_000}
 CORPUS = json.loads((ROOT / "studies/recall/corpus_base.json").read_text())
 NOTES = [(n["kind"], n["text"]) for n in CORPUS["notes"]]
-UNLIMITED = Limits(max_entries=10**9, writes_per_minute=10**9)  # the write figures measure writes, not the quotas
+UNLIMITED = Quotas(max_entries=10**9, writes_per_minute=10**9)  # the write figures measure writes, not the quotas
 QUERIES = [q["text"] for q in CORPUS["questions"]]
 WHAT_IFS = {  # covering indexes tried beside the shipped one, one at a time
     "with_id": "CREATE INDEX bench_with_id ON memory.entries (subject, model) INCLUDE (id, kind, embedding)",

@@ -46,7 +46,7 @@ from agentfn.devstack import weights
 from agentfn.model import prompt
 from agentfn.model.citations import cited
 from agentfn.model.engines import Cited, Engine, Text, Tier, ToolRequest, Usage
-from agentfn.model.tools import Tool, _builtins
+from agentfn.model.tool_table import Tool, _builtins
 
 AGENT = "code-reviewer"
 MAX_TOKENS = 160  # `agentfn up`'s fast tier

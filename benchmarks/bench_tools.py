@@ -54,7 +54,7 @@ from agentfn.devstack.harness.postgres import Postgres, postgres_dir
 from agentfn.devstack.harness.servers import READ_TOOLS, Gunicorn, dev_upstream
 from agentfn.run_code.bounds import Bounds
 from agentfn.run_code.bubblewrap import Bubblewrap
-from agentfn.run_code.limits import Limits
+from agentfn.run_code.limits import RunLimits
 from agentfn.run_code.rootfs import LazyRoot, default_python
 from agentfn.run_code.sandbox import Uids
 from agentfn.run_code.settings import SandboxSettings
@@ -330,7 +330,7 @@ def main() -> None:
 
         python = default_python()
         uids = Uids(3900000, 2) if os.geteuid() == 0 else None
-        limits = Limits(memory_bytes=256 << 20, processes=16)
+        limits = RunLimits(memory_bytes=256 << 20, processes=16)
         bounds = Bounds("auto", limits)
         bubblewrap = Bubblewrap(SandboxSettings(), limits, LazyRoot(python), uids, bounds)
         door_server = ColdStart("agentfn.run_code.app:create_app()", run_env, logs / "run_code-door.log")

@@ -8,7 +8,7 @@ import pytest
 
 from agentfn.model import prompt
 from agentfn.model.engines import AnswerStream, EngineFailed, constrained_schema, tiers_from_env
-from agentfn.model.tools import Tool
+from agentfn.model.tool_table import Tool
 
 ANSWERS = ["Plain words.", 'Quotes " and \\ backslashes', "Accents: čćžšđ, emoji 😀, tab\tand\nnewline", ""]
 SIZES = [1, 2, 3, 5, 8, 1000]

@@ -200,8 +200,8 @@ def test_the_inspector_cli_lists_and_calls_the_tools(inspector, model, person):
 @pytest.mark.parametrize("handler", ["list_tools", "call_tool"])
 def test_a_handler_alone_refuses_a_request_whose_token_was_not_verified(handler):
     """The handlers are module-level, as the SDK's examples write them: called without a verified caller, they refuse."""
-    from agentfn.model import mcp_tools
+    from agentfn.model import mcp_handlers
 
     with pytest.raises(MCPError) as refused:
-        asyncio.run(getattr(mcp_tools, handler)(None, None))
+        asyncio.run(getattr(mcp_handlers, handler)(None, None))
     assert (refused.value.code, refused.value.message) == (-32001, "no valid caller token")

@@ -383,10 +383,10 @@ def test_the_sandbox_dies_with_the_service(tmp_path):
 from agentfn.run_code.bubblewrap import Bubblewrap
 from agentfn.run_code.rootfs import LazyRoot, default_python
 from agentfn.run_code.bounds import Bounds
-from agentfn.run_code.limits import Limits
+from agentfn.run_code.limits import RunLimits
 from agentfn.run_code.sandbox import Uids
 from agentfn.run_code.settings import SandboxSettings
-limits = Limits(wall_seconds=60)
+limits = RunLimits(wall_seconds=60)
 sandbox = Bubblewrap(SandboxSettings(), limits, LazyRoot(default_python()), Uids({base}, 1), Bounds("auto", limits))
 sandbox.run("import time\\ntime.sleep(60)")
 """)

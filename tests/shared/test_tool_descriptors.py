@@ -8,7 +8,7 @@ import requests
 from jsonschema import Draft202012Validator
 from support import TOOLS
 
-from agentfn.shared.tools import changes_state, check_descriptor
+from agentfn.shared.tool_function import changes_state, check_descriptor
 
 # RFC 0002: the reads are callable alone and over MCP; run_code never.
 CHANNELS = {"platform_status": True, "list_models": True, "radar_latest": True, "run_code": False}

@@ -21,8 +21,8 @@ from agentfn.model.engines import Cited, DeadlinePassed, EngineFailed, Text, Too
 from agentfn.shared.app import create_app as function_app
 from agentfn.shared.contract import audience
 from agentfn.shared.identity import Identity
-from agentfn.shared.tools import check_descriptor, doors
-from agentfn.shared.tools import openapi as tool_openapi
+from agentfn.shared.tool_function import check_descriptor, doors
+from agentfn.shared.tool_function import openapi as tool_openapi
 from support.model import EVERYONE, access, agent, parse_sse
 
 IN_PROCESS_DAILY = 20000  # the in-process function's tokens per caller per day
@@ -153,7 +153,7 @@ class MemoryDouble(Served):
 
 
 def tool_double(issuer, name: str, *, changes_state: bool) -> Served:
-    """TEST DOUBLE of a tool function of another team, built as every one is (`shared.app`, `shared.tools.doors`) and
+    """TEST DOUBLE of a tool function of another team, built as every one is (`shared.app`, `shared.tool_function.doors`) and
     served on loopback in this process. It takes an optional `service` and answers with it; the arguments of every
     call that reached it are kept in `app.extensions["calls"]`."""
     descriptor = check_descriptor(

@@ -110,12 +110,12 @@ def registry_document() -> dict:
 
 
 def stateful_tool(issuer, name: str) -> Served:
-    """A tool function built as every one is (`shared.app`, `shared.tools.doors`), of another team: its descriptor offers
-    it alone and over MCP and says it changes state, or does not say (`STATEFUL_TOOLS`). The calls that reach it
-    are kept in `app.extensions["calls"]`."""
+    """A tool function built as every one is (`shared.app`, `shared.tool_function.doors`), of another team: its
+    descriptor offers it alone and over MCP and says it changes state, or does not say (`STATEFUL_TOOLS`). The calls
+    that reach it are kept in `app.extensions["calls"]`."""
     from agentfn.shared.app import create_app
     from agentfn.shared.identity import Identity
-    from agentfn.shared.tools import check_descriptor, doors, openapi
+    from agentfn.shared.tool_function import check_descriptor, doors, openapi
 
     descriptor = check_descriptor(
         {

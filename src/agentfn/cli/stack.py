@@ -112,7 +112,7 @@ EXCHANGES = (*CALLERS, "agentfn.shared.exchange:ExchangeSettings")
 READ = {
     "memory": (*CALLERS, "agentfn.memory.settings:MemorySettings", "agentfn.memory.settings:EmbeddingSettings"),
     "page": (*CALLERS, "agentfn.page.settings:PageSettings"),
-    **{tool: (*EXCHANGES, "agentfn.shared.tool_settings:ReadToolSettings") for tool in READS},
+    **{tool: (*EXCHANGES, "agentfn.shared.read_tool:ReadToolSettings") for tool in READS},
     "run_code": (*CALLERS, "agentfn.run_code.settings:RunCodeSettings", "agentfn.run_code.settings:SandboxSettings"),
     "model": (
         *EXCHANGES,

@@ -3,7 +3,7 @@
 `gunicorn -c python:agentfn.shared.gunicorn_conf 'agentfn.list_models.app:create_app()'`. The service behind it
 and its contract: `functions/list_models/upstream.md`; its test double: `agentfn.devstack.list_models`.
 
-Configuration: `ReadToolSettings` (agentfn.shared.tool_settings; docs/configuration.md), and identity's.
+Configuration: `ReadToolSettings` (agentfn.shared.read_tool; docs/configuration.md), and identity's.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from agentfn.shared.problems import unavailable
 from . import embedder as embedding
 from .embedder_base import EmbeddingFailed
 from .memory import Memory
-from .quotas import Limits, QuotaSpent
+from .quotas import Quotas, QuotaSpent
 from .routes import bp
 from .schemas import openapi
 from .settings import MemorySettings
@@ -48,7 +48,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         store,
         model,
         max_tokens=settings.recall_max_tokens,
-        limits=Limits(settings.max_entries, settings.writes_per_minute),
+        limits=Quotas(settings.max_entries, settings.writes_per_minute),
     )
 
     @app.errorhandler(QuotaSpent)

@@ -13,7 +13,7 @@ import numpy as np
 from agentfn.shared.problems import ProblemError, not_found, problem_type, unprocessable
 
 from . import notes, quotas
-from .quotas import Limits, Survey
+from .quotas import Quotas, Survey
 from .schemas import EPISODE_MAX_CHARS, EPISODE_MAX_WORDS, KINDS, MAX_RECALL
 from .stays import STAYS
 from .store import Once, Spent, Store
@@ -60,13 +60,13 @@ def check_note(text: str) -> None:
 
 
 class Memory:
-    def __init__(self, store: Store, embedder, *, max_tokens: int, limits: Limits | None = None):
+    def __init__(self, store: Store, embedder, *, max_tokens: int, limits: Quotas | None = None):
         self.store = store
         self.embedder = embedder
         self.model = embedder.config.name
         self.threshold = embedder.config.threshold
         self.max_tokens = max_tokens
-        self.limits = limits or Limits()
+        self.limits = limits or Quotas()
         # A subject's entries come back recall after recall: each is tokenized once per process, not once per recall.
         self._count_tokens = functools.lru_cache(maxsize=4096)(embedder.count_tokens)
         self.watchlist = quotas.Watchlist()

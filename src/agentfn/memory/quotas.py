@@ -19,7 +19,9 @@ CAP_RETRY_SECONDS = 3600  # the cap does not lift by itself: a client is told to
 
 
 @dataclass(frozen=True)
-class Limits:
+class Quotas:
+    """A subject's quotas: the entries it may keep, and its writes a minute (the bucket's size and refill)."""
+
     max_entries: int = 2000
     writes_per_minute: int = 60
 
@@ -41,7 +43,7 @@ class QuotaSpent(ProblemError):
         self.retry_after = retry_after
 
 
-def check_cap(survey: Survey, limits: Limits) -> None:
+def check_cap(survey: Survey, limits: Quotas) -> None:
     if survey.entries >= limits.max_entries:
         raise QuotaSpent(
             f"this memory holds its {limits.max_entries} entries, the most it keeps; forget some entries to keep new ones",
@@ -51,7 +53,7 @@ def check_cap(survey: Survey, limits: Limits) -> None:
         )
 
 
-def check_rate(survey: Survey, limits: Limits) -> None:
+def check_rate(survey: Survey, limits: Quotas) -> None:
     if survey.available < 1:
         wait = max(1, math.ceil((1 - survey.available) * 60 / limits.writes_per_minute))
         raise QuotaSpent(
@@ -62,7 +64,7 @@ def check_rate(survey: Survey, limits: Limits) -> None:
         )
 
 
-def near(survey: Survey, limits: Limits) -> bool:
+def near(survey: Survey, limits: Quotas) -> bool:
     """Refused, or a write or two from being refused (the bucket, the cap)."""
     return survey.available < 3 or survey.entries >= limits.max_entries - 2
 

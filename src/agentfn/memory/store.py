@@ -18,7 +18,7 @@ from agentfn.shared import db
 
 from . import terms
 from .held import Held, HeldEntries
-from .quotas import Limits, Survey
+from .quotas import Quotas, Survey
 
 SCHEMA = "memory"
 
@@ -293,7 +293,7 @@ class Store(db.SchemaStore):
         with self.subject(subject) as cur:
             return cur.execute(GET, dict(subject=subject, id=entry_id)).fetchone()
 
-    def survey(self, subject: str, text: str | None, limits: Limits, exclude: uuid.UUID | None = None) -> Survey:
+    def survey(self, subject: str, text: str | None, limits: Quotas, exclude: uuid.UUID | None = None) -> Survey:
         """The subject's quota and duplicate, read without the lock: the check before an embedding is spent."""
         params = dict(subject=subject, text=text, exclude=exclude, cap=limits.max_entries, rate=limits.writes_per_minute)
         with self.subject(subject) as cur:
@@ -304,7 +304,7 @@ class Store(db.SchemaStore):
         self,
         subject: str,
         text: str | None,
-        limits: Limits,
+        limits: Quotas,
         exclude: uuid.UUID | None,
         check: Callable[[Survey], dict | None],
         once: Once | None = None,
@@ -347,7 +347,7 @@ class Store(db.SchemaStore):
         model: str,
         embedding: Callable[[], np.ndarray],
         *,
-        limits: Limits,
+        limits: Quotas,
         cost: int,
         check: Callable[[Survey], dict | None],
         session_id: str | None = None,
@@ -384,7 +384,7 @@ class Store(db.SchemaStore):
         model: str,
         embedding: Callable[[], np.ndarray],
         *,
-        limits: Limits,
+        limits: Quotas,
         compare: str | None,
         check: Callable[[Survey], dict | None],
     ) -> dict | None:

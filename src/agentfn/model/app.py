@@ -24,17 +24,17 @@ from agentfn.shared.identity import Identity
 
 from . import admin
 from .approvals import Approvals
-from .clients import Http
 from .engines import Engine, Tier, tiers_from_env
 from .mcp_server import LazyMCP, build, protected_resource
 from .memory_client import MemoryClient
+from .parts_http import Http
 from .registry import Registry
 from .routes import bp
 from .schemas import openapi
-from .services import Limits, Services
+from .services import Services, TurnLimits
 from .settings import ModelSettings, ToolSettings
 from .store import Store
-from .tools import ToolTable
+from .tool_table import ToolTable
 
 # The tool functions are the ones the environment names: AGENTFN_TOOL_<NAME>_URL (or _AUDIENCE) for each.
 TOOL_SETTING = re.compile(r"^AGENTFN_TOOL_([A-Z0-9_]+)_(?:URL|AUDIENCE)$")
@@ -64,7 +64,7 @@ def services_from_env(
         audiences=audiences,
     )
     memory = MemoryClient(settings.memory_url, settings.service_token_file, web, tokens, tools.audience("memory"))
-    limits = Limits(
+    limits = TurnLimits(
         daily_tokens=settings.daily_tokens,
         recall_limit=settings.recall_limit,
         recall_max_tokens=settings.recall_max_tokens,

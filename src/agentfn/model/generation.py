@@ -20,8 +20,8 @@ from typing import Any
 from agentfn.shared.problems import ProblemError, problem_type
 
 from . import prompt
-from .chat import Chat
 from .engines import Cited, DeadlinePassed, Engine, EngineFailed, Text, ToolRequest, Usage
+from .round_telemetry import RoundTelemetry
 from .store import Spent, Store, today
 
 DEADLINE = ProblemError(504, "Deadline", "the turn's deadline passed", type=problem_type("deadline"))
@@ -235,7 +235,7 @@ class Round:
         g.held = 0
         self.max_tokens = max(g.min_completion, min(self.completion, held - cost))
         self.began = time.perf_counter()
-        self.chat = Chat(self.engine.tier, self.max_tokens) if self.traced else None
+        self.telemetry = RoundTelemetry(self.engine.tier, self.max_tokens) if self.traced else None
         self.stream = self.engine.round(
             self.convo, self.offer, self.max_tokens, self.deadline, notes=self.notes, address=self.address
         )
@@ -266,5 +266,5 @@ class Round:
         else:  # what the engine read and wrote before it failed (or the consumer left) still counts
             spent = Usage(self.cost, prompt.estimate(self.text) if self.pieces else 0)
         g.spent(spent)
-        if self.chat is not None:
-            self.chat.end(spent, error)
+        if self.telemetry is not None:
+            self.telemetry.end(spent, error)

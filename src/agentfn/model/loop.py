@@ -67,27 +67,44 @@ def begin(services: Services, caller: Caller, agent: Agent, messages: list[dict[
                 conversation=conversation_hash(agent.name, messages),
             )
         )
-        # The day is held at a bound on what the engine may count; the agent's tokens per turn checked at the likely count.
-        fitted, overhead = prompt.fit(messages, tier.context_tokens), TOOL_OVERHEAD
-        if agent.memory != "none":
-            overhead += s.limits.recall_max_tokens
-        cost = prompt.estimate(fitted) + prompt.estimate(agent.brief) + overhead
-        completion = min(
-            tier.max_tokens, agent.tokens_per_turn - prompt.likely(fitted) - prompt.likely(agent.brief) - overhead
-        )
+        # The first round's prompt before recall and the tools: the messages that fit, the brief, and room for the rest.
+        overhead = TOOL_OVERHEAD + (s.limits.recall_max_tokens if agent.memory != "none" else 0)
         try:
-            if completion < s.limits.min_completion:
-                raise budget_problem(per_turn=True)
+            cost, completion = round_budget(
+                s, agent, tier, [prompt.fit(messages, tier.context_tokens), agent.brief], overhead=overhead
+            )
             generation.hold(cost + completion, cost + s.limits.min_completion)  # the first round's
         except ProblemError as refusal:
-            limit = telemetry.error_type(refusal.type, refusal.status)
-            telemetry.record("agentfn.turns", 1, {"gen_ai.agent.name": agent.name, "agentfn.outcome": "budget"})
-            telemetry.record("agentfn.budget.refusals", 1, {"gen_ai.agent.name": agent.name, "agentfn.limit": limit})
+            record_turn(agent.name, "budget", telemetry.error_type(refusal.type, refusal.status))
             raise
         if approvals and not s.store.use_approvals(caller.subject, [(a.jti, a.expires) for a in approvals]):
             raise refused(409, "approval-used", "an approval in the request was used before; each is good once")
         closing.pop_all()  # from here the turn's stream closes the record
     return Turn(s, caller, agent, tier, messages, generation, deadline, approvals=approvals, parent=telemetry.current())
+
+
+def round_budget(
+    s: Services, agent: Agent, tier: Tier, prompts: list[Any], *, overhead: int = 0, used: int = 0
+) -> tuple[int, int]:
+    """A round's cost and completion tokens, its prompt being `prompts` and `overhead` tokens more, when the turn has
+    used `used` tokens; the per-turn budget's problem when fewer than the least completion worth a round are left.
+
+    The caller's day is held at the cost, a bound on what the engine may count; the agent's tokens per turn are
+    checked at the likely count, as a turn's cap is passed by at most one round anyway.
+    """
+    cost = sum(prompt.estimate(p) for p in prompts) + overhead
+    likely = sum(prompt.likely(p) for p in prompts) + overhead
+    completion = min(tier.max_tokens, agent.tokens_per_turn - used - likely)
+    if completion < s.limits.min_completion:
+        raise budget_problem(per_turn=True)
+    return cost, completion
+
+
+def record_turn(agent: str, outcome: str, refusal: str | None) -> None:
+    """A turn's metrics: the turn by its outcome, and a budget's refusal by the limit that refused it."""
+    telemetry.record("agentfn.turns", 1, {"gen_ai.agent.name": agent, "agentfn.outcome": outcome})
+    if outcome == "budget":
+        telemetry.record("agentfn.budget.refusals", 1, {"gen_ai.agent.name": agent, "agentfn.limit": refusal})
 
 
 def checked_approvals(
@@ -234,8 +251,10 @@ class Turn:
             offer = [t for t, _ in tools.values()] if calls_left > 0 else None
             # Constrained mode lists the tools in the system text, already in the conversation.
             listed = [t.listing() for t in offer] if offer and not constrained else []
-            cost = prompt.estimate(convo) + (prompt.estimate(listed) if listed else 0)
-            completion = self._completion(prompt.likely(convo) + (prompt.likely(listed) if listed else 0))
+            used = self.generation.used
+            cost, completion = round_budget(
+                s, agent, tier, [convo, listed] if listed else [convo], used=used.tokens_in + used.tokens_out
+            )
             with self.generation.round(
                 s.engine(tier),
                 convo,
@@ -286,19 +305,6 @@ class Turn:
 
     # --- helpers ---------------------------------------------------------------------------------------
 
-    def _completion(self, likely: int) -> int:
-        """The completion tokens the agent's tokens per turn leave a round whose prompt likely counts `likely`.
-
-        The caller's day is held at the round's cost, a bound on what the engine may count; the agent's tokens
-        per turn are checked at the likely count, as a turn's cap is passed by at most one round anyway.
-        """
-        used = self.generation.used
-        per_turn_left = self.agent.tokens_per_turn - used.tokens_in - used.tokens_out
-        completion = min(self.tier.max_tokens, per_turn_left - likely)
-        if completion < self.services.limits.min_completion:
-            raise budget_problem(per_turn=True)
-        return completion
-
     def _recall(self) -> list[dict[str, Any]] | None:
         """The entries recalled for the person's last message (as the caller), None if memory did not answer."""
         last = next((m["content"] for m in reversed(self.messages) if m["role"] == "user"), "")
@@ -342,11 +348,7 @@ class Turn:
         )
         if status not in ("ok", "cancelled"):
             self.span.fail(self.refusal or status)
-        telemetry.record("agentfn.turns", 1, {"gen_ai.agent.name": self.agent.name, "agentfn.outcome": status})
-        if status == "budget":
-            telemetry.record(
-                "agentfn.budget.refusals", 1, {"gen_ai.agent.name": self.agent.name, "agentfn.limit": self.refusal}
-            )
+        record_turn(self.agent.name, status, self.refusal)
 
 
 def opening(

@@ -5,8 +5,8 @@ is an ASGI app; `a2wsgi` mounts it in the WSGI app gunicorn serves. The SDK's se
 running for it to answer, which a Starlette lifespan would do and a2wsgi does not: it runs on an event
 loop of this module's own, in a thread, and that loop is handed to the middleware.
 
-The handlers (`mcp_tools`, module-level) read the loop's own tool table (`calls.listing` / `calls.call`): no
-second table, so a tool reads the same in an agent step, in the record and to an MCP client.
+The handlers (`mcp_handlers`, module-level) read the loop's own tool table (`direct_calls.listing` /
+`direct_calls.call`): no second table, so a tool reads the same in an agent step, in the record and to an MCP client.
 
 `/mcp` is an OAuth 2.1 resource server as the MCP authorization spec has it: it takes only tokens whose
 audience is its own resource URL (`AGENTFN_MCP_RESOURCE`, what an MCP client names as RFC 8707 `resource`),
@@ -67,7 +67,7 @@ def build(
     from mcp.server.lowlevel.server import Server
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from .mcp_tools import CallerTokens, call_tool, list_tools, serving
+    from .mcp_handlers import CallerTokens, call_tool, list_tools, serving
 
     logging.getLogger("mcp").setLevel(logging.WARNING)  # its info lines may name sessions; ours say what matters
 

@@ -17,7 +17,7 @@ from agentfn.shared.exchange import ExchangeFailed, TokenExchange
 from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError, problem_type
 
-from .clients import Http, Unreachable
+from .parts_http import Http, Unreachable
 
 RECALLED_FIELDS = ("id", "kind", "text", "source", "created_at", "updated_at", "similarity", "date")
 

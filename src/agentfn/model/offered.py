@@ -16,7 +16,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from .tools import problem
+from .tool_table import problem
 
 # What a person writes as an address in a message: http(s) up to whitespace or a closing bracket or quote.
 WRITTEN = re.compile(r"https?://[^\s<>\"'`)\]}]+", re.IGNORECASE)

@@ -18,9 +18,9 @@ from agentfn.shared import clock
 from agentfn.shared.contract import ALONE
 from agentfn.shared.identity import caller_required, platform_required, verify_caller
 from agentfn.shared.problems import ProblemError, not_found, problem_type, unprocessable
-from agentfn.shared.tools import LazySchema
+from agentfn.shared.tool_function import LazySchema
 
-from . import calls, schemas
+from . import direct_calls, schemas
 from .episodes import end_session
 from .loop import begin
 from .registry import Agent
@@ -171,7 +171,7 @@ def warm_engines():
 @caller_required
 def list_tools():
     """The reviewed reads the caller may call on their own."""
-    return jsonify(tools=[t.listing() for t in calls.listing(services(), g.caller, ALONE)])
+    return jsonify(tools=[t.listing() for t in direct_calls.listing(services(), g.caller, ALONE)])
 
 
 @bp.post("/v1/tools/<name>/call")
@@ -179,7 +179,7 @@ def list_tools():
 def call_tool(name: str):
     """Call a tool on its own, as the caller: the same checks, forwarding and record as an agent's step."""
     body = json_body(CALL)
-    outcome = calls.call(services(), g.caller, name, body["arguments"], ALONE)
+    outcome = direct_calls.call(services(), g.caller, name, body["arguments"], ALONE)
     if outcome is None:
         raise not_found(NO_TOOL)
     if outcome.ok:

@@ -15,11 +15,14 @@ from .engines import Engine, Tier
 from .memory_client import MemoryClient
 from .registry import Registry
 from .store import Store
-from .tools import ToolTable
+from .tool_table import ToolTable
 
 
 @dataclass
-class Limits:
+class TurnLimits:
+    """What bounds a turn (from the settings): the caller's daily tokens, what recall brings, the least completion
+    worth a round; and the tier that writes episodes."""
+
     daily_tokens: int
     recall_limit: int
     recall_max_tokens: int
@@ -96,7 +99,7 @@ class Services:
     tools: ToolTable
     tiers: dict[str, Tier]
     memory: MemoryClient
-    limits: Limits
+    limits: TurnLimits
     approvals: Approvals = field(default_factory=lambda: Approvals(None, 300))
     warming: Warming = field(default_factory=Warming)
     # What builds a tier's engine: the OpenAI-compatible client, or a test's stand-in for it (create_app's `engines`).

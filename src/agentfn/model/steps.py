@@ -27,11 +27,12 @@ from .generation import Generation
 from .offered import Offered
 from .registry import Agent
 from .services import Services
-from .tools import CallContext, ToolResult, executed, problem
+from .tool_table import CallContext, ToolResult, executed, problem
 
 
-class Turn(Protocol):
-    """What the steps read of the turn they run in (loop.py), and the time its tools take, which they add."""
+class TurnView(Protocol):
+    """What the steps read of the turn they run in (loop.py's `Turn`), and the time its tools take, which they add.
+    A protocol, not that `Turn`: loop.py imports this module."""
 
     services: Services
     caller: Caller
@@ -56,7 +57,7 @@ class Steps:
     streamed and recorded."""
 
     def __init__(
-        self, turn: Turn, tools: dict, notes: dict[str, dict], convo: list[dict], constrained: bool, offered: Offered
+        self, turn: TurnView, tools: dict, notes: dict[str, dict], convo: list[dict], constrained: bool, offered: Offered
     ):
         self.turn, self.tools, self.convo, self.constrained = turn, tools, convo, constrained
         self.notes = notes  # the notes recalled for the turn, by id: the ones shown to the model

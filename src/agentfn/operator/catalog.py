@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from agentfn.shared.contract import ALONE, MCP, NEVER_ALONE_OR_MCP, STEP, builtin_tools
-from agentfn.shared.tools import DESCRIPTOR_FILE, changes_state, check_descriptor
+from agentfn.shared.tool_function import DESCRIPTOR_FILE, changes_state, check_descriptor
 
 from .config import Config
 

@@ -8,7 +8,7 @@ from flask import Blueprint, current_app, g, jsonify, request
 
 from agentfn.shared.identity import caller_required
 from agentfn.shared.problems import bad_request, forbidden
-from agentfn.shared.tools import LazySchema
+from agentfn.shared.tool_function import LazySchema
 
 from . import schemas
 from .pages import Pages

@@ -3,7 +3,7 @@
 `gunicorn -c python:agentfn.shared.gunicorn_conf 'agentfn.radar_latest.app:create_app()'`. The service behind it
 and its contract: `functions/radar_latest/upstream.md`; its test double: `agentfn.devstack.radar_latest`.
 
-Configuration: `ReadToolSettings` (agentfn.shared.tool_settings; docs/configuration.md), and identity's.
+Configuration: `ReadToolSettings` (agentfn.shared.read_tool; docs/configuration.md), and identity's.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from agentfn.shared.contract import audience
 from agentfn.shared.identity import Caller, Identity
 from agentfn.shared.problems import ProblemError, problem_type, unavailable
 from agentfn.shared.pseudonym import subject_hash
-from agentfn.shared.tools import doors, load_descriptor, openapi
+from agentfn.shared.tool_function import doors, load_descriptor, openapi
 
 from .bounds import Bounds
 from .bubblewrap import Bubblewrap

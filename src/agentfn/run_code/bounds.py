@@ -20,7 +20,7 @@ import os
 import resource
 import time
 
-from .limits import Limits, SandboxError
+from .limits import RunLimits, SandboxError
 
 MODES = ("auto", "required", "off")
 NEEDED = ("memory", "pids")
@@ -34,7 +34,7 @@ class Unavailable(Exception):
 class Bounds:
     """The mechanism in force for every run of this service process."""
 
-    def __init__(self, mode: str, limits: Limits):
+    def __init__(self, mode: str, limits: RunLimits):
         if mode not in MODES:
             raise RuntimeError(f"AGENTFN_RUN_CODE_CGROUP must be one of {', '.join(MODES)}")
         self.limits, self.tree, self.why = limits, None, "no cgroup tried"
@@ -62,7 +62,7 @@ class RunBound:
 
     poll: float | None = None
 
-    def __init__(self, limits: Limits):
+    def __init__(self, limits: RunLimits):
         self.limits = limits
 
     def enter(self, pid: int, *, nproc: bool) -> None:
@@ -155,7 +155,7 @@ class Tree:
 
 
 class CgroupRun(RunBound):
-    def __init__(self, tree: Tree, limits: Limits):
+    def __init__(self, tree: Tree, limits: RunLimits):
         super().__init__(limits)
         self.path = tree.new_run()
         try:

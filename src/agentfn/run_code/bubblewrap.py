@@ -13,7 +13,7 @@ import os
 import shutil
 
 from .bounds import Bounds
-from .limits import Limits, SandboxError
+from .limits import RunLimits, SandboxError
 from .rootfs import LazyRoot
 from .sandbox import Uids
 from .settings import SandboxSettings
@@ -37,7 +37,7 @@ def find_bwrap(configured: str | None) -> str:
 class Bubblewrap:
     name = "bubblewrap"
 
-    def __init__(self, settings: SandboxSettings, limits: Limits, root: LazyRoot, uids: Uids | None, bounds: Bounds):
+    def __init__(self, settings: SandboxSettings, limits: RunLimits, root: LazyRoot, uids: Uids | None, bounds: Bounds):
         self.bwrap = find_bwrap(settings.bwrap)
         self.prlimit = find_prlimit(settings.prlimit)
         self.limits, self.root, self.uids, self.bounds = limits, root, uids, bounds

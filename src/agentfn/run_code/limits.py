@@ -1,4 +1,4 @@
-"""What a run may use (`Limits`, from the sandbox settings), and the error of a sandbox that could not start.
+"""What a run may use (`RunLimits`, from the sandbox settings), and the error of a sandbox that could not start.
 
 Every part of the function reads these: the sandbox backends, the run's bound (`bounds`) and its root (`rootfs`).
 """
@@ -15,7 +15,9 @@ class SandboxError(Exception):
 
 
 @dataclass(frozen=True)
-class Limits:
+class RunLimits:
+    """What one sandboxed run may use."""
+
     wall_seconds: float = 10.0
     cpu_seconds: int = 5
     memory_bytes: int = 256 * MB  # memory of the run (all its processes), and address space of each process

@@ -19,7 +19,7 @@ import tempfile
 import uuid
 
 from .bounds import Bounds
-from .limits import Limits, SandboxError
+from .limits import RunLimits, SandboxError
 from .rootfs import LazyRoot, Root
 from .sandbox import Uids
 from .settings import SandboxSettings
@@ -36,7 +36,7 @@ def find_runsc(configured: str | None) -> str | None:
 class Runsc:
     name = "runsc"
 
-    def __init__(self, settings: SandboxSettings, limits: Limits, root: LazyRoot, uids: Uids | None, bounds: Bounds):
+    def __init__(self, settings: SandboxSettings, limits: RunLimits, root: LazyRoot, uids: Uids | None, bounds: Bounds):
         self.runsc = find_runsc(settings.runsc)
         if not self.runsc:
             raise RuntimeError("AGENTFN_RUN_CODE_BACKEND=runsc, but runsc is not installed")
@@ -83,7 +83,7 @@ class Runsc:
             shutil.rmtree(bundle, ignore_errors=True)
 
 
-def write_bundle(bundle: str, root: Root, limits: Limits, program: str) -> None:
+def write_bundle(bundle: str, root: Root, limits: RunLimits, program: str) -> None:
     rootfs = os.path.join(bundle, "rootfs")
     mounts = [
         {"destination": "/proc", "type": "proc", "source": "proc"},

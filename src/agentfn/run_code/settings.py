@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from agentfn.shared.settings import REQUIRED, Settings, setting
 
 from .bounds import MODES
-from .limits import MB, Limits
+from .limits import MB, RunLimits
 
 
 @dataclass(frozen=True)
@@ -91,9 +91,9 @@ class SandboxSettings(Settings):
         minimum=1,
     )
 
-    def limits(self) -> Limits:
+    def limits(self) -> RunLimits:
         """What one run may use."""
-        return Limits(
+        return RunLimits(
             wall_seconds=self.wall_seconds,
             cpu_seconds=self.cpu_seconds,
             memory_bytes=self.memory_mb * MB,

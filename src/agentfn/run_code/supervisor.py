@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .bwrap_status import Status
-from .limits import Limits, SandboxError
+from .limits import RunLimits, SandboxError
 
 if TYPE_CHECKING:
     from .bounds import RunBound
@@ -47,7 +47,7 @@ class Result:
     truncated: dict[str, bool]
 
 
-def prlimit_prefix(limits: Limits, prlimit: str, *, nproc: bool) -> list[str]:
+def prlimit_prefix(limits: RunLimits, prlimit: str, *, nproc: bool) -> list[str]:
     """Soft and hard limits set before the sandbox starts, inherited by everything in it, never raised.
 
     CPU: soft = hard, so SIGKILL at the limit; the program is pid 1 of its namespace, which ignores SIGXCPU.
@@ -70,7 +70,7 @@ def find_prlimit(configured: str | None) -> str:
     return configured or shutil.which("prlimit") or "/usr/bin/prlimit"
 
 
-def supervise(launch: Launch, limits: Limits, *, prlimit: str, uid: int | None, bound: RunBound | None = None) -> Result:
+def supervise(launch: Launch, limits: RunLimits, *, prlimit: str, uid: int | None, bound: RunBound | None = None) -> Result:
     """Run the launch under the limits and the run's bound; collect capped output; kill at the deadline, on a
     flood, or when the bound says the run is over it."""
     argv = (prlimit_prefix(limits, prlimit, nproc=uid is not None) if launch.rlimits else []) + launch.argv
@@ -244,7 +244,7 @@ def _signal_name(number: int) -> str | None:
         return None
 
 
-def classify(exit_status: int | None, cpu_ms: int, stderr: str, limits: Limits) -> str | None:
+def classify(exit_status: int | None, cpu_ms: int, stderr: str, limits: RunLimits) -> str | None:
     """Which limit ended the run, from what the kernel and the interpreter say (the program may lie only
     about itself). The wall deadline and output flood are known for sure; they never reach here."""
     # cpu_ms is sampled and undercounts a busy machine's last tick or two, hence the margin below the limit.

@@ -5,7 +5,7 @@ actor its read tool), verified with `agentfn.shared.identity` as the real servic
 caller's groups allow: readers are `platform-users` and `research`; only `research` sees the `deep` tier.
 `flask --app 'agentfn.devstack.list_models:create_app()' run -h 127.0.0.1` (loopback only).
 
-Configuration: `DevUpstreamSettings` (agentfn.shared.tool_settings; docs/configuration.md), and identity's.
+Configuration: `DevUpstreamSettings` (agentfn.devstack.upstream; docs/configuration.md), and identity's.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ would, and shows each caller what its groups allow: readers are `platform-users`
 `platform-ops` sees the internal services and the incidents.
 `flask --app 'agentfn.devstack.platform_status:create_app()' run -h 127.0.0.1` (loopback only).
 
-Configuration: `DevUpstreamSettings` (agentfn.shared.tool_settings; docs/configuration.md), and identity's.
+Configuration: `DevUpstreamSettings` (agentfn.devstack.upstream; docs/configuration.md), and identity's.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ would, and lists the digests each caller's groups allow: readers are `platform-u
 the internal digests.
 `flask --app 'agentfn.devstack.radar_latest:create_app()' run -h 127.0.0.1` (loopback only).
 
-Configuration: `DevUpstreamSettings` (agentfn.shared.tool_settings; docs/configuration.md), and identity's.
+Configuration: `DevUpstreamSettings` (agentfn.devstack.upstream; docs/configuration.md), and identity's.
 """
 
 from __future__ import annotations

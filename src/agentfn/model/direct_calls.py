@@ -1,4 +1,5 @@
-"""CallTool and ListTools for a caller on their own (`alone`) or over MCP (`mcp`), through the loop's table.
+"""A caller's direct calls, with no agent between: CallTool and ListTools on their own (`alone`, the `/v1/tools`
+doors) or over MCP (`mcp`, `mcp_handlers`), through the loop's tool table (`tool_table`).
 
 The same `ToolTable.call` as an agent's step (same validation, forwarding and grant counting), and the
 same record: one generation row of kind `tool_call` with its one step's name, status and ms.
@@ -14,7 +15,7 @@ from agentfn.shared.identity import Caller
 
 from .generation import Generation
 from .services import Services
-from .tools import CallContext, Tool, ToolResult, executed
+from .tool_table import CallContext, Tool, ToolResult, executed
 
 
 def grants(services: Services, channel: str):

@@ -4,7 +4,7 @@ A tool's descriptor is `src/agentfn/<tool>/tool.json`, the one source for `GET /
 check of `POST /v1/call`, and for whoever else lists tools (the model function, the operator, the chart).
 The doors take only tokens the model function exchanged for this tool (`identity`); `call` does the work
 as the caller. A read tool's work is a call to the platform service behind it (`upstream`), and its app is
-the two put together (`read_tool`).
+the two put together, with its settings (`read_tool`).
 
 Start-up stays light (tools are scale-to-zero, so a cold start is paid on a user's turn): jsonschema is
 imported and the schema compiled after ready (`app.warm_up`), or by the first call if it comes first, never on

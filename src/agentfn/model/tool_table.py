@@ -30,13 +30,13 @@ from agentfn.shared.contract import ALONE, MEMORY_TOOLS, NEVER_ALONE_OR_MCP, bui
 from agentfn.shared.exchange import ExchangeFailed, TokenExchange
 from agentfn.shared.identity import Caller
 from agentfn.shared.problems import ProblemError, problem_type
-from agentfn.shared.tools import changes_state, check_descriptor
+from agentfn.shared.tool_function import changes_state, check_descriptor
 
-from .clients import Http, Unreachable
+from .parts_http import Http, Unreachable
 from .registry import Access, Agent
 from .store import today
 
-log = logging.getLogger("agentfn.model.tools")
+log = logging.getLogger("agentfn.model.tool_table")
 
 PAGE_AUDIT_BATCH = 64  # generation ids per question to the page fetcher's audit (what its request line holds)
 

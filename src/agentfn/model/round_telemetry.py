@@ -9,7 +9,7 @@ from agentfn.shared import telemetry
 from .engines import DeadlinePassed, EngineFailed, Tier, Usage
 
 
-class Chat:
+class RoundTelemetry:
     """The span and metrics of one round, from its call to the engine to its end."""
 
     def __init__(self, tier: Tier, max_tokens: int):

@@ -1,8 +1,8 @@
 """The MCP handlers of `/mcp`: ListTools and CallTool, module-level as the MCP SDK's examples write them.
 
-They read the loop's own tool table (`calls.listing` / `calls.call`) from the server's lifespan context (the
-model function's `Services`): no second table, so a tool reads the same in an agent step, in the record and to
-an MCP client. Each runs as the caller of the request's bearer token, which `CallerTokens` checked. This module
+They read the loop's own tool table (`direct_calls.listing` / `direct_calls.call`) from the server's lifespan
+context (the model function's `Services`): no second table, so a tool reads the same in an agent step, in the
+record and to an MCP client. Each runs as the caller of the request's bearer token, which `CallerTokens` checked. This module
 imports the SDK; `mcp_server.build` imports it on first use, never on the way to ready.
 """
 
@@ -24,7 +24,7 @@ from agentfn.shared.contract import MCP
 from agentfn.shared.identity import Caller, Verifier, verify_caller
 from agentfn.shared.problems import ProblemError
 
-from . import calls
+from . import direct_calls
 from .services import Services
 
 log = logging.getLogger("agentfn.model.mcp")
@@ -68,7 +68,7 @@ async def list_tools(
     ctx: ServerRequestContext[Services], params: types.PaginatedRequestParams | None
 ) -> types.ListToolsResult:
     who = caller()
-    tools = await anyio.to_thread.run_sync(calls.listing, ctx.lifespan_context, who, MCP)
+    tools = await anyio.to_thread.run_sync(direct_calls.listing, ctx.lifespan_context, who, MCP)
     return types.ListToolsResult(
         tools=[types.Tool(name=t.name, description=t.description, input_schema=t.input_schema) for t in tools]
     )
@@ -78,7 +78,7 @@ async def call_tool(ctx: ServerRequestContext[Services], params: types.CallToolR
     who = caller()
     arguments = params.arguments or {}
     try:
-        outcome = await anyio.to_thread.run_sync(calls.call, ctx.lifespan_context, who, params.name, arguments, MCP)
+        outcome = await anyio.to_thread.run_sync(direct_calls.call, ctx.lifespan_context, who, params.name, arguments, MCP)
     except Exception as error:  # never let an exception's message travel or be logged
         log.error("mcp call failed", extra={"event": "mcp", "error_type": type(error).__name__})
         raise MCPError(-32603, "the call failed") from None
