@@ -33,7 +33,7 @@ import yaml
 os.environ.setdefault("AGENTFN_DEV_PORT_BASE", "24700")  # beside a `./dev up` on the default ports
 from harness import ROOT, command, local_platform, when, write  # noqa: E402
 
-from agentfn.cli.stack import BIN, PORTS  # noqa: E402
+from agentfn.cli.parts import BIN, PORTS  # noqa: E402
 from agentfn.model.episodes import faults, language  # noqa: E402
 
 WORD = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*")
