@@ -5,6 +5,9 @@ function and the dev gateway in front of the public doors, shows progress, print
 (with the stack's resident memory), and meanwhile has the offline engine read each agent's system prompt once (its
 prompt cache then holds them: the first turn is as quick as the later ones; a turn sent before that waits for it),
 and stops everything on Ctrl-C.
+
+`Stack` puts it together: the parts as planned (`plan`), each run as a process (`processes`) or from its image
+(`pods`), waited for (`readiness`), then the banner (`banner`).
 """
 
 from __future__ import annotations
