@@ -62,7 +62,7 @@ from py3langid.langid import MODEL_FILE, LanguageIdentifier  # noqa: E402
 from report import ROOT, command, machine, p50, when, write  # noqa: E402
 
 from agentfn.cli.client import events  # noqa: E402
-from agentfn.cli.stack import PORTS  # noqa: E402
+from agentfn.cli.parts import PORTS  # noqa: E402
 from agentfn.devstack.harness.local_platform import local_platform  # noqa: E402
 from agentfn.model.episodes import CITATION  # noqa: E402
 from agentfn.model.language import SAME_LANGUAGE  # noqa: E402

@@ -33,7 +33,7 @@ import yaml
 os.environ.setdefault("AGENTFN_DEV_PORT_BASE", "24700")  # beside a `./dev up` on the default ports
 from report import ROOT, command, when, write  # noqa: E402
 
-from agentfn.cli.stack import BIN, PORTS  # noqa: E402
+from agentfn.cli.parts import BIN, PORTS  # noqa: E402
 from agentfn.devstack.harness.local_platform import local_platform  # noqa: E402
 from agentfn.model.episodes import faults, language  # noqa: E402
 

@@ -28,7 +28,10 @@ import requests
 from report import command, when, write
 
 from agentfn.cli import images
-from agentfn.cli.stack import Part, Stack
+from agentfn.cli.parts import Part
+from agentfn.cli.pods import container_name
+from agentfn.cli.readiness import is_ready
+from agentfn.cli.stack import Stack
 from agentfn.devstack.harness.local_platform import local_platform
 from agentfn.devstack.harness.servers import Served
 from agentfn.devstack.scripted_engine import create_app as engine_app
@@ -47,7 +50,7 @@ def stop(stack: Stack, part: Part) -> None:
     if part.process and part.process.poll() is None:
         os.killpg(part.process.pid, signal.SIGTERM)
         part.process.wait(30)
-    images.remove([stack.container_name(part)])
+    images.remove([container_name(part)])
 
 
 def answered(url: str) -> bool:
@@ -65,13 +68,13 @@ def start(stack: Stack, part: Part, container: bool) -> tuple[float, float]:
     began = time.monotonic()
     stack.launch(part)
     first = None
-    while not stack.is_ready(part):
+    while not is_ready(part):
         if first is None and answered(part.url):
             first = time.monotonic() - began
         if part.process.poll() is not None:
-            raise SystemExit(f"{part.name} exited; see {stack.log_of(part)}")
+            raise SystemExit(f"{part.name} exited; see {stack.var.log_of(part)}")
         if time.monotonic() - began > 120:
-            raise SystemExit(f"{part.name} not ready in 120 s; see {stack.log_of(part)}")
+            raise SystemExit(f"{part.name} not ready in 120 s; see {stack.var.log_of(part)}")
         time.sleep(0.01)
     ready = time.monotonic() - began
     return (first if first is not None else ready), ready

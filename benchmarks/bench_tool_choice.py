@@ -41,7 +41,7 @@ import jsonschema
 import yaml
 from report import RESULTS, ROOT, command, machine, when, write
 
-from agentfn.cli.stack import process_tree, pss
+from agentfn.cli.banner import process_tree, pss
 from agentfn.devstack import weights
 from agentfn.model import prompt
 from agentfn.model.citations import cited

@@ -473,14 +473,13 @@ def test_discovery_publishes_the_code_flow(issuer):
 
 def test_the_dev_stack_registers_the_workbench_at_the_gateways_site_root(tmp_path, monkeypatch):
     """The issuer as `agentfn up` configures it (through its environment) signs the workbench in at the gateway."""
-    from rich.console import Console
-
-    from agentfn.cli.stack import PORTS, Stack
+    from agentfn.cli import plan
+    from agentfn.cli.parts import PORTS
 
     port = free_port()
     monkeypatch.setenv("AGENTFN_JWT_ISSUER", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("AGENTFN_DEV_ISSUER_DIR", str(tmp_path / "issuer"))
-    monkeypatch.setenv("AGENTFN_DEV_ISSUER_WEB_CLIENTS", Stack(tmp_path, Console()).web_clients())
+    monkeypatch.setenv("AGENTFN_DEV_ISSUER_WEB_CLIENTS", plan.web_clients())
     server = Served(issuer_app(), port)
     try:
         site_root = f"http://127.0.0.1:{PORTS['gateway']}/"

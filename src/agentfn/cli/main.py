@@ -23,8 +23,9 @@ from rich.text import Text
 from . import images as containers
 from . import render
 from .client import Client, Failure, default_url, printable
+from .parts import PORTS
 from .settings import CliSettings
-from .stack import PORTS, Stack
+from .stack import Stack
 
 app = typer.Typer(
     help="agentfn: memory that cites, tools that run as the caller, a bounded agent loop.",
