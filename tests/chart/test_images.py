@@ -291,7 +291,7 @@ def shipped(tmp_path_factory) -> dict[str, bytes]:
 STAND_INS = ROOT / "devstack/src/agentfn/devstack"
 
 
-@pytest.mark.parametrize("module", sorted(p.name for p in STAND_INS.glob("*.py")))
+@pytest.mark.parametrize("module", sorted(p.relative_to(STAND_INS).as_posix() for p in STAND_INS.rglob("*.py")))
 def test_no_image_ships_a_stand_in(shipped, module):
     """The dev issuer (it mints a token for whoever asks) and the platform services' test doubles are in no
     image: neither under their package nor copied anywhere else in the wheel the images install."""
