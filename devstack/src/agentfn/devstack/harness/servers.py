@@ -1,5 +1,7 @@
-"""A part served on loopback: under gunicorn as in a cluster (`Gunicorn`), a WSGI app in this process (`Served`), or a
-server of the dev stack in a process of its own (`IssuerServer`, `ScriptedEngineProcess`); and a caller of one."""
+"""A part served on loopback: under gunicorn as in a cluster (`Gunicorn`), a WSGI app in this process (`Served`, a read
+tool's `dev_upstream`), or a server of the dev stack in a process of its own (`IssuerServer`,
+`ScriptedEngineProcess`); a caller of one (`Client`); and what a benchmark or a study started, stopped at its end
+(`Started`)."""
 
 from __future__ import annotations
 
