@@ -182,8 +182,12 @@ def test_killing_up_takes_every_part_with_it(up_stack):
 
 
 def _answers(port: int) -> bool:
+    """Whether something listens on the port: it answers, or takes the connection and is slow to (a part still
+    shutting down on a busy machine is alive, and asked again); only a refused connection is nothing there."""
     try:
         requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+        return True
+    except requests.Timeout:
         return True
     except requests.ConnectionError:
         return False
