@@ -33,11 +33,17 @@ def pytest_addoption(parser):
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
-    """A test that uses a fixture starting processes is slow (support.slow); `-m "not slow"` leaves it out."""
+    """A test that uses a fixture starting processes is slow (support.slow); `-m "not slow"` leaves it out.
+
+    The modules that drive a browser run last, whole and in their order: Playwright's sync API keeps an event loop
+    running in this thread from the session's first browser on, and `asyncio.run` (the MCP SDK's client, kopf's
+    runner) cannot start beside it."""
     slow = pytest.mark.slow
     for item in items:
         if starts_processes(item):
             item.add_marker(slow)
+    browsing = {item.path for item in items if "browser" in item.fixturenames}
+    items.sort(key=lambda item: item.path in browsing)
 
 
 def pytest_ignore_collect(collection_path, config):
