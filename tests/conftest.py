@@ -228,30 +228,32 @@ def fragile(issuer):
 
 @pytest.fixture(scope="session")
 def scripted_engine():
+    """The scripted engine (a TEST DOUBLE of an LLM's choices) in this process, for every folder's tests."""
     served = Engine(engine_app())
     yield served
     served.stop()
 
 
 @pytest.fixture(scope="session")
-def logs(tmp_path_factory) -> Path:
+def model_logs(tmp_path_factory) -> Path:
+    """Where the model function and the parts it calls write their logs (tests read them: nothing said is there)."""
     return tmp_path_factory.mktemp("model-logs")
 
 
 @pytest.fixture(scope="session")
-def model_read_tools(upstreams, issuer, logs):
+def model_read_tools(upstreams, issuer, model_logs):
     """The read tools the model function's tests grant, their upstream timeout longer than the model function's bound
     on a tool call (TOOL_TIMEOUT), so that a slow upstream is the model function's timeout."""
-    with read_tools_served(issuer, upstreams, SERVED_READS, logs, timeout=5) as servers:
+    with read_tools_served(issuer, upstreams, SERVED_READS, model_logs, timeout=5) as servers:
         yield servers
 
 
 @pytest.fixture(scope="session")
-def page_fetcher(postgres, issuer, logs):
+def page_fetcher(postgres, issuer, model_logs):
     server = Gunicorn(
         "agentfn.page.app:create_app()",
         {**issuer.env(), "AGENTFN_DATABASE_URL": postgres.provision("page", "agentfn_page")},
-        logs / "page.log",
+        model_logs / "page.log",
     )
     server.start()
     yield server
@@ -339,15 +341,15 @@ def model_env(
 
 
 @pytest.fixture(scope="session")
-def model(model_env, logs):
-    server = Gunicorn("agentfn.model.app:create_app()", model_env, logs / "model.log")
+def model(model_env, model_logs):
+    server = Gunicorn("agentfn.model.app:create_app()", model_env, model_logs / "model.log")
     server.started_in = server.start()
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="session")
-def frugal_model(model_env, logs):
+def frugal_model(model_env, model_logs):
     """The model function with a small daily budget, in two processes, for the budget cases."""
     env = {
         **model_env,
@@ -357,7 +359,7 @@ def frugal_model(model_env, logs):
         **tier_env("fast", model_env["AGENTFN_TIER_FAST_URL"], "native", MAX_TOKENS="100"),
         **tier_env("small", model_env["AGENTFN_TIER_SMALL_URL"], "constrained", MAX_TOKENS="100"),
     }
-    server = Gunicorn("agentfn.model.app:create_app()", env, logs / "model-frugal.log")
+    server = Gunicorn("agentfn.model.app:create_app()", env, model_logs / "model-frugal.log")
     server.start()
     yield server
     server.stop()
@@ -375,7 +377,7 @@ def stranger(issuer):
 
 
 @pytest.fixture(scope="session")
-def gateway(memory, model, workbench, logs):
+def gateway(memory, model, workbench, model_logs):
     """The one public URL: the dev gateway in front of memory, the model function and the workbench."""
     server = GatewayServer(
         "agentfn.cli.gateway:create_app()",
@@ -384,7 +386,7 @@ def gateway(memory, model, workbench, logs):
             "AGENTFN_GATEWAY_MODEL_URL": model.url,
             "AGENTFN_GATEWAY_WORKBENCH_URL": workbench.url,
         },
-        logs / "gateway.log",
+        model_logs / "gateway.log",
     )
     server.start()
     yield server

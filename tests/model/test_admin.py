@@ -156,9 +156,9 @@ def test_the_grants_are_the_rows_agentfn_audit_prints(model, admin, registry_fil
     ],
     ids=["two_groups", "empty"],
 )
-def test_the_admin_groups_are_a_setting(model_env, logs, issuer, setting, answers):
+def test_the_admin_groups_are_a_setting(model_env, model_logs, issuer, setting, answers):
     server = Gunicorn(
-        "agentfn.model.app:create_app()", {**model_env, "AGENTFN_ADMIN_GROUPS": setting}, logs / "model-admins.log"
+        "agentfn.model.app:create_app()", {**model_env, "AGENTFN_ADMIN_GROUPS": setting}, model_logs / "model-admins.log"
     )
     server.start()
     try:

@@ -57,7 +57,7 @@ def ask(model, scripted_engine, person, agent="asker", rounds=(KEEP, ANSWER)):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_the_next_turn(
-    model, scripted_engine, memory, person, model_env, logs, mode
+    model, scripted_engine, memory, person, model_env, model_logs, mode
 ):
     message, events, sid = ask(model, scripted_engine, person, "asker" + MODES[mode])
     asked = [d for name, d in events if name == "step"]
@@ -98,7 +98,7 @@ def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_th
     told = scripted_engine.requests(sid)[1]["messages"]
     assert told[-1]["role"] == "tool" and '"ok": true' in told[-1]["content"]
     # Neither the token nor the person's words reach the log.
-    log = (logs / "model.log").read_text()
+    log = (model_logs / "model.log").read_text()
     assert asked[0]["approval"] not in log and NOTE["text"] not in log
     ran = next(d for name, d in events if name == "step" and d["status"] == "ok")
     assert ran["result"]["existing"] is False  # memory kept a new entry (not one the person already had)
@@ -317,12 +317,12 @@ def test_a_second_forget_in_a_turn_is_refused_as_the_tools_problem(model, script
 
 
 @pytest.fixture(scope="module")
-def keyless_model(model_env, logs):
+def keyless_model(model_env, model_logs):
     """The model function without an approval key (AGENTFN_APPROVAL_KEY_FILE unset)."""
     from agentfn.devstack.harness.servers import Gunicorn
 
     env = {k: v for k, v in model_env.items() if k != "AGENTFN_APPROVAL_KEY_FILE"}
-    server = Gunicorn("agentfn.model.app:create_app()", env, logs / "model-keyless.log")
+    server = Gunicorn("agentfn.model.app:create_app()", env, model_logs / "model-keyless.log")
     server.start()
     yield server
     server.stop()
@@ -357,7 +357,7 @@ def test_remember_of_a_note_the_person_has_says_existing_and_keeps_no_second(mod
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_forget_that_waits_for_approval_shows_the_notes_text(model, scripted_engine, memory, person, logs, mode):
+def test_a_forget_that_waits_for_approval_shows_the_notes_text(model, scripted_engine, memory, person, model_logs, mode):
     kept = requests.post(
         memory.url + "/v1/entries",
         headers=person.headers,
@@ -370,5 +370,5 @@ def test_a_forget_that_waits_for_approval_shows_the_notes_text(model, scripted_e
     assert (asked["status"], asked["arguments"]) == ("needs_approval", {"id": kept["id"]})
     # What the person approves deleting, beside its id: the note as this turn recalled it.
     assert asked["note"] == {"id": kept["id"], "kind": "preference", "text": "Prefers tabs in Go code."}
-    assert "Prefers tabs in Go code." not in (logs / "model.log").read_text()
+    assert "Prefers tabs in Go code." not in (model_logs / "model.log").read_text()
     assert [e["id"] for e in mine(memory, person)] == [kept["id"]]  # nothing forgotten yet

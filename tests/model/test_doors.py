@@ -206,7 +206,7 @@ def stateful(issuer):
 
 
 @pytest.fixture(scope="module")
-def stateful_model(model_env, stateful, logs, tmp_path_factory):
+def stateful_model(model_env, stateful, model_logs, tmp_path_factory):
     """The model function with the tools of `stateful`, granted alone and over MCP to everyone, and as the steps
     of an agent whose grant waives approval."""
     document = registry_document()
@@ -221,7 +221,7 @@ def stateful_model(model_env, stateful, logs, tmp_path_factory):
         "AGENTFN_REGISTRY_FILE": str(path),
         **{f"AGENTFN_TOOL_{name.upper()}_URL": server.url for name, server in stateful.items()},
     }
-    server = Gunicorn("agentfn.model.app:create_app()", env, logs / "model-stateful.log")
+    server = Gunicorn("agentfn.model.app:create_app()", env, model_logs / "model-stateful.log")
     server.start()
     yield server
     server.stop()

@@ -25,8 +25,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def offline_engine(offline_port, logs):
-    log = open(logs / "offline-engine.log", "wb")
+def offline_engine(offline_port, model_logs):
+    log = open(model_logs / "offline-engine.log", "wb")
     process = subprocess.Popen(
         [
             sys.executable,
@@ -45,7 +45,7 @@ def offline_engine(offline_port, logs):
     try:
         ready, _, _ = select.select([process.stdout], [], [], 300)
         line = process.stdout.readline() if ready else b""
-        assert line and "ready" in json.loads(line), f"the offline engine did not start; see {logs}/offline-engine.log"
+        assert line and "ready" in json.loads(line), f"the offline engine did not start; see {model_logs}/offline-engine.log"
         yield json.loads(line)["ready"]
     finally:
         process.terminate()
@@ -56,7 +56,9 @@ def offline_engine(offline_port, logs):
         log.close()
 
 
-def test_a_turn_on_the_offline_engine_with_a_real_tool_and_memory(offline_engine, model, memory, person, model_env, logs):
+def test_a_turn_on_the_offline_engine_with_a_real_tool_and_memory(
+    offline_engine, model, memory, person, model_env, model_logs
+):
     note = requests.post(
         memory.url + "/v1/entries",
         headers=person.headers,
@@ -66,7 +68,7 @@ def test_a_turn_on_the_offline_engine_with_a_real_tool_and_memory(offline_engine
         model.url, person, "offline", "What is the platform status? Answer in one sentence.", timeout=300
     )
     assert response.status_code == 200
-    (logs / "offline-turn.sse").write_text(response.text)  # the stream as the caller read it (pytest -s shows it)
+    (model_logs / "offline-turn.sse").write_text(response.text)  # the stream as the caller read it (pytest -s shows it)
     print(response.text)
     names = [n for n, _ in events]
     assert names[0] == "recall" and note["id"] in [e["id"] for e in events[0][1]["entries"]]

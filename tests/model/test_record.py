@@ -18,7 +18,7 @@ from support.model import take_turn
 
 
 def test_the_record_keeps_counts_and_never_the_conversation(
-    model, scripted_engine, memory, person, postgres, logs, model_env
+    model, scripted_engine, memory, person, postgres, model_logs, model_env
 ):
     said, argument, answered = (f"canary{secrets.token_hex(6)}" for _ in range(3))
     sid = scripted_engine.script(
@@ -84,7 +84,7 @@ def test_the_record_keeps_counts_and_never_the_conversation(
     for table, text in every_table(postgres.admin_dsn):
         for secret in secrets_:
             assert secret not in text, f"{table} holds the turn's text"
-    for path in [*logs.iterdir(), memory.log]:
+    for path in [*model_logs.iterdir(), memory.log]:
         text = path.read_text(errors="replace")
         for secret in secrets_:
             assert secret not in text, f"{path.name} holds the turn's text"
@@ -104,13 +104,13 @@ def every_table(dsn):
             yield f"{schema}.{name}", conn.execute(query).fetchone()[0]
 
 
-def test_a_turns_log_line_says_where_its_time_went_and_nothing_it_said(model, scripted_engine, person, logs):
+def test_a_turns_log_line_says_where_its_time_went_and_nothing_it_said(model, scripted_engine, person, model_logs):
     said = f"canary{secrets.token_hex(6)}"
     sid = scripted_engine.script({"call": {"name": "platform_status", "arguments": {}}}, {"text": "All is well."})
     _, events = take_turn(model.url, person, "reviewer", f"How is {said}? script:{sid}")
     done = events[-1][1]
     time.sleep(0.5)  # the last log lines are flushed
-    lines = [json.loads(line) for line in (logs / "model.log").read_text().splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in (model_logs / "model.log").read_text().splitlines() if line.startswith("{")]
     [turn] = [line for line in lines if line.get("msg") == "turn" and line.get("generation_id") == done["generation_id"]]
     assert set(turn["timing"]) == {"ms", "engine_ms", "tools_ms"}
     assert (turn["timing"]["engine_ms"], turn["timing"]["tools_ms"]) == (

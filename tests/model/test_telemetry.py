@@ -37,7 +37,7 @@ def model_receiver():
 
 
 @pytest.fixture(scope="module")
-def traced(model_receiver, memory_env, model_env, upstreams, issuer, logs, page_fetcher):
+def traced(model_receiver, memory_env, model_env, upstreams, issuer, model_logs, page_fetcher):
     """Memory, the page fetcher, the two read tools and the model function, exporting to the receiver (batches sent
     every 100 ms); the page fetcher on the database of the untraced one."""
     otel = {
@@ -46,11 +46,11 @@ def traced(model_receiver, memory_env, model_env, upstreams, issuer, logs, page_
         "OTEL_METRIC_EXPORT_INTERVAL": "300",
     }
     servers = {
-        "memory": Gunicorn("agentfn.memory.app:create_app()", {**memory_env, **otel}, logs / "memory-traced.log"),
+        "memory": Gunicorn("agentfn.memory.app:create_app()", {**memory_env, **otel}, model_logs / "memory-traced.log"),
         "page": Gunicorn(
             "agentfn.page.app:create_app()",
             {**issuer.env(), **otel, "AGENTFN_DATABASE_URL": page_fetcher.env["AGENTFN_DATABASE_URL"]},
-            logs / "page-traced.log",
+            model_logs / "page-traced.log",
         ),
     }
     for tool in SERVED_READS:
@@ -60,10 +60,10 @@ def traced(model_receiver, memory_env, model_env, upstreams, issuer, logs, page_
                 **issuer.env(),
                 READ_TOOLS[tool]: upstreams[tool].url,
                 "AGENTFN_UPSTREAM_TIMEOUT_SECONDS": "5",
-                "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(logs, tool)),
+                "AGENTFN_EXCHANGE_TOKEN_FILE": str(issuer.assertion_file(model_logs, tool)),
                 **otel,
             },
-            logs / f"{tool}-traced.log",
+            model_logs / f"{tool}-traced.log",
         )
     try:
         for server in servers.values():
@@ -78,7 +78,7 @@ def traced(model_receiver, memory_env, model_env, upstreams, issuer, logs, page_
                 "AGENTFN_TOOL_LIST_MODELS_URL": servers["list_models"].url,
                 **otel,
             },
-            logs / "model-traced.log",
+            model_logs / "model-traced.log",
         )
         servers["model"].start()
         yield servers
