@@ -522,7 +522,7 @@ def threads_rate(embed, clients: int, seconds: float) -> float:
 
 def write_phase(ctx, count: int, block: int, seconds: float, against: Path | None) -> dict:
     door = Door(ctx.port, ctx.issuer.caller_token("bench-writer"))
-    memory = Memory(ctx.store, ctx.embedder, max_tokens=1000, limits=UNLIMITED)
+    memory = Memory(ctx.store, ctx.embedder, max_tokens=1000, quotas=UNLIMITED)
     writes = itertools.count()
     text = lambda i: f"{NOTES[i % len(NOTES)][1]} (write {next(writes)})"  # noqa: E731  each a new note
     sides = {

@@ -28,7 +28,7 @@ READ = {
     "model": (
         *EXCHANGES,
         "agentfn.model.settings:ModelSettings",
-        "agentfn.model.settings:ToolSettings",
+        "agentfn.model.settings:ToolFunctionSettings",
         "agentfn.model.settings:TiersSettings",
         "agentfn.model.settings:TierSettings",
     ),

@@ -48,7 +48,7 @@ def create_app(env: Mapping[str, str] | None = None) -> Flask:
         store,
         model,
         max_tokens=settings.recall_max_tokens,
-        limits=Quotas(settings.max_entries, settings.writes_per_minute),
+        quotas=Quotas(settings.max_entries, settings.writes_per_minute),
     )
 
     @app.errorhandler(QuotaSpent)

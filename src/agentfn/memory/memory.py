@@ -13,7 +13,7 @@ import numpy as np
 from agentfn.shared.problems import ProblemError, not_found, problem_type, unprocessable
 
 from . import notes, quotas
-from .quotas import Quotas, Survey
+from .quotas import Quotas, Survey, Watchlist
 from .schemas import EPISODE_MAX_CHARS, EPISODE_MAX_WORDS, KINDS, MAX_RECALL
 from .stays import STAYS
 from .store import Once, Spent, Store
@@ -60,16 +60,16 @@ def check_note(text: str) -> None:
 
 
 class Memory:
-    def __init__(self, store: Store, embedder, *, max_tokens: int, limits: Quotas | None = None):
+    def __init__(self, store: Store, embedder, *, max_tokens: int, quotas: Quotas | None = None):
         self.store = store
         self.embedder = embedder
         self.model = embedder.config.name
         self.threshold = embedder.config.threshold
         self.max_tokens = max_tokens
-        self.limits = limits or Quotas()
+        self.quotas = quotas or Quotas()
         # A subject's entries come back recall after recall: each is tokenized once per process, not once per recall.
         self._count_tokens = functools.lru_cache(maxsize=4096)(embedder.count_tokens)
-        self.watchlist = quotas.Watchlist()
+        self.watchlist = Watchlist()
 
     def _embedding(self, text: str) -> Callable[[], np.ndarray]:
         """The text's embedding, begun now: the store waits for it only once the write is admitted, so the write's
@@ -78,7 +78,7 @@ class Memory:
         return lambda: begun()[0]
 
     def _watch(self, subject: str, survey: Survey) -> None:
-        if survey.duplicate or quotas.near(survey, self.limits):
+        if survey.duplicate or quotas.near(survey, self.quotas):
             self.watchlist.add(subject)
 
     def list(self, subject: str, kind: str | None, limit: int, offset: int) -> list[dict]:
@@ -93,12 +93,12 @@ class Memory:
             self._watch(subject, survey)
             if survey.duplicate:
                 return survey.duplicate
-            quotas.check_cap(survey, self.limits)
-            quotas.check_rate(survey, self.limits)
+            quotas.check_cap(survey, self.quotas)
+            quotas.check_rate(survey, self.quotas)
             return None
 
         # Checked under the subject's lock while the embedding runs; for a watched subject, before it is begun too.
-        if subject in self.watchlist and (existing := admit(self.store.survey(subject, text, self.limits))) is not None:
+        if subject in self.watchlist and (existing := admit(self.store.survey(subject, text, self.quotas))) is not None:
             return _entry(existing), True
         try:
             row, existing = self.store.insert(
@@ -108,7 +108,7 @@ class Memory:
                 source,
                 self.model,
                 self._embedding(text),
-                limits=self.limits,
+                quotas=self.quotas,
                 cost=1,
                 check=admit,
                 once=once,
@@ -139,11 +139,11 @@ class Memory:
                     type=problem_type("duplicate-note"),
                     entry_id=str(survey.duplicate["id"]),
                 )
-            quotas.check_rate(survey, self.limits)
+            quotas.check_rate(survey, self.quotas)
 
         # Only a new text is compared with the subject's other notes (None: the source alone changes).
         if subject in self.watchlist:
-            admit(self.store.survey(subject, text, self.limits, exclude=entry_id))
+            admit(self.store.survey(subject, text, self.quotas, exclude=entry_id))
         kept = current["text"] if text is None else text
         row = self.store.correct(
             subject,
@@ -152,7 +152,7 @@ class Memory:
             source or current["source"],
             self.model,
             self._embedding(kept),
-            limits=self.limits,
+            quotas=self.quotas,
             compare=text,
             check=admit,
         )
@@ -253,10 +253,10 @@ class Memory:
         # session, and the summary it keeps was already paid for in the caller's model tokens.
         def admit(survey: Survey) -> None:
             self._watch(subject, survey)
-            quotas.check_cap(survey, self.limits)
+            quotas.check_cap(survey, self.quotas)
 
         if subject in self.watchlist:
-            admit(self.store.survey(subject, None, self.limits))
+            admit(self.store.survey(subject, None, self.quotas))
         source = f"session:{session_id}" if session_id else "session"
         row, _ = self.store.insert(
             subject,
@@ -265,7 +265,7 @@ class Memory:
             source,
             self.model,
             self._embedding(text),
-            limits=self.limits,
+            quotas=self.quotas,
             cost=0,
             check=admit,
             session_id=session_id,

@@ -43,30 +43,30 @@ class QuotaSpent(ProblemError):
         self.retry_after = retry_after
 
 
-def check_cap(survey: Survey, limits: Quotas) -> None:
-    if survey.entries >= limits.max_entries:
+def check_cap(survey: Survey, quotas: Quotas) -> None:
+    if survey.entries >= quotas.max_entries:
         raise QuotaSpent(
-            f"this memory holds its {limits.max_entries} entries, the most it keeps; forget some entries to keep new ones",
+            f"this memory holds its {quotas.max_entries} entries, the most it keeps; forget some entries to keep new ones",
             "entry-cap",
-            limits.max_entries,
+            quotas.max_entries,
             CAP_RETRY_SECONDS,
         )
 
 
-def check_rate(survey: Survey, limits: Quotas) -> None:
+def check_rate(survey: Survey, quotas: Quotas) -> None:
     if survey.available < 1:
-        wait = max(1, math.ceil((1 - survey.available) * 60 / limits.writes_per_minute))
+        wait = max(1, math.ceil((1 - survey.available) * 60 / quotas.writes_per_minute))
         raise QuotaSpent(
-            f"at most {limits.writes_per_minute} writes a minute; try again in {wait} s",
+            f"at most {quotas.writes_per_minute} writes a minute; try again in {wait} s",
             "write-rate",
-            limits.writes_per_minute,
+            quotas.writes_per_minute,
             wait,
         )
 
 
-def near(survey: Survey, limits: Quotas) -> bool:
+def near(survey: Survey, quotas: Quotas) -> bool:
     """Refused, or a write or two from being refused (the bucket, the cap)."""
-    return survey.available < 3 or survey.entries >= limits.max_entries - 2
+    return survey.available < 3 or survey.entries >= quotas.max_entries - 2
 
 
 class Watchlist:

@@ -293,9 +293,9 @@ class Store(db.SchemaStore):
         with self.subject(subject) as cur:
             return cur.execute(GET, dict(subject=subject, id=entry_id)).fetchone()
 
-    def survey(self, subject: str, text: str | None, limits: Quotas, exclude: uuid.UUID | None = None) -> Survey:
+    def survey(self, subject: str, text: str | None, quotas: Quotas, exclude: uuid.UUID | None = None) -> Survey:
         """The subject's quota and duplicate, read without the lock: the check before an embedding is spent."""
-        params = dict(subject=subject, text=text, exclude=exclude, cap=limits.max_entries, rate=limits.writes_per_minute)
+        params = dict(subject=subject, text=text, exclude=exclude, cap=quotas.max_entries, rate=quotas.writes_per_minute)
         with self.subject(subject) as cur:
             return _survey(cur.execute(PRESURVEY, params).fetchone())
 
@@ -304,7 +304,7 @@ class Store(db.SchemaStore):
         self,
         subject: str,
         text: str | None,
-        limits: Quotas,
+        quotas: Quotas,
         exclude: uuid.UUID | None,
         check: Callable[[Survey], dict | None],
         once: Once | None = None,
@@ -313,7 +313,7 @@ class Store(db.SchemaStore):
         exchanged token's use claimed (`once`, raising `Spent`). `check` raises to refuse (nothing is written) or
         returns an entry to answer with instead of writing; the write itself ends the transaction (_commit).
         Whatever raises rolls it back, the claim with it."""
-        params = dict(subject=subject, text=text, exclude=exclude, cap=limits.max_entries, rate=limits.writes_per_minute)
+        params = dict(subject=subject, text=text, exclude=exclude, cap=quotas.max_entries, rate=quotas.writes_per_minute)
         self.migrate()
         with self.pool.connection() as conn:
             try:
@@ -347,7 +347,7 @@ class Store(db.SchemaStore):
         model: str,
         embedding: Callable[[], np.ndarray],
         *,
-        limits: Quotas,
+        quotas: Quotas,
         cost: int,
         check: Callable[[Survey], dict | None],
         session_id: str | None = None,
@@ -356,7 +356,7 @@ class Store(db.SchemaStore):
         """(the new row, False), or (an entry `check` answered with, True): then nothing is written. `embedding` is
         called once `check` admits the write: a write refused or answered never waits for it. `once`: the
         exchanged token's write, claimed with it (an answer claims it too)."""
-        with self._locked(subject, text if kind != "episode" else None, limits, None, check, once) as (cur, answer):
+        with self._locked(subject, text if kind != "episode" else None, quotas, None, check, once) as (cur, answer):
             if answer is not None:
                 return answer, True
             return self._commit(
@@ -384,13 +384,13 @@ class Store(db.SchemaStore):
         model: str,
         embedding: Callable[[], np.ndarray],
         *,
-        limits: Quotas,
+        quotas: Quotas,
         compare: str | None,
         check: Callable[[Survey], dict | None],
     ) -> dict | None:
         """The corrected row (None if it is gone); `compare`: the text looked up as a duplicate, if any. `embedding`
         is called once `check` admits the correction."""
-        with self._locked(subject, compare, limits, entry_id, check) as (cur, _):
+        with self._locked(subject, compare, quotas, entry_id, check) as (cur, _):
             return self._commit(
                 cur,
                 CHARGE + CORRECT,

@@ -4,7 +4,7 @@ It loads no model: engines are other processes (`python -m agentfn.devstack.engi
 one), so start-to-ready is Flask, the pool and the registry file. The SDKs a turn or `/mcp` needs are
 imported by a warm-up thread once the first answer (the first readiness probe, usually) has gone out.
 
-Configuration: `ModelSettings`, one `ToolSettings` per tool function and the tiers' (agentfn.model.settings;
+Configuration: `ModelSettings`, one `ToolFunctionSettings` per tool function and the tiers' (agentfn.model.settings;
 docs/configuration.md), and identity's.
 """
 
@@ -32,7 +32,7 @@ from .registry import Registry
 from .routes import bp
 from .schemas import openapi
 from .services import Services, TurnLimits
-from .settings import ModelSettings, ToolSettings
+from .settings import ModelSettings, ToolFunctionSettings
 from .store import Store
 from .tool_table import ToolTable
 
@@ -46,7 +46,7 @@ def services_from_env(
     store = Store(settings.database_url, pool_size=settings.db_pool_size)
     web = Http(maxsize=32)
     named = {m.group(1) for k in env if (m := TOOL_SETTING.match(k))}
-    tool_settings = {name.lower(): ToolSettings.from_env(env, NAME=name) for name in sorted(named)}
+    tool_settings = {name.lower(): ToolFunctionSettings.from_env(env, NAME=name) for name in sorted(named)}
     tool_urls = {name: s.url for name, s in tool_settings.items() if s.url}
     tokens = TokenExchange.from_env(env)
     audiences = {name: s.audience for name, s in tool_settings.items() if s.audience}

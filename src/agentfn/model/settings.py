@@ -94,7 +94,7 @@ class ModelSettings(Settings):
 
 
 @dataclass(frozen=True)
-class ToolSettings(Settings):
+class ToolFunctionSettings(Settings):
     """One tool function the model function calls; `<NAME>` is the tool's name in capitals."""
 
     url: str | None = setting(
