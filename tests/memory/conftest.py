@@ -5,7 +5,23 @@ import threading
 import pytest
 
 from agentfn.memory import embedder_backends
+from agentfn.memory.app import create_app
 from agentfn.memory.embedder import DEFAULT_MODEL, model_config, open_embedder
+
+
+@pytest.fixture
+def memory_in_process(memory_env):
+    """Memory's app in this process, `settings` over memory_env; its pool is closed after the test, not left to the
+    garbage collector (which may run it on one of the pool's own threads, and that one cannot join itself)."""
+    apps = []
+
+    def make(**settings):
+        apps.append(create_app(memory_env | settings))
+        return apps[-1]
+
+    yield make
+    for app in apps:
+        app.extensions["agentfn.memory"].store.close()
 
 
 @pytest.fixture

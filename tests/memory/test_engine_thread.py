@@ -20,7 +20,6 @@ import pytest
 
 from agentfn.devstack.harness.servers import Client, Gunicorn
 from agentfn.memory import embedder_backends
-from agentfn.memory.app import create_app
 from agentfn.memory.embedder import model_config, open_embedder
 from agentfn.memory.embedder_base import EmbeddingFailed, EngineThreads
 
@@ -199,21 +198,6 @@ def test_e5_texts_that_share_a_run_get_their_lone_vectors(e5):
 # --- memory, in this process ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def memory_in_process(memory_env):
-    """Memory's app in this process; its pool is closed after the test, not left to the garbage collector (which may
-    run it on one of the pool's own threads, and that one cannot join itself)."""
-    apps = []
-
-    def make(env=memory_env):
-        apps.append(create_app(env))
-        return apps[-1]
-
-    yield make
-    for app in apps:
-        app.extensions["agentfn.memory"].store.close()
-
-
 def test_memory_is_not_ready_while_the_model_loads_and_a_request_then_waits_for_it(memory_in_process, gated_load, issuer):
     gate = gated_load.loading
     app = memory_in_process()  # returns while the model is still loading
@@ -262,11 +246,9 @@ def test_memory_whose_model_failed_to_load_is_neither_ready_nor_alive_and_answer
     assert "/secret/path" not in alive.get_data(as_text=True) + write.get_data(as_text=True)
 
 
-def test_a_failed_run_fails_every_write_in_it_with_a_503_and_writes_nothing(
-    memory_env, memory_in_process, gated_load, issuer
-):
+def test_a_failed_run_fails_every_write_in_it_with_a_503_and_writes_nothing(memory_in_process, gated_load, issuer):
     gated_load.loading.set()
-    app = memory_in_process(memory_env | {"AGENTFN_EMBEDDING_ENGINES": "1"})  # one engine, so the held run holds them all
+    app = memory_in_process(AGENTFN_EMBEDDING_ENGINES="1")  # one engine, so the held run holds them all
     model = app.extensions["agentfn.memory"].embedder
     assert model.wait_loaded(60)
     subject = f"user-{secrets.token_hex(4)}"

@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 
-from agentfn.memory.app import create_app
 from agentfn.memory.quotas import Watchlist
 
 
@@ -23,19 +22,15 @@ def gated_engine(gated_load):
 
 
 @pytest.fixture
-def app_for(memory_env):
+def app_for(memory_in_process):
     """Memory in this process with one engine, so a held run holds every embedding behind it."""
-    stores = []
 
     def make(**settings):
-        app = create_app(memory_env | {"AGENTFN_EMBEDDING_ENGINES": "1"} | settings)
-        stores.append(app.extensions["agentfn.memory"].store)
+        app = memory_in_process(AGENTFN_EMBEDDING_ENGINES="1", **settings)
         assert app.extensions["agentfn.memory"].embedder.wait_loaded(60)
         return app
 
-    yield make
-    for store in stores:
-        store.close()
+    return make
 
 
 def runs_of(gated_engine, text: str) -> int:
