@@ -102,7 +102,7 @@ def end(session: dict) -> dict:
         said = " ".join(m["content"] for m in conversation)
         outcome |= {
             "episode": text,
-            "faults": faults(text, session["language"]),
+            "faults": faults(text, session["language"], [m["content"] for m in conversation]),
             "written_in": language(text),
         }
         outcome["invented"], outcome["unfamiliar"] = invented(text, said)

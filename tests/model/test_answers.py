@@ -281,6 +281,24 @@ def test_a_session_that_kept_a_note_keeps_an_episode_from_its_record_when_no_sum
     assert faults(episode, "hr" if "Asistent" in episode else "en") == []
 
 
+def test_a_summary_that_echoes_the_conversation_is_not_kept(loop, person):
+    # As the offline model wrote one: the session's lines one after another, an answer kept as if it were the
+    # person's fact. Both attempts echo, so the episode is told from the record.
+    conversation = [
+        *kept_a_note(loop, person, "Zapamti da koristim Helix."),
+        {"role": "assistant", "content": "Bilješka o Helixu je spremljena."},
+        {"role": "user", "content": "Kakvo je stanje platforme?"},
+        {"role": "assistant", "content": "Platforma radi bez zastoja."},
+        {"role": "user", "content": "Hvala."},
+    ]
+    echo = "Bilješka o Helixu je spremljena. Platforma radi bez zastoja."
+    assert faults(echo, "hr") == []  # no other rule refuses it
+    loop.engine.script({"text": echo}, {"text": echo})
+    response = loop.client.post("/v1/agents/keeper/sessions/end", headers=person.headers, json={"messages": conversation})
+    assert response.status_code == 201, response.get_data(as_text=True)
+    assert response.get_json()["episode"]["text"] == "Asistent je na zahtjev osobe spremio bilješku."
+
+
 def test_a_session_is_told_from_its_own_turns_only(loop, person, issuer):
     # Another conversation of the same person, and the same conversation of another person, ran tools: this one did not.
     kept_a_note(loop, person, "Remember that I use Helix.")

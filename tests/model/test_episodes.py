@@ -61,6 +61,7 @@ RULES = [
         ["first or second person"],
     ),
     ("croatian_first_person", "Osoba je pitala za lozinku, pa sam zapamtio rok.", "hr", ["first or second person"]),
+    ("croatian_first_person_verb", "Osoba je rekla da radim u timu za plaćanja.", "hr", ["first or second person"]),
     ("wrong_language", GOOD, "hr", ["not in the person's language"]),
     ("empty", "   ", "en", ["empty"]),
 ]
@@ -185,6 +186,7 @@ KEPT_PARTS = [  # (case, what the engine wrote, what is kept): the longest run o
         f"{GOOD} " + " ".join(f"The assistant then explained step {n} of the rotation in some detail." for n in range(5)),
     ),
     ("cut_by_the_token_bound", f"{GOOD} The assistant then suggested that the person", GOOD),
+    ("a_late_line_of_the_conversation", f"{GOOD} Rotate it in the vault, then restart the service.", GOOD),
     (
         "its_first_sentence_cut_by_the_token_bound",  # its whole clauses, closed as a sentence
         "The person asked how often to rotate the ledger password, and the assistant suggested that the",
@@ -215,8 +217,10 @@ def test_a_summary_that_strays_late_keeps_its_first_sentences_that_keep_the_rule
         ("The person mailed ops@example.org about it.", "e-mail"),
         ("The person shared the key sk-live4f9a8b7c6d5e4f3a2b1c with the team.", "credential"),
         (GOOD, "not in the person's language"),
+        # The conversation echoed rather than told: the assistant's answer, as if it were a fact of the person's.
+        ("Rotate it in the vault, then restart the service.", "a line of the conversation"),
     ],
-    ids=["too_long", "code", "url", "e_mail", "key", "wrong_language"],
+    ids=["too_long", "code", "url", "e_mail", "key", "wrong_language", "a_line_of_the_conversation"],
 )
 def test_a_summary_that_breaks_the_rules_twice_is_refused_and_nothing_is_kept(
     model, scripted_engine, memory, person, model_env, summary, rule

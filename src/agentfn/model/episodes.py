@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from agentfn.shared.contract import STEP
@@ -24,6 +25,7 @@ from agentfn.shared.pseudonym import conversation_hash
 from . import prompt
 from .engines import DeadlinePassed, EngineFailed, Tier
 from .generation import Generation, as_problem
+from .grounding import TOKEN, VERBS_HR, fold
 from .language import NAMES, language, likely_language
 from .registry import Agent
 from .services import Services
@@ -78,17 +80,20 @@ RULES: list[tuple[str, re.Pattern]] = [
         "first or second person",
         re.compile(
             r"(?-i:\bI\b)|\b(?:I'm|I've|me|my|mine|myself|you|your|yours|yourself)\b|"
-            # Croatian: the pronouns and possessives, and the first and second person of "biti" ("sam zapamtio",
-            # "odobrili ste"), the auxiliary of most past tenses.
-            r"\b(?:ja|moj|moja|moje|tvoj|tvoja|tvoje|vaš|vaša|vaše|sam|smo|ste)\b",
+            # Croatian: the pronouns and possessives, the first and second person of "biti" ("sam zapamtio",
+            # "odobrili ste"), the auxiliary of most past tenses, and the first person of the verbs people say of
+            # themselves ("radim", "volimo").
+            r"\b(?:ja|moj|moja|moje|tvoj|tvoja|tvoje|vaš|vaša|vaše|sam|smo|ste)\b|"
+            rf"\b(?:{VERBS_HR})mo?\b",
             re.I,
         ),
     ),
 ]
 
 
-def faults(summary: str, person_language: str | None) -> list[str]:
-    """The episode rules the summary breaks (empty: it may be kept). Pure: the case table tests it."""
+def faults(summary: str, person_language: str | None, said: Sequence[str] = ()) -> list[str]:
+    """The episode rules the summary breaks (empty: it may be kept); `said`: the conversation's messages, which the
+    summary may not repeat. Pure: the case table tests it."""
     text = summary.strip()
     if not text:
         return ["empty"]
@@ -98,6 +103,8 @@ def faults(summary: str, person_language: str | None) -> list[str]:
     if len(text) > MAX_CHARS:
         found.append(f"more than {MAX_CHARS} characters")
     found += [name for name, pattern in RULES if pattern.search(text)]
+    if repeats(text, said):
+        found.append("a line of the conversation")
     if person_language is not None:
         written = language(text)
         if written is not None and written != person_language:
@@ -106,6 +113,21 @@ def faults(summary: str, person_language: str | None) -> list[str]:
 
 
 SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
+MIN_LINE_WORDS = 3  # a shorter sentence ("Thanks.") may be said in a summary's own words
+
+
+def repeats(summary: str, said: Sequence[str]) -> bool:
+    """A sentence of the summary is one of the conversation's, word for word: a small model echoes the transcript
+    rather than telling it, and an episode is never a transcript (the person's lines in the first person, the
+    assistant's answers as if they were the person's facts)."""
+    lines = {
+        words for message in said for line in SENTENCE_END.split(message) if len(words := _words(line)) >= MIN_LINE_WORDS
+    }
+    return any(_words(line) in lines for line in SENTENCE_END.split(summary))
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(fold(w) for w in TOKEN.findall(text))
 
 
 ENDS = (".", "!", "?", "…")
@@ -127,13 +149,13 @@ def sentences(text: str) -> list[str]:
     return found
 
 
-def kept_part(summary: str, person_language: str | None) -> str | None:
+def kept_part(summary: str, person_language: str | None, said: Sequence[str] = ()) -> str | None:
     """The longest run of the summary's first sentences that keeps every rule, or None when its first breaks one:
     a summary that runs on past a bound, or strays into a rule late, still keeps what it said well before."""
     whole = sentences(summary)
     for n in range(len(whole), 0, -1):
         candidate = " ".join(whole[:n])
-        if not faults(candidate, person_language):
+        if not faults(candidate, person_language, said):
             return candidate
     return None
 
@@ -203,9 +225,12 @@ def transcript(messages: list[dict[str, str]], tokens: int) -> str:
     """The conversation as lines, in plain words (`PLAIN`); the answers' citations (`[id]`) are dropped: an id
     means nothing in an episode."""
     kept = prompt.fit(messages, tokens)
-    return "\n".join(
-        f"{'Person' if m['role'] == 'user' else 'Assistant'}: {head(plain(CITATION.sub('', m['content'])))}" for m in kept
-    )
+    return "\n".join(f"{'Person' if m['role'] == 'user' else 'Assistant'}: {read(m)}" for m in kept)
+
+
+def read(message: dict[str, str]) -> str:
+    """A message as the summariser reads it."""
+    return head(plain(CITATION.sub("", message["content"])))
 
 
 def head(text: str) -> str:
@@ -277,6 +302,7 @@ def summarise(
 ) -> str:
     """The summary that keeps the episode rules, written at most twice; `Unkept` when both break them."""
     text = transcript(messages, max(tier.context_tokens - SUMMARY_TOKENS - 200, 256))
+    said = [read(m) for m in messages]  # what the summary may not repeat, as the summariser read it
     broken: list[str] = []
     for _attempt in range(2):
         convo = [
@@ -287,8 +313,8 @@ def summarise(
         with generation.round(engine, convo, None, deadline, cost=cost, completion=SUMMARY_TOKENS) as r:
             written = " ".join("".join(r).split())
         summary = " ".join(sentences(written))
-        broken = faults(summary, person) if summary or not written else ["its first sentence cut short by the bound"]
-        kept = summary if not broken else kept_part(summary, person)
+        broken = faults(summary, person, said) if summary or not written else ["its first sentence cut short by the bound"]
+        kept = summary if not broken else kept_part(summary, person, said)
         if kept:
             return kept
     raise Unkept(broken)
