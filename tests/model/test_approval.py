@@ -21,6 +21,8 @@ import pytest
 import requests
 from support.model import Person, take_turn
 
+from agentfn.model.language import UNNOTED
+
 MODES = {"native": "", "constrained": "-small"}
 NOTE = {"kind": "fact", "text": "I work on the ledger team."}
 KEEP = {"call": {"name": "remember", "arguments": NOTE}}
@@ -105,6 +107,16 @@ def test_a_call_that_changes_state_waits_for_approval_and_runs_as_step_one_of_th
     assert record(model_env, events[-1][1]["generation_id"])[1] == [
         {"tool": "remember", "status": "ok", "ms": ran["ms"], "grant": "agentfn/test"}
     ]
+
+
+def test_a_constrained_engine_has_seen_the_answer_after_a_kept_note(model, scripted_engine, memory, person):
+    # Told to say "I don't have that noted" of what no note holds, the offline model said it right after keeping a
+    # note, until its worked replies showed a keep's result (as a turn tells it) and the answer after it.
+    _, _, sid = ask(model, scripted_engine, person, "asker-small")
+    system = scripted_engine.requests(sid)[0]["messages"][0]["content"]
+    after = system[system.index('<result step="1" tool="remember">\n{"ok": true, "content": {') :]
+    reply = json.loads(after.split("Reply: ", 1)[1].splitlines()[0])
+    assert list(reply) == ["answer"] and reply["answer"] not in UNNOTED.values()
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -237,18 +237,36 @@ EXAMPLES = [
 ]
 
 
-# A tool that failed, and the answer after it: a small model told to say "I don't have that noted" of the person's
-# facts says it of a page it could not open, unless it has seen this.
-FAILED = (
-    "open_page",
-    "Read https://example.org/docs",
-    [
-        {"tool": "open_page", "arguments": {"url": "https://example.org/docs"}},
-        '<result step="1" tool="open_page">\n{"ok": false, "problem": {"title": "Upstream error", "detail": "the page '
-        'answered HTTP 503"}}\n</result>',
-        {"answer": "I could not open the page: it answered HTTP 503."},
-    ],
-)
+# A tool's result, and the answer after it: a small model told to say "I don't have that noted" of the person's facts
+# says it of a page it could not open, and of a note it has just kept, unless it has seen these. The results read as
+# a turn's do (ToolTable.for_model).
+def _result(tool: str, ok: bool, result: dict[str, Any]) -> str:
+    told = json.dumps({"ok": ok, ("content" if ok else "error"): result}, ensure_ascii=False)
+    return delimited("result", told, step=1, tool=tool)
+
+
+AFTER_A_TOOL = [
+    (
+        "open_page",
+        "Read https://example.org/docs",
+        [
+            {"tool": "open_page", "arguments": {"url": "https://example.org/docs"}},
+            _result("open_page", False, {"title": "Upstream error", "detail": "the page answered HTTP 503"}),
+            {"answer": "I could not open the page: it answered HTTP 503."},
+        ],
+    ),
+    (
+        "remember",
+        "Zapamti da pijem čaj bez šećera.",
+        [
+            {"tool": "remember", "arguments": {"kind": "preference", "text": "Pijem čaj bez šećera."}},
+            _result(
+                "remember", True, {"id": NOTE_B, "kind": "preference", "text": "Pijem čaj bez šećera.", "existing": False}
+            ),
+            {"answer": "Zapamćeno: piješ čaj bez šećera."},
+        ],
+    ),
+]
 
 
 def examples(tools: list, notes: bool) -> str:
@@ -256,8 +274,9 @@ def examples(tools: list, notes: bool) -> str:
     shown = [
         (say, [reply]) for tool, say, reply in EXAMPLES if tool is None or tool in offered or (tool == "memory" and notes)
     ]
-    if FAILED[0] in offered:
-        shown.insert(len(shown) // 2, (FAILED[1], FAILED[2]))
+    for tool, say, replies in AFTER_A_TOOL:
+        if tool in offered:
+            shown.insert(len(shown) // 2, (say, replies))
 
     def turn(say: str, replies: list) -> str:
         lines = [f"Person: {say}"]
