@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -87,13 +86,6 @@ def crd_version(upgrade_kube) -> str:
     return crd["metadata"]["annotations"]["agentfn.dev/crd-version"]
 
 
-def published(upgrade_kube, field: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while upgrade_kube.kubectl("explain", field, check=False).returncode != 0:
-        assert time.monotonic() < deadline, f"{field} not in the server's OpenAPI after {timeout} s"
-        time.sleep(0.5)
-
-
 def table(upgrade_kube) -> str:
     shown = upgrade_kube.kubectl("-n", NAMESPACE, "get", "agents").stdout
     print(shown)  # what an operator sees (run with -s)
@@ -126,7 +118,7 @@ def test_crds_upgrade_and_roll_back_with_the_release_and_outlive_it(upgrade_kube
     assert crd_version(upgrade_kube) == "0.1.1"
     assert keys(upgrade_kube) == made  # kept (lookup): a new key would void approvals and name everyone anew
     assert {k: v for k, v in specs(upgrade_kube).items() if k != "Agent/owned"} == before
-    published(upgrade_kube, "agents.spec.owner")  # kubectl validates against the OpenAPI the server republishes
+    upgrade_kube.published("agents.spec.owner")  # kubectl validates against the OpenAPI the server republishes
     upgrade_kube.kubectl("apply", "-f", "-", input=json.dumps(OWNED))
     assert specs(upgrade_kube)["Agent/owned"]["owner"] == "platform-team"
     shown = table(upgrade_kube)

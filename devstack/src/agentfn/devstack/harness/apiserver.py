@@ -171,6 +171,17 @@ class KubeAPI:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr}")
         return done
 
+    def published(self, field: str, api_version: str | None = None, timeout: float = 30) -> None:
+        """Wait until `field` (a resource's plural, or a field of it: `agents.spec.owner`; of `api_version` when
+        given) is in the server's OpenAPI, which kubectl validates against: a CRD is Established before its schema
+        is published, and until then a field the schema lacks passes kubectl and the server silently drops it."""
+        args = ["explain", field, *([f"--api-version={api_version}"] if api_version else [])]
+        deadline = time.monotonic() + timeout
+        while self.kubectl(*args, check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{field} not in the server's OpenAPI after {timeout} s")
+            time.sleep(0.5)
+
     def stop(self) -> None:
         for p in reversed(self._processes):
             p.terminate()
