@@ -221,7 +221,13 @@ def measure(model: weights.Model, port: int, cases: list[dict], tours: int) -> d
     brief, tools = reviewer()
     by_name = {t.name: t for t in tools}
     system = prompt.system(
-        brief, datetime.date.today().isoformat(), tools=tools, constrained=True, memory_tools=True, notes=True
+        brief,
+        datetime.date.today().isoformat(),
+        tools=tools,
+        constrained=True,
+        memory_tools=True,
+        notes=True,
+        context_tokens=model.context,
     )
     served = Served(model, port, RESULTS / f".engine-{model.name}.log")
     try:

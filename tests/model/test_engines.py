@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from agentfn.model import prompt
 from agentfn.model.engines import AnswerStream, EngineFailed, constrained_schema, tiers_from_env
-from agentfn.model.tool_table import Tool
+from agentfn.model.tool_table import Tool, _builtins
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ANSWERS = ["Plain words.", 'Quotes " and \\ backslashes', "Accents: čćžšđ, emoji 😀, tab\tand\nnewline", ""]
 SIZES = [1, 2, 3, 5, 8, 1000]
@@ -122,3 +125,29 @@ def test_a_constrained_answer_names_the_notes_it_used_by_their_short_ids(reply, 
     streamed = "".join(decoder.feed(reply[i : i + 5]) for i in range(0, len(reply), 5))
     assert streamed == "Yes."
     assert decoder.cited(NOTES) == ids
+
+
+def reviewer_tools() -> list[Tool]:
+    """The code reviewer's tools as the tool table lists them: open_page and the memory tools, and two tool functions."""
+    tools = list(_builtins().values())
+    for name in ("run_code", "platform_status"):
+        d = json.loads((ROOT / "src" / "agentfn" / name / "tool.json").read_text())
+        tools.append(Tool(d["name"], d["description"], d["input_schema"], False, False, "function"))
+    return tools
+
+
+@pytest.mark.parametrize(("context", "worked"), [(None, True), (8192, True), (4096, True), (2048, False)])
+def test_the_worked_replies_are_shown_only_where_a_turn_still_fits_beside_them(context, worked):
+    # SmolLM2's context is 2,048 tokens: the system prompt with its worked replies filled it, and every turn failed.
+    system = prompt.system(
+        "Reviews code.",
+        "2026-12-07",
+        tools=reviewer_tools(),
+        constrained=True,
+        memory_tools=True,
+        notes=True,
+        context_tokens=context,
+    )
+    assert ("Examples:" in system) is worked
+    if context is not None:
+        assert prompt.likely(system) + prompt.TURN_ROOM <= context

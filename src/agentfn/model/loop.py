@@ -364,5 +364,6 @@ def opening(
         constrained=tier.tool_mode == "constrained",
         memory_tools=bool(MEMORY_TOOLS & set(tools)),
         notes=agent.memory != "none",
+        context_tokens=tier.context_tokens,
     )
     return tools, system

@@ -287,11 +287,26 @@ def examples(tools: list, notes: bool) -> str:
     return "Examples:\n" + "\n".join(turn(say, replies) for say, replies in shown)
 
 
-def system(brief: str, today: str, *, tools: list, constrained: bool, memory_tools: bool, notes: bool = False) -> str:
+# What a turn needs of the context besides the system prompt: the notes, the conversation, the tools' results, the
+# answer. The worked replies are left out of a context that would not hold it beside them.
+TURN_ROOM = 1024
+
+
+def system(
+    brief: str,
+    today: str,
+    *,
+    tools: list,
+    constrained: bool,
+    memory_tools: bool,
+    notes: bool = False,
+    context_tokens: int | None = None,
+) -> str:
     """The system prompt: the same for every turn of an agent on a day, so an engine's prompt cache keeps it.
 
     The recalled notes are not in it (`with_notes`), only what their block holds and how answers use them (`notes`:
-    the agent recalls); the date is last, the only part that changes daily.
+    the agent recalls); the date is last, the only part that changes daily. The worked replies are in it when the
+    engine's context (`context_tokens`) holds them and a turn's `TURN_ROOM` (SmolLM2's 2,048 does not).
     """
     parts = [brief.strip()]
     if tools and constrained:
@@ -317,7 +332,9 @@ def system(brief: str, today: str, *, tools: list, constrained: bool, memory_too
             f'Reply with one JSON object: {{"tool": NAME, "arguments": {{...}}}} to call one tool, or {answer} to '
             "answer the person."
         )
-        parts.append(examples(tools, notes))
+        worked = examples(tools, notes)
+        if context_tokens is None or likely("\n\n".join([*parts, worked])) + TURN_ROOM <= context_tokens:
+            parts.append(worked)
     elif constrained:
         parts.append(f"Reply with one JSON object: {answer}.")
     parts.append(f"Today is {today}.")
