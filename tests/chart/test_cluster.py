@@ -59,8 +59,8 @@ def cluster(apiserver, tmp_path_factory):
     apiserver.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names])
     for crd in crd_documents():  # the refusals below are kubectl's, against the schemas the server publishes
         spec = crd["spec"]
-        served = next(v["name"] for v in spec["versions"] if v.get("storage"))
-        apiserver.published(spec["names"]["plural"], f"{spec['group']}/{served}")
+        stored = next(v["name"] for v in spec["versions"] if v.get("storage"))
+        apiserver.published(spec["names"]["plural"], f"{spec['group']}/{stored}")
     if apiserver.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0:
         apiserver.kubectl("create", "namespace", NAMESPACE)
     return apiserver

@@ -136,8 +136,8 @@ def reviewer_tools() -> list[Tool]:
     return tools
 
 
-@pytest.mark.parametrize(("context", "worked"), [(None, True), (8192, True), (4096, True), (2048, False)])
-def test_the_worked_replies_are_shown_only_where_a_turn_still_fits_beside_them(context, worked):
+@pytest.mark.parametrize(("context_tokens", "worked"), [(None, True), (8192, True), (4096, True), (2048, False)])
+def test_the_worked_replies_are_shown_only_where_a_turn_still_fits_beside_them(context_tokens, worked):
     # SmolLM2's context is 2,048 tokens: the system prompt with its worked replies filled it, and every turn failed.
     system = prompt.system(
         "Reviews code.",
@@ -146,8 +146,8 @@ def test_the_worked_replies_are_shown_only_where_a_turn_still_fits_beside_them(c
         constrained=True,
         memory_tools=True,
         notes=True,
-        context_tokens=context,
+        context_tokens=context_tokens,
     )
     assert ("Examples:" in system) is worked
-    if context is not None:
-        assert prompt.likely(system) + prompt.TURN_ROOM <= context
+    if context_tokens is not None:
+        assert prompt.likely(system) + prompt.TURN_ROOM <= context_tokens
